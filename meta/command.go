@@ -1,0 +1,285 @@
+package meta
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// A command is what a proposer puts in the raft log: one kind byte followed
+// by the kind's JSON payload. Everything Apply needs is in the command, and
+// anything non-deterministic (topic UUIDs) is decided by the proposer, so
+// every node that applies the same log reaches the same State.
+//
+// Kinds are persisted in raft logs and snapshots' history: never renumber
+// or reuse one; add new kinds at the end.
+type kind uint8
+
+const (
+	_                       kind = iota // 0 is never written, so zeroed data fails loudly
+	kindBarrier                         // no payload; changes nothing
+	kindRegisterBroker                  // registerBrokerCmd
+	kindCreateTopic                     // createTopicCmd
+	kindDeleteTopic                     // deleteTopicCmd
+	kindCreatePartitions                // createPartitionsCmd
+	kindAlterConfigs                    // alterConfigsCmd
+	kindAllocateProducerIDs             // allocateProducerIDsCmd
+)
+
+type registerBrokerCmd struct {
+	Broker Broker
+}
+
+type createTopicCmd struct {
+	Name              string
+	ID                [16]byte
+	Internal          bool
+	Partitions        int32
+	ReplicationFactor int16
+	Configs           map[string]string
+}
+
+type deleteTopicCmd struct {
+	Name string
+}
+
+type createPartitionsCmd struct {
+	Name  string
+	Count int32
+}
+
+type alterConfigsCmd struct {
+	Name    string
+	Set     map[string]string
+	Delete  []string
+	Replace bool
+}
+
+type allocateProducerIDsCmd struct {
+	Count int64
+}
+
+// errBadCommand marks a log entry this version cannot decode. It is
+// returned, not panicked on: a node must never crash on log contents.
+var errBadCommand = errors.New("meta: malformed command")
+
+func encodeCommand(k kind, payload any) ([]byte, error) {
+	b := []byte{byte(k)}
+	if payload == nil {
+		return b, nil
+	}
+	j, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("meta: encode command %d: %w", k, err)
+	}
+	return append(b, j...), nil
+}
+
+// result is what FSM.Apply returns to the proposer through raft.
+type result struct {
+	topic   *Topic // the created or deleted topic, if any
+	firstID int64  // the first producer id allocated
+	err     error
+}
+
+// applyFunc applies one command's payload to s. It returns the next state,
+// or nil when nothing changed (including on error); it must not modify s.
+type applyFunc func(s *State, payload []byte) (*State, result)
+
+var applyTable = [...]applyFunc{
+	kindBarrier:          applyBarrier,
+	kindRegisterBroker:   applyRegisterBroker,
+	kindCreateTopic:      applyCreateTopic,
+	kindDeleteTopic:      applyDeleteTopic,
+	kindCreatePartitions: applyCreatePartitions,
+	kindAlterConfigs:     applyAlterConfigs,
+
+	kindAllocateProducerIDs: applyAllocateProducerIDs,
+}
+
+// applyCommand decodes data and dispatches it.
+func applyCommand(s *State, data []byte) (*State, result) {
+	if len(data) == 0 {
+		return nil, result{err: fmt.Errorf("%w: empty", errBadCommand)}
+	}
+	k := kind(data[0])
+	if int(k) >= len(applyTable) || applyTable[k] == nil {
+		return nil, result{err: fmt.Errorf("%w: unknown kind %d", errBadCommand, k)}
+	}
+	return applyTable[k](s, data[1:])
+}
+
+func decodePayload(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("%w: %w", errBadCommand, err)
+	}
+	return nil
+}
+
+func applyBarrier(*State, []byte) (*State, result) { return nil, result{} }
+
+func applyRegisterBroker(s *State, payload []byte) (*State, result) {
+	var c registerBrokerCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	if old, ok := s.Brokers[c.Broker.ID]; ok && old == c.Broker {
+		return nil, result{}
+	}
+	next := s.clone()
+	next.Brokers[c.Broker.ID] = c.Broker
+	return next, result{}
+}
+
+func applyCreateTopic(s *State, payload []byte) (*State, result) {
+	var c createTopicCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	if _, ok := s.Topics[c.Name]; ok {
+		return nil, result{err: fmt.Errorf("%w: %q", ErrTopicExists, c.Name)}
+	}
+	if c.ID == ([16]byte{}) {
+		return nil, result{err: fmt.Errorf("%w: topic %q has no id", errBadCommand, c.Name)}
+	}
+	if other, ok := s.byID[c.ID]; ok {
+		return nil, result{err: fmt.Errorf("%w: id %x belongs to %q", ErrTopicExists, c.ID, other.Name)}
+	}
+	if c.Partitions <= 0 {
+		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
+	}
+	brokers := s.sortedBrokerIDs()
+	if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
+		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+	}
+	t := &Topic{
+		Name:       c.Name,
+		ID:         c.ID,
+		Internal:   c.Internal,
+		Configs:    maps.Clone(c.Configs),
+		Partitions: assign(brokers, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
+	}
+	if t.Configs == nil {
+		t.Configs = map[string]string{}
+	}
+	next := s.clone()
+	next.putTopic(t)
+	return next, result{topic: t}
+}
+
+func applyDeleteTopic(s *State, payload []byte) (*State, result) {
+	var c deleteTopicCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	t, ok := s.Topics[c.Name]
+	if !ok {
+		return nil, result{err: fmt.Errorf("%w: %q", ErrUnknownTopic, c.Name)}
+	}
+	next := s.clone()
+	next.deleteTopic(t)
+	return next, result{topic: t}
+}
+
+func applyCreatePartitions(s *State, payload []byte) (*State, result) {
+	var c createPartitionsCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	t, ok := s.Topics[c.Name]
+	if !ok {
+		return nil, result{err: fmt.Errorf("%w: %q", ErrUnknownTopic, c.Name)}
+	}
+	have := int32(len(t.Partitions))
+	if c.Count <= have {
+		return nil, result{err: fmt.Errorf("%w: %q has %d partitions, asked for %d", ErrInvalidPartitions, c.Name, have, c.Count)}
+	}
+	// New partitions keep the topic's replication factor.
+	rf := 0
+	if have > 0 {
+		rf = len(t.Partitions[0].Replicas)
+	}
+	if rf == 0 {
+		return nil, result{err: fmt.Errorf("%w: %q has no replicas to copy", ErrInvalidReplicationFactor, c.Name)}
+	}
+	brokers := s.sortedBrokerIDs()
+	if rf > len(brokers) {
+		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, rf, len(brokers))}
+	}
+	nt := t.clone()
+	nt.Partitions = append(nt.Partitions, assign(brokers, t.ID, have, c.Count, rf)...)
+	next := s.clone()
+	next.putTopic(nt)
+	return next, result{topic: nt}
+}
+
+func applyAlterConfigs(s *State, payload []byte) (*State, result) {
+	var c alterConfigsCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	t, ok := s.Topics[c.Name]
+	if !ok {
+		return nil, result{err: fmt.Errorf("%w: %q", ErrUnknownTopic, c.Name)}
+	}
+	nt := t.clone()
+	if c.Replace {
+		nt.Configs = map[string]string{}
+	}
+	maps.Copy(nt.Configs, c.Set)
+	for _, k := range c.Delete {
+		delete(nt.Configs, k)
+	}
+	if maps.Equal(nt.Configs, t.Configs) {
+		return nil, result{topic: t}
+	}
+	next := s.clone()
+	next.putTopic(nt)
+	return next, result{topic: nt}
+}
+
+// assign places partitions [from, to) of a topic on rf of the sorted
+// brokers. Partition p gets rf consecutive brokers starting at (start+p)
+// mod n, its leader is the first, and its ISR is all of them. start comes
+// from the topic ID, so leaders of different topics spread over the
+// brokers rather than all starting on the lowest ID, while staying a pure
+// function of the command.
+func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
+	n := len(brokers)
+	start := int(binary.BigEndian.Uint32(id[:4]) % uint32(n))
+	parts := make([]Partition, 0, to-from)
+	for p := from; p < to; p++ {
+		replicas := make([]int32, rf)
+		for j := range replicas {
+			replicas[j] = brokers[(start+int(p)+j)%n]
+		}
+		parts = append(parts, Partition{
+			Index:    p,
+			Replicas: replicas,
+			ISR:      slices.Clone(replicas),
+			Leader:   replicas[0],
+		})
+	}
+	return parts
+}
+
+// maxProducerIDBlock bounds one allocation, so a bad request cannot
+// exhaust the id space.
+const maxProducerIDBlock = 1 << 20
+
+func applyAllocateProducerIDs(s *State, payload []byte) (*State, result) {
+	var c allocateProducerIDsCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	if c.Count <= 0 || c.Count > maxProducerIDBlock {
+		return nil, result{err: fmt.Errorf("%w: producer id block of %d", errBadCommand, c.Count)}
+	}
+	next := s.clone()
+	first := s.NextProducerID
+	next.NextProducerID = first + c.Count
+	return next, result{firstID: first}
+}

@@ -1,0 +1,194 @@
+package meta
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// fsm is the raft state machine. raft calls Apply, Snapshot and Restore
+// from its single FSM goroutine; readers call state and changed from any
+// goroutine. Because a State is immutable, the current one is published
+// through an atomic pointer and readers never take a lock.
+type fsm struct {
+	cur atomic.Pointer[State]
+
+	mu struct {
+		sync.Mutex
+		// changed is closed, and replaced, each time a new State is
+		// published.
+		changed chan struct{}
+	}
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+func newFSM() *fsm {
+	f := &fsm{}
+	f.cur.Store(newState())
+	f.mu.changed = make(chan struct{})
+	return f
+}
+
+func (f *fsm) state() *State { return f.cur.Load() }
+
+func (f *fsm) changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.changed
+}
+
+func (f *fsm) publish(s *State) {
+	f.cur.Store(s)
+	f.mu.Lock()
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// Apply applies a committed command and returns a result for the proposer.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return result{}
+	}
+	return f.apply(l.Index, l.Data)
+}
+
+func (f *fsm) apply(index uint64, data []byte) result {
+	next, res := applyCommand(f.state(), data)
+	if next != nil {
+		next.Index = index
+		f.publish(next)
+	}
+	return res
+}
+
+// Snapshot captures the current State; since States are immutable that is
+// a pointer copy, and the encoding happens in Persist, off the FSM
+// goroutine.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{state: f.state()}, nil
+}
+
+// Restore replaces the state with the snapshot's. Nothing of the previous
+// state survives.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := decodeSnapshot(bufio.NewReader(rc))
+	if err != nil {
+		return err
+	}
+	f.publish(s)
+	return nil
+}
+
+// snapshotFormat is the version written into every snapshot. A node refuses
+// snapshots from a newer format rather than misreading them.
+const snapshotFormat = 1
+
+// snapshotV1 is the JSON layout of a snapshot: lists in ascending order of
+// ID and name, so equal states encode to equal bytes.
+type snapshotV1 struct {
+	Format         int
+	Index          uint64
+	NextProducerID int64
+	Brokers        []Broker
+	Topics         []*Topic
+}
+
+type fsmSnapshot struct{ state *State }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := encodeSnapshot(sink, s.state); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+func encodeSnapshot(w io.Writer, s *State) error {
+	snap := snapshotV1{Format: snapshotFormat, Index: s.Index, NextProducerID: s.NextProducerID}
+	for _, id := range s.sortedBrokerIDs() {
+		snap.Brokers = append(snap.Brokers, s.Brokers[id])
+	}
+	for _, name := range s.SortedTopicNames() {
+		snap.Topics = append(snap.Topics, s.Topics[name])
+	}
+	bw := bufio.NewWriter(w)
+	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
+		return fmt.Errorf("meta: encode snapshot: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("meta: write snapshot: %w", err)
+	}
+	return nil
+}
+
+// decodeSnapshot builds a fresh State from r and checks the invariants the
+// commands rely on, so a damaged snapshot is an error here rather than a
+// panic in a later Apply.
+func decodeSnapshot(r io.Reader) (*State, error) {
+	var snap snapshotV1
+	if err := json.NewDecoder(r).Decode(&snap); err != nil {
+		return nil, fmt.Errorf("meta: decode snapshot: %w", err)
+	}
+	if snap.Format != snapshotFormat {
+		return nil, fmt.Errorf("meta: snapshot format %d, want %d", snap.Format, snapshotFormat)
+	}
+	s := newState()
+	s.Index = snap.Index
+	if snap.NextProducerID < 0 {
+		return nil, fmt.Errorf("meta: snapshot: next producer id %d", snap.NextProducerID)
+	}
+	s.NextProducerID = snap.NextProducerID
+	for _, b := range snap.Brokers {
+		if _, dup := s.Brokers[b.ID]; dup {
+			return nil, fmt.Errorf("meta: snapshot: broker %d twice", b.ID)
+		}
+		s.Brokers[b.ID] = b
+	}
+	for _, t := range snap.Topics {
+		if err := checkTopic(t); err != nil {
+			return nil, fmt.Errorf("meta: snapshot: %w", err)
+		}
+		if _, dup := s.Topics[t.Name]; dup {
+			return nil, fmt.Errorf("meta: snapshot: topic %q twice", t.Name)
+		}
+		if _, dup := s.byID[t.ID]; dup {
+			return nil, fmt.Errorf("meta: snapshot: topic id %x twice", t.ID)
+		}
+		if t.Configs == nil {
+			t.Configs = map[string]string{}
+		}
+		s.putTopic(t)
+	}
+	return s, nil
+}
+
+func checkTopic(t *Topic) error {
+	if t == nil {
+		return fmt.Errorf("null topic")
+	}
+	if t.ID == ([16]byte{}) {
+		return fmt.Errorf("topic %q has no id", t.Name)
+	}
+	if len(t.Partitions) == 0 {
+		return fmt.Errorf("topic %q has no partitions", t.Name)
+	}
+	for i, p := range t.Partitions {
+		if p.Index != int32(i) {
+			return fmt.Errorf("topic %q: partition %d at position %d", t.Name, p.Index, i)
+		}
+		if len(p.Replicas) == 0 {
+			return fmt.Errorf("topic %q partition %d has no replicas", t.Name, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,475 @@
+// Package meta owns the cluster metadata: brokers, topics, their IDs and
+// configs, and each partition's replicas, ISR, leader and leader epoch. The
+// metadata is a replicated state machine on hashicorp/raft, with the raft
+// log and stable store in Badger (meta/internal/badgerstore) and snapshots
+// in raft's file snapshot store. A single node is a one-voter quorum, so a
+// laptop and a cluster run the same code; the raft leader is the
+// controller.
+//
+// Consensus decides metadata only. No record ever passes through here: the
+// broker reads State and reconciles its partitions when Changed fires.
+//
+// Layout under Config.Dir:
+//
+//	raft/        Badger database: raft log entries and stable store
+//	snapshots/   raft FileSnapshotStore; JSON state (see snapshotV1)
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"strata/meta/internal/badgerstore"
+)
+
+// Config configures a Store. Only Dir is required.
+type Config struct {
+	// NodeID is this node's broker ID, and its raft server ID.
+	NodeID int32
+	// Dir holds the raft log, stable store and snapshots; created if
+	// missing.
+	Dir string
+	// RaftAddr is the TCP address raft binds to for talking to peers. Empty
+	// means an in-memory transport: a single node that can never have
+	// peers. Either way, a node that is the only voter of its raft
+	// configuration uses short timeouts, since nobody else could lead.
+	RaftAddr string
+	// Bootstrap makes a node without raft state start a cluster of which it
+	// is the only voter. It is ignored when state exists.
+	Bootstrap bool
+	// Logger receives raft's warnings and errors, and Badger's. Nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return errors.New("meta: Config.Dir is empty")
+	}
+	if c.NodeID < 0 {
+		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
+	}
+	return nil
+}
+
+const (
+	// Metadata entries are small and few, so snapshots are cheap: take one
+	// every snapshotThreshold entries (checked every snapshotInterval) and
+	// keep trailingLogs behind it, enough for a briefly lagging follower to
+	// catch up from the log instead of a snapshot.
+	snapshotThreshold = 1024
+	snapshotInterval  = 30 * time.Second
+	trailingLogs      = 1024
+	retainSnapshots   = 2
+
+	// soleVoterTimeout is the heartbeat, election and lease timeout of a
+	// node that is the only voter: its first election is won the moment the
+	// heartbeat timer fires, so this is how long Open waits for leadership.
+	// Nobody else could lead, so a short timeout costs nothing.
+	soleVoterTimeout = 100 * time.Millisecond
+
+	tcpMaxPool = 3
+	tcpTimeout = 10 * time.Second
+)
+
+// Store is this node's view of the cluster metadata and, while it is the
+// raft leader, the controller that changes it. Methods are safe for
+// concurrent use.
+type Store struct {
+	nodeID raft.ServerID
+	fsm    *fsm
+	logs   *badgerstore.Store
+	trans  interface {
+		raft.Transport
+		io.Closer
+	}
+	raft *raft.Raft
+
+	mu struct {
+		sync.Mutex
+		closed bool // guarded by mu, so that wg.Add never races wg.Wait
+	}
+	// wg counts goroutines waiting on raft futures for a caller whose ctx
+	// may end first; raft's shutdown answers every future, so they exit.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the metadata store in cfg.Dir, creating and bootstrapping it
+// if asked, and returns once a raft leader is known and, on the leader,
+// the state reflects every committed entry. It fails when ctx ends first.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	inmem := cfg.RaftAddr == ""
+	hl := newHCLogAdapter(logger)
+
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("meta: data directory: %w", err)
+	}
+	s := &Store{
+		nodeID: raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
+		fsm:    newFSM(),
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			s.Close()
+		}
+	}()
+
+	var err error
+	s.logs, err = badgerstore.Open(filepath.Join(cfg.Dir, "raft"), logger)
+	if err != nil {
+		return nil, fmt.Errorf("meta: raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, retainSnapshots, hl)
+	if err != nil {
+		return nil, fmt.Errorf("meta: snapshot store: %w", err)
+	}
+	if inmem {
+		// A fixed address, because the bootstrap configuration persists it.
+		_, s.trans = raft.NewInmemTransport(raft.ServerAddress("inmem:" + string(s.nodeID)))
+	} else {
+		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, tcpMaxPool, tcpTimeout, hl)
+		if err != nil {
+			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
+		}
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = s.nodeID
+	rc.Logger = hl
+	rc.NoLegacyTelemetry = true
+	rc.SnapshotThreshold = snapshotThreshold
+	rc.SnapshotInterval = snapshotInterval
+	rc.TrailingLogs = trailingLogs
+
+	exists, err := raft.HasExistingState(s.logs, s.logs, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("meta: inspect raft state in %s: %w", cfg.Dir, err)
+	}
+	sole := inmem || (!exists && cfg.Bootstrap)
+	if !sole && exists {
+		// Read the persisted membership without starting raft (on a copy:
+		// GetConfiguration marks the config it is given).
+		probe := *rc
+		conf, err := raft.GetConfiguration(&probe, newFSM(), s.logs, s.logs, snaps, s.trans)
+		if err != nil {
+			return nil, fmt.Errorf("meta: read raft configuration in %s: %w", cfg.Dir, err)
+		}
+		sole = isSoleVoter(conf, s.nodeID)
+	}
+	if sole {
+		rc.HeartbeatTimeout = soleVoterTimeout
+		rc.ElectionTimeout = soleVoterTimeout
+		rc.LeaderLeaseTimeout = soleVoterTimeout
+		hl.soleVoter.Store(true)
+	}
+	if !exists {
+		switch {
+		case cfg.Bootstrap:
+			boot := raft.Configuration{Servers: []raft.Server{{
+				Suffrage: raft.Voter,
+				ID:       s.nodeID,
+				Address:  s.trans.LocalAddr(),
+			}}}
+			if err := raft.BootstrapCluster(rc, s.logs, s.logs, snaps, s.trans, boot); err != nil {
+				return nil, fmt.Errorf("meta: bootstrap raft in %s: %w", cfg.Dir, err)
+			}
+		case inmem:
+			// Nothing could ever make this node a member.
+			return nil, fmt.Errorf("meta: no raft state in %s and Bootstrap not set", cfg.Dir)
+		}
+	}
+	s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.logs, snaps, s.trans)
+	if err != nil {
+		return nil, fmt.Errorf("meta: start raft: %w", err)
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	opened = true
+	return s, nil
+}
+
+// isSoleVoter reports whether id is the only voter in conf.
+func isSoleVoter(conf raft.Configuration, id raft.ServerID) bool {
+	voters := 0
+	self := false
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+			self = self || srv.ID == id
+		}
+	}
+	return voters == 1 && self
+}
+
+// waitReady waits for a leader to be known and, if it is this node, for the
+// FSM to have applied the log it inherited, so State is current on return.
+func (s *Store) waitReady(ctx context.Context) error {
+	ch := make(chan raft.Observation, 1)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(obs)
+	defer s.raft.DeregisterObserver(obs)
+	// The channel only wakes us; the leader is read back after registering,
+	// so an election that finished before registration is not missed.
+	for {
+		if addr, _ := s.raft.LeaderWithID(); addr != "" {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("meta: waiting for a raft leader: %w", context.Cause(ctx))
+		}
+	}
+	if s.raft.State() != raft.Leader {
+		return nil
+	}
+	if err := s.wait(ctx, s.raft.Barrier(timeoutOf(ctx))); err != nil {
+		return fmt.Errorf("meta: catching up with the raft log: %w", err)
+	}
+	return nil
+}
+
+// Close stops raft and closes the log store. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.mu.closed = true
+		s.mu.Unlock()
+		var errs []error
+		if s.raft != nil {
+			if err := s.raft.Shutdown().Error(); err != nil {
+				errs = append(errs, fmt.Errorf("meta: raft shutdown: %w", err))
+			}
+		}
+		s.wg.Wait()
+		if s.trans != nil {
+			if err := s.trans.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("meta: raft transport: %w", err))
+			}
+		}
+		if s.logs != nil {
+			if err := s.logs.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("meta: raft log: %w", err))
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// State returns the current metadata. It is immutable: hold it as long as
+// needed, never modify it.
+func (s *Store) State() *State { return s.fsm.state() }
+
+// Changed returns a channel closed when the next State is published. To
+// miss nothing, call Changed before State:
+//
+//	for {
+//		ch := s.Changed()
+//		reconcile(s.State())
+//		<-ch
+//	}
+func (s *Store) Changed() <-chan struct{} { return s.fsm.changed() }
+
+// IsLeader reports whether this node is the raft leader, and so the
+// controller.
+func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// ControllerID returns the node ID of the raft leader, or -1 if none is
+// known.
+func (s *Store) ControllerID() int32 {
+	_, id := s.raft.LeaderWithID()
+	n, err := strconv.ParseInt(string(id), 10, 32)
+	if err != nil {
+		return -1
+	}
+	return int32(n)
+}
+
+// TopicSpec describes a topic to create. Names, configs and defaults (such
+// as a replication factor of -1) are the caller's to validate and resolve.
+type TopicSpec struct {
+	Name              string
+	Partitions        int32
+	ReplicationFactor int16
+	Configs           map[string]string
+	Internal          bool
+	// ID is the topic's UUID; zero means generate a random (v4) one.
+	ID [16]byte
+}
+
+// RegisterBroker records b, replacing any earlier registration of b.ID.
+func (s *Store) RegisterBroker(ctx context.Context, b Broker) error {
+	_, err := s.propose(ctx, kindRegisterBroker, registerBrokerCmd{Broker: b})
+	return err
+}
+
+// CreateTopic creates a topic, assigning its partitions round-robin over
+// the registered brokers. It returns ErrTopicExists, ErrInvalidPartitions or
+// ErrInvalidReplicationFactor (more replicas than brokers) on bad requests.
+func (s *Store) CreateTopic(ctx context.Context, spec TopicSpec) (Topic, error) {
+	id := spec.ID
+	if id == ([16]byte{}) {
+		id = newTopicID()
+	}
+	res, err := s.propose(ctx, kindCreateTopic, createTopicCmd{
+		Name:              spec.Name,
+		ID:                id,
+		Internal:          spec.Internal,
+		Partitions:        spec.Partitions,
+		ReplicationFactor: spec.ReplicationFactor,
+		Configs:           spec.Configs,
+	})
+	if err != nil {
+		return Topic{}, err
+	}
+	return *res.topic.clone(), nil
+}
+
+// DeleteTopic deletes the named topic and returns it as it was, so the
+// caller can find its data by ID. It returns ErrUnknownTopic if there is no
+// such topic.
+func (s *Store) DeleteTopic(ctx context.Context, name string) (Topic, error) {
+	res, err := s.propose(ctx, kindDeleteTopic, deleteTopicCmd{Name: name})
+	if err != nil {
+		return Topic{}, err
+	}
+	return *res.topic.clone(), nil
+}
+
+// CreatePartitions grows the named topic to count partitions, keeping its
+// replication factor. Shrinking or staying put is ErrInvalidPartitions.
+func (s *Store) CreatePartitions(ctx context.Context, name string, count int32) error {
+	_, err := s.propose(ctx, kindCreatePartitions, createPartitionsCmd{Name: name, Count: count})
+	return err
+}
+
+// AlterConfigs changes the named topic's configs. With replace, the configs
+// become exactly set (Kafka's AlterConfigs); otherwise set's keys are set and
+// then del's keys removed (IncrementalAlterConfigs).
+func (s *Store) AlterConfigs(ctx context.Context, name string, set map[string]string, del []string, replace bool) error {
+	_, err := s.propose(ctx, kindAlterConfigs, alterConfigsCmd{Name: name, Set: set, Delete: del, Replace: replace})
+	return err
+}
+
+// AllocateProducerIDs durably reserves n idempotent-producer ids and
+// returns the first; no id is ever handed out twice, across restarts and
+// (with clustering) across brokers.
+func (s *Store) AllocateProducerIDs(ctx context.Context, n int64) (int64, error) {
+	res, err := s.propose(ctx, kindAllocateProducerIDs, allocateProducerIDsCmd{Count: n})
+	if err != nil {
+		return -1, err
+	}
+	return res.firstID, nil
+}
+
+// propose commits a command through raft and returns what the FSM said.
+func (s *Store) propose(ctx context.Context, k kind, payload any) (result, error) {
+	data, err := encodeCommand(k, payload)
+	if err != nil {
+		return result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return result{}, fmt.Errorf("meta: %w", err)
+	}
+	f := s.raft.Apply(data, timeoutOf(ctx))
+	if err := s.wait(ctx, f); err != nil {
+		return result{}, err
+	}
+	res, _ := f.Response().(result)
+	return res, res.err
+}
+
+// timeoutOf turns ctx's deadline into raft's enqueue timeout; 0 means none.
+func timeoutOf(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	// A deadline already past must not become "no timeout".
+	return max(time.Until(dl), time.Nanosecond)
+}
+
+// wait waits for f or ctx. When ctx ends first the command is left to raft
+// and may still be applied, as with any timed-out request to a quorum.
+func (s *Store) wait(ctx context.Context, f raft.Future) error {
+	if ctx.Done() == nil {
+		return raftError(f.Error())
+	}
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		defer s.wg.Done()
+		done <- f.Error()
+	}()
+	select {
+	case err := <-done:
+		return raftError(err)
+	case <-ctx.Done():
+		return fmt.Errorf("meta: %w (the command may still take effect)", context.Cause(ctx))
+	}
+}
+
+func raftError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader),
+		errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", ErrNotController, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("meta: %w: %w", context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("meta: raft: %w", err)
+}
+
+// newTopicID returns a random version 4 UUID that Kafka accepts as a topic
+// ID: never the zero or metadata-topic UUIDs (the version bits rule both
+// out), and never one whose base64 form starts with '-', which Kafka's
+// Uuid.randomUuid also avoids so that IDs never look like command-line
+// flags.
+func newTopicID() [16]byte {
+	var id [16]byte
+	for {
+		rand.Read(id[:]) // never fails since Go 1.24
+		id[6] = id[6]&0x0f | 0x40
+		id[8] = id[8]&0x3f | 0x80
+		if id[0]>>2 != 62 { // 62 is '-' in base64url
+			return id
+		}
+	}
+}

@@ -1,0 +1,403 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// Command returns the `loadtest` command with its produce, consume and e2e
+// subcommands, for cmd/strata to mount.
+func Command() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "loadtest",
+		Short: "Generate load against any Kafka-protocol broker and check what comes back",
+		Long: `Generate load against any Kafka-protocol broker, Strata or not, and report
+throughput and latency percentiles; with --verify, check that every record
+arrives once, byte-identical and in order.
+
+Every run is bounded by --records or --duration. Ctrl-C stops a run early and
+prints the figures so far. --json prints the final figures as one JSON object
+on stdout; progress goes to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	c.AddCommand(produceCommand(), consumeCommand(), e2eCommand())
+	return c
+}
+
+// commonFlags are the flags every subcommand has.
+type commonFlags struct {
+	bootstrap string
+	topic     string
+	records   int64
+	duration  time.Duration
+	verify    bool
+	seed      int64
+	json      bool
+}
+
+func (f *commonFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.bootstrap, "bootstrap", "127.0.0.1:9092", "broker addresses, `HOST:PORT[,...]`")
+	fs.StringVar(&f.topic, "topic", "loadtest", "topic")
+	fs.Int64Var(&f.records, "records", 0, "stop after this many records")
+	fs.DurationVar(&f.duration, "duration", 0, "stop after this long")
+	fs.BoolVar(&f.verify, "verify", false, "derive values from --seed and check them on the consumer side")
+	fs.Int64Var(&f.seed, "seed", 1, "seed of verified values; producer and consumer must agree")
+	fs.BoolVar(&f.json, "json", false, "print the final figures as one JSON object")
+}
+
+func (f *commonFlags) bootstraps() []string {
+	var out []string
+	for b := range strings.SplitSeq(f.bootstrap, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// produceFlags are the flags of produce and e2e.
+type produceFlags struct {
+	commonFlags
+	size          int
+	keySpace      int64
+	producers     int
+	rate          float64
+	rateMB        float64
+	acks          string
+	idempotent    bool
+	compression   string
+	linger        time.Duration
+	batchMaxBytes int32
+	create        bool
+	partitions    int32
+	rf            int16
+	topicConfigs  []string
+}
+
+func (f *produceFlags) register(fs *pflag.FlagSet) {
+	f.commonFlags.register(fs)
+	fs.IntVar(&f.size, "size", 1024, "value size in bytes")
+	fs.Int64Var(&f.keySpace, "key-space", 0, "number of distinct keys (0: no keys)")
+	fs.IntVar(&f.producers, "producers", 1, "producer clients")
+	fs.Float64Var(&f.rate, "rate", 0, "target records/s over all producers (0: as fast as possible)")
+	fs.Float64Var(&f.rateMB, "rate-mb", 0, "target MiB/s of keys and values over all producers")
+	fs.StringVar(&f.acks, "acks", "all", "acks: 0, 1 or all")
+	fs.BoolVar(&f.idempotent, "idempotent", true, "idempotent producer (needs --acks all; off by default with other acks)")
+	fs.StringVar(&f.compression, "compression", "none", "none, gzip, snappy, lz4 or zstd")
+	fs.DurationVar(&f.linger, "linger", 5*time.Millisecond, "how long a batch waits for more records (Kafka's default linger.ms)")
+	fs.Int32Var(&f.batchMaxBytes, "batch-max-bytes", 0, "largest record batch (0: client default, 1 MB)")
+	fs.BoolVar(&f.create, "create", false, "create the topic first (an existing one is used as it is)")
+	fs.Int32Var(&f.partitions, "partitions", -1, "partitions of a created topic (-1: broker default)")
+	fs.Int16Var(&f.rf, "replication-factor", -1, "replication factor of a created topic (-1: broker default)")
+	fs.StringArrayVar(&f.topicConfigs, "topic-config", nil, "`KEY=VALUE` config of a created topic, repeatable")
+}
+
+func (f *produceFlags) config(fs *pflag.FlagSet) (ProduceConfig, error) {
+	cfg := ProduceConfig{
+		Bootstrap:         f.bootstraps(),
+		Topic:             f.topic,
+		Records:           f.records,
+		Duration:          f.duration,
+		Size:              f.size,
+		KeySpace:          f.keySpace,
+		Producers:         f.producers,
+		Rate:              f.rate,
+		RateMB:            f.rateMB,
+		Acks:              f.acks,
+		Idempotent:        f.idempotent,
+		Compression:       f.compression,
+		Linger:            f.linger,
+		BatchMaxBytes:     f.batchMaxBytes,
+		Create:            f.create,
+		Partitions:        f.partitions,
+		ReplicationFactor: f.rf,
+		Verify:            f.verify,
+		Seed:              f.seed,
+	}
+	if f.producers < 1 {
+		return cfg, fmt.Errorf("--producers %d: need at least 1", f.producers)
+	}
+	// Idempotence is on by default but only possible with acks=all, so a
+	// bare --acks 1 turns it off rather than failing.
+	if acks, err := parseAcks(f.acks); err == nil && acks != -1 && !fs.Changed("idempotent") {
+		cfg.Idempotent = false
+	}
+	if len(f.topicConfigs) > 0 {
+		cfg.TopicConfigs = make(map[string]string, len(f.topicConfigs))
+		for _, kv := range f.topicConfigs {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return cfg, fmt.Errorf("--topic-config %q is not KEY=VALUE", kv)
+			}
+			cfg.TopicConfigs[k] = v
+		}
+	}
+	return cfg, nil
+}
+
+func produceCommand() *cobra.Command {
+	var f produceFlags
+	c := &cobra.Command{
+		Use:   "produce",
+		Short: "Produce records and report throughput and acknowledgement latency",
+		Example: `  strata loadtest produce --bootstrap 127.0.0.1:9092 --topic t --create --partitions 6 \
+    --records 100000 --size 1024 --json`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd.Flags())
+			if err != nil {
+				return fmt.Errorf("loadtest produce: %w", err)
+			}
+			return runCommand(cmd, "produce", f.topic, f.json, cfg.Records, cfg.Duration,
+				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
+					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
+					return Produce(ctx, cfg)
+				})
+		},
+	}
+	f.register(c.Flags())
+	return c
+}
+
+func consumeCommand() *cobra.Command {
+	var (
+		f     commonFlags
+		from  string
+		group string
+	)
+	c := &cobra.Command{
+		Use:   "consume",
+		Short: "Consume records and report throughput, end-to-end latency and, with --verify, faults",
+		Long: `Consume records and report throughput and end-to-end latency (meaningful when
+the producer runs at the same time on the same host).
+
+With --verify, every record written by "produce --verify" with the same --seed
+is checked: missing, duplicated, corrupt and out-of-order records make the
+command fail. A verifying consumer stops by itself once it has read up to the
+end offsets it saw at start and every producer's end markers; give --duration
+as a timeout.`,
+		Example:      `  strata loadtest consume --bootstrap 127.0.0.1:9092 --topic t --verify --duration 1m`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := ConsumeConfig{
+				Bootstrap: f.bootstraps(),
+				Topic:     f.topic,
+				Records:   f.records,
+				Duration:  f.duration,
+				From:      from,
+				Group:     group,
+				Verify:    f.verify,
+				Seed:      f.seed,
+			}
+			return runCommand(cmd, "consume", f.topic, f.json, cfg.Records, cfg.Duration,
+				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
+					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
+					return Consume(ctx, cfg)
+				})
+		},
+	}
+	f.register(c.Flags())
+	c.Flags().StringVar(&from, "from", "earliest", "where to start without a committed offset: earliest, latest or an RFC 3339 time")
+	c.Flags().StringVar(&group, "group", "", "consume in this consumer group")
+	return c
+}
+
+func e2eCommand() *cobra.Command {
+	var (
+		f     produceFlags
+		drain time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "e2e",
+		Short: "Produce while consuming and report end-to-end latency",
+		Example: `  strata loadtest e2e --bootstrap 127.0.0.1:9092 --topic t --create --rate-mb 10 \
+    --duration 30s --verify --json`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pcfg, err := f.config(cmd.Flags())
+			if err != nil {
+				return fmt.Errorf("loadtest e2e: %w", err)
+			}
+			cfg := E2EConfig{ProduceConfig: pcfg, Drain: drain}
+			return runCommand(cmd, "e2e", f.topic, f.json, cfg.Records, cfg.Duration,
+				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
+					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
+					return E2E(ctx, cfg)
+				})
+		},
+	}
+	f.register(c.Flags())
+	c.Flags().DurationVar(&drain, "drain", defaultDrain, "how long to wait for records in flight once producing is done")
+	return c
+}
+
+// runFunc runs one test, reporting progress to onProgress every interval.
+type runFunc func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error)
+
+// runCommand runs a test under Ctrl-C handling and a progress display on
+// stderr, then prints the figures on stdout.
+func runCommand(cmd *cobra.Command, mode, topic string, asJSON bool, records int64, d time.Duration, run runFunc) error {
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stopSignals := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	disp := newDisplay(cmd.ErrOrStderr(), mode, records, d)
+	res, err := run(ctx, disp.update, disp.every)
+	disp.close(err == nil && ctx.Err() == nil)
+	if err != nil {
+		return err
+	}
+	interrupted := ctx.Err() != nil
+
+	out := cmd.OutOrStdout()
+	if asJSON {
+		doc := struct {
+			Mode        string `json:"mode"`
+			Topic       string `json:"topic"`
+			Interrupted bool   `json:"interrupted,omitempty"`
+			Result
+		}{mode, topic, interrupted, res}
+		if err := json.NewEncoder(out).Encode(doc); err != nil {
+			return fmt.Errorf("loadtest %s: write json: %w", mode, err)
+		}
+	} else {
+		printSummary(out, mode, res)
+	}
+	if interrupted {
+		return fmt.Errorf("loadtest %s: interrupted", mode)
+	}
+	if err := res.Err(); err != nil {
+		return fmt.Errorf("loadtest %s: %w", mode, err)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, mode string, r Result) {
+	fmt.Fprintf(w, "%s: %d records, %.2f MiB in %v: %.1f records/s, %.2f MiB/s\n",
+		mode, r.Records, float64(r.Bytes)/MiB, r.Duration.Round(time.Millisecond), r.RecordsPerSec, r.MBPerSec)
+	l := r.Latency
+	fmt.Fprintf(w, "latency ms: p50 %.3f, p90 %.3f, p99 %.3f, p99.9 %.3f, max %.3f\n", l.P50, l.P90, l.P99, l.P999, l.Max)
+	if r.Errors > 0 {
+		fmt.Fprintf(w, "errors: %d, first: %s\n", r.Errors, r.FirstError)
+	}
+	if v := r.Verify; v != nil {
+		fmt.Fprintf(w, "verify: %d missing, %d duplicated, %d corrupt, %d out of order, %d without end marker\n",
+			v.Missing, v.Duplicated, v.Corrupt, v.OutOfOrder, v.Unterminated)
+	}
+}
+
+// plainEvery is the period of progress lines when stderr is not a
+// terminal, as in kafka-producer-perf-test.
+const plainEvery = 5 * time.Second
+
+// display shows progress: a bar on a terminal, plain lines otherwise.
+type display struct {
+	w     io.Writer
+	mode  string
+	every time.Duration
+
+	records int64
+	d       time.Duration
+
+	progress *mpb.Progress // nil when not a terminal
+	bar      *mpb.Bar
+
+	mu struct {
+		sync.Mutex
+		last    Progress // latest progress, for the bar's text
+		printed Progress // progress at the last plain line
+	}
+}
+
+func newDisplay(w io.Writer, mode string, records int64, d time.Duration) *display {
+	disp := &display{w: w, mode: mode, every: plainEvery, records: records, d: d}
+	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		disp.every = 200 * time.Millisecond
+		disp.progress = mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithRefreshRate(disp.every))
+		// The bar counts permille of whichever bound is nearer.
+		disp.bar = disp.progress.AddBar(1000,
+			mpb.PrependDecorators(decor.Name(mode, decor.WC{C: decor.DindentRight | decor.DextraSpace})),
+			mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
+				disp.mu.Lock()
+				defer disp.mu.Unlock()
+				return rateLine(disp.mu.last, Progress{})
+			})),
+		)
+	}
+	return disp
+}
+
+func (disp *display) update(p Progress) {
+	if disp.bar != nil {
+		disp.mu.Lock()
+		disp.mu.last = p
+		disp.mu.Unlock()
+		var frac float64
+		if p.TargetRecords > 0 {
+			frac = float64(p.Records) / float64(p.TargetRecords)
+		}
+		if p.TargetDuration > 0 {
+			frac = max(frac, float64(p.Elapsed)/float64(p.TargetDuration))
+		}
+		// Not under mu: the bar renders, and so takes mu, on its own
+		// goroutine, which SetCurrent waits for.
+		disp.bar.SetCurrent(int64(min(frac, 1) * 999))
+		return
+	}
+	disp.mu.Lock()
+	defer disp.mu.Unlock()
+	// The final update comes at an arbitrary moment; skip it if a line
+	// was printed just before, the summary follows anyway.
+	if p.Elapsed-disp.mu.printed.Elapsed >= disp.every*9/10 {
+		fmt.Fprintf(disp.w, "%s: %s\n", disp.mode, rateLine(p, disp.mu.printed))
+		disp.mu.printed = p
+	}
+}
+
+// rateLine describes progress p, with rates over the interval since prev.
+func rateLine(p, prev Progress) string {
+	s := (p.Elapsed - prev.Elapsed).Seconds()
+	if s <= 0 {
+		return fmt.Sprintf("%v %d records", p.Elapsed.Round(100*time.Millisecond), p.Records)
+	}
+	line := fmt.Sprintf("%v %d records, %.1f records/s, %.2f MiB/s",
+		p.Elapsed.Round(100*time.Millisecond), p.Records,
+		float64(p.Records-prev.Records)/s, float64(p.Bytes-prev.Bytes)/MiB/s)
+	if p.Errors > 0 {
+		line += fmt.Sprintf(", %d errors", p.Errors)
+	}
+	return line
+}
+
+func (disp *display) close(completed bool) {
+	if disp.progress == nil {
+		return
+	}
+	if completed {
+		disp.bar.SetCurrent(1000)
+	} else {
+		disp.bar.Abort(false)
+	}
+	disp.progress.Wait()
+}

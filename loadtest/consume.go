@@ -1,0 +1,174 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Consume reads cfg.Topic until cfg's bound and reports throughput and the
+// end-to-end latency of what it read; with cfg.Verify it also checks every
+// record against the seed and reports in Result.Verify.
+//
+// Cancelling ctx stops the run early with the figures so far and a nil
+// error; the error is for runs that could not be carried out.
+func Consume(ctx context.Context, cfg ConsumeConfig) (Result, error) {
+	res, err := consume(ctx, &cfg)
+	if err != nil {
+		return Result{}, fmt.Errorf("loadtest consume: %w", err)
+	}
+	return res, nil
+}
+
+func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	from, _ := parseFrom(cfg.From)
+
+	a, err := openAdmin(cfg.Bootstrap, cfg.ClientOpts)
+	if err != nil {
+		return Result{}, err
+	}
+	nparts, err := a.partitions(ctx, cfg.Topic, 0)
+	var unread map[int32]int64
+	if err == nil && cfg.Verify {
+		unread, err = a.unread(ctx, cfg.Topic, cfg.From, cfg.Group)
+	}
+	a.close()
+	if err != nil {
+		return Result{}, err
+	}
+
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Bootstrap...),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(from),
+	}
+	if cfg.Group != "" {
+		opts = append(opts, kgo.ConsumerGroup(cfg.Group))
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+	if err != nil {
+		return Result{}, fmt.Errorf("consumer client: %w", err)
+	}
+	defer cl.Close()
+
+	c := &consumer{cl: cl, limit: cfg.Records, pending: unread, lat: newLatencies()}
+	if cfg.Verify {
+		c.ver = newVerifier(cfg.Seed, nparts)
+	}
+	start := time.Now()
+	var deadline time.Time
+	if cfg.Duration > 0 {
+		deadline = start.Add(cfg.Duration)
+	}
+	stop := startProgress(cfg.OnProgress, cfg.ProgressEvery, start, &c.m, cfg.Records, cfg.Duration)
+	err = c.loop(ctx, func() bool {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return true
+		}
+		return c.ver != nil && len(c.pending) == 0 && c.ver.complete()
+	})
+	stop()
+	if err != nil {
+		return Result{}, err
+	}
+	return c.result(start), nil
+}
+
+// pollSlice bounds one poll, so that stop conditions that change without
+// a record arriving (a deadline, the producer of an E2E run finishing) are
+// noticed promptly.
+const pollSlice = 200 * time.Millisecond
+
+// consumer is the consuming half of Consume and E2E. Its fields other than
+// m are owned by the goroutine running loop.
+type consumer struct {
+	cl      *kgo.Client
+	limit   int64           // data records to read; 0 for no limit
+	ver     *verifier       // nil when not verifying
+	pending map[int32]int64 // partitions not yet read up to the offset they map to
+
+	m    meter
+	lat  *latencies
+	last time.Time // when the last data record arrived
+}
+
+// loop consumes until ctx ends, the record limit is reached or done
+// returns true. It returns an error only for a fetch error the client
+// cannot recover from.
+func (c *consumer) loop(ctx context.Context, done func() bool) error {
+	for ctx.Err() == nil && !done() && (c.limit == 0 || c.m.records.Load() < c.limit) {
+		pctx, cancel := context.WithTimeout(ctx, pollSlice)
+		fs := c.cl.PollFetches(pctx)
+		cancel()
+		if err := fatalFetchErr(fs); err != nil {
+			return err
+		}
+		now := time.Now()
+		for it := fs.RecordIter(); !it.Done(); {
+			if !c.take(it.Next(), now) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// take accounts for one record received at now and reports whether the
+// loop may take more.
+func (c *consumer) take(r *kgo.Record, now time.Time) bool {
+	if end, ok := c.pending[r.Partition]; ok && r.Offset+1 >= end {
+		delete(c.pending, r.Partition)
+	}
+	data := true
+	if c.ver != nil {
+		data = c.ver.check(r)
+	}
+	h, err := findHeader(r)
+	if err == nil && h.kind == kindEnd {
+		data = false
+	}
+	if !data {
+		return true
+	}
+	if err == nil {
+		c.lat.record(now.Sub(time.Unix(0, h.sendNanos)))
+	}
+	c.last = now
+	c.m.bytes.Add(int64(len(r.Key) + len(r.Value)))
+	n := c.m.records.Add(1)
+	return c.limit == 0 || n < c.limit
+}
+
+func (c *consumer) result(start time.Time) Result {
+	end := c.last
+	if end.IsZero() {
+		end = time.Now()
+	}
+	res := c.m.result(end.Sub(start), c.lat)
+	if c.ver != nil {
+		res.Verify = c.ver.report()
+	}
+	return res
+}
+
+// fatalFetchErr returns the first fetch error that is neither the end of a
+// poll nor data loss: lost data is for verification to count, not a reason
+// to stop reading.
+func fatalFetchErr(fs kgo.Fetches) error {
+	for _, e := range fs.Errors() {
+		var loss *kgo.ErrDataLoss
+		switch {
+		case errors.Is(e.Err, context.DeadlineExceeded), errors.Is(e.Err, context.Canceled),
+			errors.Is(e.Err, kgo.ErrClientClosed), errors.As(e.Err, &loss):
+			continue
+		}
+		return fmt.Errorf("fetch %s[%d]: %w", e.Topic, e.Partition, e.Err)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Produce writes records to cfg.Topic until cfg's bound and reports the
+// throughput of acknowledged records and their acknowledgement latency.
+//
+// Cancelling ctx stops the run early: records already handed to the client
+// get a few seconds to be acknowledged, and the figures so far are returned
+// with a nil error. The error is for runs that could not be carried out
+// (bad configuration, unreachable brokers, missing topic); records that
+// failed are counted in Result.Errors, see Result.Err.
+func Produce(ctx context.Context, cfg ProduceConfig) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, fmt.Errorf("loadtest produce: %w", err)
+	}
+	nparts, err := prepareTopic(ctx, &cfg)
+	if err != nil {
+		return Result{}, fmt.Errorf("loadtest produce: %w", err)
+	}
+	p := newProducer(&cfg, nparts, cfg.Verify)
+	stop := startProgress(cfg.OnProgress, cfg.ProgressEvery, time.Now(), &p.m, cfg.Records, cfg.Duration)
+	d, err := p.run(ctx)
+	stop()
+	if err != nil {
+		return Result{}, fmt.Errorf("loadtest produce: %w", err)
+	}
+	return p.m.result(d, p.lat), nil
+}
+
+// flushGrace is how long records already handed to the client may take to
+// be acknowledged once a run is interrupted.
+const flushGrace = 5 * time.Second
+
+// stickyBytes is how much a producer without keys writes to one partition
+// before moving to the next, like Kafka's sticky partitioner with its
+// default batch.size (KIP-480, KIP-794): batches fill the same way.
+const stickyBytes = 16 << 10
+
+// producer is the producing half of Produce and E2E.
+type producer struct {
+	cfg     *ProduceConfig
+	nparts  int32
+	runID   uint64 // tells this run's records from other runs' in a shared topic
+	markers bool   // write end markers when done
+	payload []byte // the value of every record when values are not derived
+
+	budget atomic.Int64 // records left to hand out when bounded by count
+	m      meter
+	lat    *latencies
+}
+
+func newProducer(cfg *ProduceConfig, nparts int32, markers bool) *producer {
+	if cfg.Producers == 0 {
+		cfg.Producers = 1
+	}
+	p := &producer{
+		cfg:     cfg,
+		nparts:  nparts,
+		runID:   rand.Uint64(),
+		markers: markers,
+		lat:     newLatencies(),
+	}
+	if !cfg.Verify {
+		// One random payload for every record: generating values must
+		// not cost the producer the throughput it is measuring, and
+		// random bytes keep compression honest.
+		p.payload = make([]byte, cfg.Size)
+		fillValue(p.payload, cfg.Seed, 0, 0, 0)
+	}
+	p.budget.Store(cfg.Records)
+	return p
+}
+
+// run produces until the bound or ctx's end and returns how long the data
+// records took, from the first send to the last acknowledgement.
+func (p *producer) run(ctx context.Context) (time.Duration, error) {
+	clients := make([]*kgo.Client, p.cfg.Producers)
+	defer func() {
+		for _, cl := range clients {
+			if cl != nil {
+				cl.Close()
+			}
+		}
+	}()
+	for i := range clients {
+		cl, err := kgo.NewClient(p.cfg.producerOpts()...)
+		if err != nil {
+			return 0, fmt.Errorf("producer client: %w", err)
+		}
+		clients[i] = cl
+	}
+
+	// Records are sent under sendCtx, which outlives ctx by flushGrace so
+	// that an interrupted run still learns the fate of what it sent.
+	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSend()
+	finished := make(chan struct{})
+	var graceWG sync.WaitGroup
+	graceWG.Go(func() {
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			select {
+			case <-finished:
+			case <-time.After(flushGrace):
+				cancelSend()
+			}
+		}
+	})
+	defer graceWG.Wait()
+	defer close(finished)
+
+	rate := p.cfg.Rate
+	if p.cfg.RateMB > 0 {
+		perRecord := float64(p.cfg.Size)
+		if p.cfg.KeySpace > 0 {
+			perRecord += float64(len(keyFor(uint64(p.cfg.KeySpace / 2))))
+		}
+		rate = p.cfg.RateMB * MiB / max(perRecord, 1)
+	}
+	rate /= float64(p.cfg.Producers)
+
+	start := time.Now()
+	var deadline time.Time
+	if p.cfg.Duration > 0 {
+		deadline = start.Add(p.cfg.Duration)
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		lastAck time.Time
+	)
+	for i, cl := range clients {
+		wg.Go(func() {
+			s := &stream{p: p, cl: cl, id: uint32(i), seqs: make([]uint64, p.nparts)}
+			s.send(ctx, sendCtx, start, deadline, rate)
+			_ = cl.Flush(sendCtx) // unflushed records fail and are counted
+			now := time.Now()
+			mu.Lock()
+			if now.After(lastAck) {
+				lastAck = now
+			}
+			mu.Unlock()
+			if p.markers {
+				s.writeMarkers(sendCtx)
+			}
+		})
+	}
+	wg.Wait()
+	return lastAck.Sub(start), nil
+}
+
+// stream is one producer client and the sequences it has handed out.
+type stream struct {
+	p    *producer
+	cl   *kgo.Client
+	id   uint32
+	seqs []uint64 // next sequence per partition
+
+	part      int32 // current partition without keys
+	partBytes int   // bytes written to part since the last switch
+}
+
+// send hands records to the client until the bound, paced to rate
+// (records/s, 0 for none).
+func (s *stream) send(ctx, sendCtx context.Context, start, deadline time.Time, rate float64) {
+	p := s.p
+	s.part = int32(s.id % uint32(p.nparts))
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(time.Second) / rate)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for i := uint64(0); ; i++ {
+		if ctx.Err() != nil {
+			return
+		}
+		if p.cfg.Records > 0 && p.budget.Add(-1) < 0 {
+			return
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return
+		}
+		due := now
+		if interval > 0 {
+			// Open-loop pacing: record i is due at start+i*interval
+			// whatever happened to earlier ones, and its latency
+			// counts from then, so a stalled broker cannot hide its
+			// stall by slowing the sender (coordinated omission).
+			due = start.Add(time.Duration(i) * interval)
+			if !deadline.IsZero() && !due.Before(deadline) {
+				return
+			}
+			// Sleeping for less than a millisecond is too imprecise
+			// to be worth it; being that early is harmless.
+			if wait := due.Sub(now); wait > time.Millisecond {
+				timer.Reset(wait)
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C:
+				}
+				now = time.Now()
+			}
+			if now.Before(due) {
+				due = now
+			}
+		}
+		r := s.next(i, due)
+		payload := int64(len(r.Key) + len(r.Value))
+		s.cl.Produce(sendCtx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				p.m.fail(err)
+				return
+			}
+			p.lat.record(time.Since(due))
+			p.m.records.Add(1)
+			p.m.bytes.Add(payload)
+		})
+	}
+}
+
+// next builds the stream's i'th record.
+func (s *stream) next(i uint64, due time.Time) *kgo.Record {
+	p := s.p
+	r := &kgo.Record{}
+	if p.cfg.KeySpace > 0 {
+		k := splitmix64(p.runID^uint64(s.id)<<40^i) % uint64(p.cfg.KeySpace)
+		r.Key = keyFor(k)
+		r.Partition = int32(k % uint64(p.nparts))
+	} else {
+		r.Partition = s.part
+		s.partBytes += p.cfg.Size + headerLen
+		if s.partBytes >= stickyBytes {
+			s.part = (s.part + 1) % p.nparts
+			s.partBytes = 0
+		}
+	}
+	seq := s.seqs[r.Partition]
+	s.seqs[r.Partition]++
+	if p.cfg.Verify {
+		r.Value = make([]byte, p.cfg.Size)
+		fillValue(r.Value, p.cfg.Seed, s.id, r.Partition, seq)
+	} else {
+		r.Value = p.payload
+	}
+	h := header{
+		kind:      kindData,
+		run:       p.runID,
+		stream:    s.id,
+		streams:   uint32(p.cfg.Producers),
+		seq:       seq,
+		sendNanos: due.UnixNano(),
+		size:      uint32(p.cfg.Size),
+	}
+	r.Headers = []kgo.RecordHeader{{Key: headerKey, Value: h.appendTo(make([]byte, 0, headerLen))}}
+	return r
+}
+
+// writeMarkers writes the stream's end marker to every partition. It runs
+// after the stream's data is flushed, so each marker follows that data in
+// its partition.
+func (s *stream) writeMarkers(ctx context.Context) {
+	p := s.p
+	rs := make([]*kgo.Record, p.nparts)
+	for part := range p.nparts {
+		h := header{
+			kind:      kindEnd,
+			run:       p.runID,
+			stream:    s.id,
+			streams:   uint32(p.cfg.Producers),
+			seq:       s.seqs[part],
+			sendNanos: time.Now().UnixNano(),
+		}
+		rs[part] = &kgo.Record{
+			Partition: part,
+			Value:     []byte{},
+			Headers:   []kgo.RecordHeader{{Key: headerKey, Value: h.appendTo(nil)}},
+		}
+	}
+	for _, res := range s.cl.ProduceSync(ctx, rs...) {
+		if res.Err != nil {
+			p.m.fail(fmt.Errorf("end marker: %w", res.Err))
+		}
+	}
+}

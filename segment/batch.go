@@ -1,0 +1,328 @@
+package segment
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// Byte offsets of the v2 RecordBatch header fields (docs/format.md §2).
+const (
+	offBaseOffset      = 0
+	offLength          = 8
+	offLeaderEpoch     = 12
+	offMagic           = 16
+	offCRC             = 17
+	offAttributes      = 21
+	offLastOffsetDelta = 23
+	offFirstTimestamp  = 27
+	offMaxTimestamp    = 35
+	offProducerID      = 43
+	offProducerEpoch   = 51
+	offBaseSequence    = 53
+	offNumRecords      = 57
+
+	// headerSize is the size of the batch header up to the records.
+	headerSize = 61
+	// logOverhead is the part of the header outside batchLength.
+	logOverhead = 12
+	// minBatchLength is the smallest valid batchLength: a header with no records.
+	minBatchLength = headerSize - logOverhead
+)
+
+// Attribute bits.
+const (
+	attrCodecMask     = 0x07
+	attrLogAppendTime = 0x08
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+// Compression codecs (attributes & attrCodecMask).
+const (
+	codecNone   = 0
+	codecGzip   = 1
+	codecSnappy = 2
+	codecLz4    = 3
+	codecZstd   = 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// BatchHeader is the decoded fixed header of a v2 RecordBatch.
+type BatchHeader struct {
+	BaseOffset      int64
+	Length          int32 // batchLength: bytes after the length field
+	LeaderEpoch     int32
+	Magic           int8
+	CRC             uint32
+	Attributes      int16
+	LastOffsetDelta int32
+	FirstTimestamp  int64
+	MaxTimestamp    int64
+	ProducerID      int64
+	ProducerEpoch   int16
+	BaseSequence    int32
+	NumRecords      int32
+}
+
+// Size is the batch's total size in bytes, header included.
+func (h BatchHeader) Size() int { return logOverhead + int(h.Length) }
+
+// LastOffset is the offset of the batch's last record.
+func (h BatchHeader) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffsetDelta) }
+
+// Codec is the compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+func (h BatchHeader) Codec() int { return int(h.Attributes & attrCodecMask) }
+
+// IsTransactional reports attribute bit 4.
+func (h BatchHeader) IsTransactional() bool { return h.Attributes&attrTransactional != 0 }
+
+// IsControl reports attribute bit 5 (transaction markers).
+func (h BatchHeader) IsControl() bool { return h.Attributes&attrControl != 0 }
+
+// lastSequence is the sequence number of the batch's last record, wrapping
+// at math.MaxInt32 as Kafka's DefaultRecordBatch.incrementSequence does.
+func (h BatchHeader) lastSequence() int32 {
+	return incrementSequence(h.BaseSequence, h.LastOffsetDelta)
+}
+
+func incrementSequence(seq, by int32) int32 {
+	if seq > math.MaxInt32-by {
+		return by - (math.MaxInt32 - seq) - 1
+	}
+	return seq + by
+}
+
+// ParseBatchHeader decodes the header of the v2 batch at the start of b. It
+// checks only that the header is present, the magic is 2 and batchLength is
+// plausible; it does not look at the records or the CRC.
+func ParseBatchHeader(b []byte) (BatchHeader, error) {
+	if len(b) < headerSize {
+		return BatchHeader{}, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptMessage, len(b))
+	}
+	h := decodeHeader(b)
+	if h.Magic != 2 {
+		return h, fmt.Errorf("%w: magic %d", ErrUnsupportedMagic, h.Magic)
+	}
+	if h.Length < minBatchLength {
+		return h, fmt.Errorf("%w: batchLength %d below minimum %d", ErrCorruptMessage, h.Length, minBatchLength)
+	}
+	return h, nil
+}
+
+// decodeHeader decodes b[:headerSize] without any check.
+func decodeHeader(b []byte) BatchHeader {
+	_ = b[headerSize-1]
+	be := binary.BigEndian
+	return BatchHeader{
+		BaseOffset:      int64(be.Uint64(b[offBaseOffset:])),
+		Length:          int32(be.Uint32(b[offLength:])),
+		LeaderEpoch:     int32(be.Uint32(b[offLeaderEpoch:])),
+		Magic:           int8(b[offMagic]),
+		CRC:             be.Uint32(b[offCRC:]),
+		Attributes:      int16(be.Uint16(b[offAttributes:])),
+		LastOffsetDelta: int32(be.Uint32(b[offLastOffsetDelta:])),
+		FirstTimestamp:  int64(be.Uint64(b[offFirstTimestamp:])),
+		MaxTimestamp:    int64(be.Uint64(b[offMaxTimestamp:])),
+		ProducerID:      int64(be.Uint64(b[offProducerID:])),
+		ProducerEpoch:   int16(be.Uint16(b[offProducerEpoch:])),
+		BaseSequence:    int32(be.Uint32(b[offBaseSequence:])),
+		NumRecords:      int32(be.Uint32(b[offNumRecords:])),
+	}
+}
+
+// batchCRC computes the CRC-32C a v2 batch carries: over attributes..end.
+func batchCRC(b []byte) uint32 { return crc32.Checksum(b[offAttributes:], castagnoli) }
+
+// ValidateBatch fully validates b, which must hold exactly one v2 batch:
+// lengths, magic, size against maxBytes (<= 0: no limit), CRC-32C, and the
+// records themselves, walked after decompression: their encoding, that
+// their count matches recordCount, that offset deltas run 0..n-1 and that
+// lastOffsetDelta is recordCount-1. It does not check timestamps against a
+// clock.
+func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
+	f, err := validateBatch(b, maxBytes, nil)
+	return f.hdr, err
+}
+
+// tsBounds limits record timestamps (CreateTime batches); a bound is off
+// when its flag is false.
+type tsBounds struct {
+	min, max       int64
+	hasMin, hasMax bool
+}
+
+// batchFacts is what validation learns about a batch beyond its header.
+type batchFacts struct {
+	hdr BatchHeader
+	// maxTs is the largest record timestamp (for LogAppendTime batches,
+	// the header's maxTimestamp) and maxTsDelta the offset delta of the
+	// first record carrying it.
+	maxTs      int64
+	maxTsDelta int32
+}
+
+func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error) {
+	var f batchFacts
+	h, err := ParseBatchHeader(b)
+	f.hdr = h
+	if err != nil {
+		return f, err
+	}
+	if int64(len(b)) != int64(h.Size()) {
+		return f, fmt.Errorf("%w: batchLength %d does not match the %d bytes given", ErrCorruptMessage, h.Length, len(b))
+	}
+	if maxBytes > 0 && len(b) > maxBytes {
+		return f, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d", ErrMessageTooLarge, len(b), maxBytes)
+	}
+	if crc := batchCRC(b); crc != h.CRC {
+		return f, fmt.Errorf("%w: CRC-32C mismatch (header %08x, computed %08x)", ErrCorruptMessage, h.CRC, crc)
+	}
+	if h.NumRecords < 0 {
+		return f, fmt.Errorf("%w: negative record count %d", ErrCorruptMessage, h.NumRecords)
+	}
+	if h.NumRecords == 0 {
+		return f, fmt.Errorf("%w: batch has no records", ErrInvalidRecord)
+	}
+	if h.LastOffsetDelta != h.NumRecords-1 {
+		return f, fmt.Errorf("%w: lastOffsetDelta %d with %d records", ErrInvalidRecord, h.LastOffsetDelta, h.NumRecords)
+	}
+	if h.IsTransactional() && h.ProducerID < 0 {
+		return f, fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
+	}
+	if h.ProducerID >= 0 && !h.IsControl() && h.BaseSequence < 0 {
+		return f, fmt.Errorf("%w: idempotent batch with sequence %d", ErrInvalidRecord, h.BaseSequence)
+	}
+	codec := h.Codec()
+	if codec > codecZstd {
+		return f, fmt.Errorf("%w: unknown compression codec %d", ErrCorruptMessage, codec)
+	}
+	recs := b[headerSize:]
+	var pooled *[]byte
+	if codec != codecNone {
+		pooled, recs, err = decompress(codec, recs)
+		if err != nil {
+			return f, fmt.Errorf("%w: decompressing codec %d: %v", ErrCorruptMessage, codec, err)
+		}
+		defer putBuf(pooled)
+	}
+	logAppend := h.Attributes&attrLogAppendTime != 0
+	f.maxTs, f.maxTsDelta = -1, 0
+	if logAppend {
+		f.maxTs = h.MaxTimestamp
+	}
+	it := recordIter{b: recs}
+	for i := int32(0); i < h.NumRecords; i++ {
+		r, err := it.next()
+		if err != nil {
+			return f, fmt.Errorf("record %d: %w", i, err)
+		}
+		if r.offsetDelta != int64(i) {
+			return f, fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, r.offsetDelta)
+		}
+		if logAppend {
+			continue
+		}
+		ts := h.FirstTimestamp + r.timestampDelta
+		if ts > f.maxTs {
+			f.maxTs, f.maxTsDelta = ts, i
+		}
+		// NO_TIMESTAMP (-1) is exempt, as in Kafka.
+		if bounds != nil && ts != -1 {
+			if bounds.hasMin && ts < bounds.min {
+				return f, fmt.Errorf("%w: record %d timestamp %d is before the allowed minimum %d", ErrInvalidTimestamp, i, ts, bounds.min)
+			}
+			if bounds.hasMax && ts > bounds.max {
+				return f, fmt.Errorf("%w: record %d timestamp %d is after the allowed maximum %d", ErrInvalidTimestamp, i, ts, bounds.max)
+			}
+		}
+	}
+	if len(it.b) != 0 {
+		return f, fmt.Errorf("%w: %d bytes after the last of %d records", ErrCorruptMessage, len(it.b), h.NumRecords)
+	}
+	return f, nil
+}
+
+// record is what a walk over records needs; the key, value and headers are
+// skipped in place.
+type record struct {
+	timestampDelta int64
+	offsetDelta    int64
+}
+
+// recordIter walks encoded records without allocating.
+type recordIter struct{ b []byte }
+
+func (it *recordIter) next() (record, error) {
+	var r record
+	length, n := varint(it.b)
+	if n <= 0 || length < 0 || length > int64(len(it.b)-n) {
+		return r, fmt.Errorf("%w: bad record length", ErrCorruptMessage)
+	}
+	body := it.b[n : n+int(length)]
+	it.b = it.b[n+int(length):]
+	if len(body) < 1 {
+		return r, fmt.Errorf("%w: empty record", ErrCorruptMessage)
+	}
+	body = body[1:] // attributes: unused in v2
+	if r.timestampDelta, n = varint(body); n <= 0 {
+		return r, fmt.Errorf("%w: bad timestamp delta", ErrCorruptMessage)
+	}
+	body = body[n:]
+	if r.offsetDelta, n = varint(body); n <= 0 || r.offsetDelta != int64(int32(r.offsetDelta)) {
+		return r, fmt.Errorf("%w: bad offset delta", ErrCorruptMessage)
+	}
+	body = body[n:]
+	var ok bool
+	if body, ok = skipBytes(body, true); !ok { // key
+		return r, fmt.Errorf("%w: bad record key", ErrCorruptMessage)
+	}
+	if body, ok = skipBytes(body, true); !ok { // value
+		return r, fmt.Errorf("%w: bad record value", ErrCorruptMessage)
+	}
+	count, n := varint(body)
+	if n <= 0 || count < 0 {
+		return r, fmt.Errorf("%w: bad header count", ErrCorruptMessage)
+	}
+	body = body[n:]
+	for j := int64(0); j < count; j++ {
+		if body, ok = skipBytes(body, false); !ok {
+			return r, fmt.Errorf("%w: bad header key", ErrCorruptMessage)
+		}
+		if body, ok = skipBytes(body, true); !ok {
+			return r, fmt.Errorf("%w: bad header value", ErrCorruptMessage)
+		}
+	}
+	if len(body) != 0 {
+		return r, fmt.Errorf("%w: record length disagrees with its fields", ErrCorruptMessage)
+	}
+	return r, nil
+}
+
+// skipBytes skips a varint-length-prefixed byte string (-1 = null, if
+// nullable).
+func skipBytes(b []byte, nullable bool) ([]byte, bool) {
+	l, n := varint(b)
+	if n <= 0 {
+		return b, false
+	}
+	b = b[n:]
+	switch {
+	case l == -1 && nullable:
+		return b, true
+	case l < 0 || l > int64(len(b)):
+		return b, false
+	}
+	return b[l:], true
+}
+
+// varint decodes a zig-zag varint of at most 10 bytes. n <= 0 on error.
+func varint(b []byte) (int64, int) {
+	if len(b) > 0 && b[0] < 0x80 { // fast path: one byte
+		u := uint64(b[0])
+		return int64(u>>1) ^ -int64(u&1), 1
+	}
+	return binary.Varint(b)
+}

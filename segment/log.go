@@ -1,0 +1,713 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Log is a partition's local log. See the package documentation for its
+// concurrency contract.
+type Log struct {
+	// Lock order: writeMu, then mu, then a segment's imu.
+
+	dir    string
+	logger *slog.Logger
+	now    func() time.Time
+
+	// writeMu serializes the operations that change the log: Append,
+	// Maintain, SetConfig, Sync, Close and Delete.
+	writeMu sync.Mutex
+	w       struct { // guarded by writeMu
+		cfg       Config
+		producers map[int64]*producerEntry
+		snapshots []int64 // offsets of the .snapshot files, ascending
+		// Scratch reused by Append.
+		facts   []batchFacts
+		pending []pendingProducer
+		buf     []byte
+		// failed is set when a write left the active segment in an unknown
+		// state; the log then refuses appends.
+		failed error
+	}
+
+	// mu guards what readers see. The writer holds writeMu as well when it
+	// changes any of it, so it may read these fields without mu.
+	mu struct {
+		sync.RWMutex
+		segs     []*segment // ascending base offsets; the last is active
+		start    int64      // log start offset
+		end      int64      // log end offset
+		epochs   []epochEntry
+		interval int // IndexIntervalBytes, for reads and lazy index rebuilds
+		closed   bool
+	}
+
+	size atomic.Int64 // total bytes of .log files
+}
+
+// AppendInfo describes a completed Append.
+type AppendInfo struct {
+	BaseOffset, LastOffset int64 // offsets assigned (for a duplicate: the original offsets of that batch)
+	MaxTimestamp           int64
+	LogStartOffset         int64
+	Duplicate              bool // idempotent retry recognised; nothing was written
+	Batches                int
+	Records                int
+}
+
+type pendingProducer struct {
+	id    int64
+	known bool
+	e     producerEntry
+}
+
+func (l *Log) active() *segment { return l.mu.segs[len(l.mu.segs)-1] }
+
+// StartOffset returns the log start offset.
+func (l *Log) StartOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.mu.start
+}
+
+// EndOffset returns the log end offset: the offset the next record gets.
+func (l *Log) EndOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.mu.end
+}
+
+// Size returns the total size of the .log files in bytes.
+func (l *Log) Size() int64 { return l.size.Load() }
+
+// LatestEpoch returns the latest leader epoch in the epoch history, -1 if
+// there is none.
+func (l *Log) LatestEpoch() int32 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := len(l.mu.epochs); n > 0 {
+		return l.mu.epochs[n-1].epoch
+	}
+	return -1
+}
+
+// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279) exactly
+// as Kafka's LeaderEpochFileCache.endOffsetFor: for the latest epoch, the
+// log end offset; otherwise the largest known epoch <= epoch and the start
+// offset of the next higher one; for an epoch below every known one, the
+// requested epoch and the first known start offset; (-1, -1) for an epoch
+// above every known one, for -1, or with no history.
+func (l *Log) EndOffsetForEpoch(epoch int32) (endOffset int64, epochOut int32) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return endOffsetForEpoch(l.mu.epochs, epoch, l.mu.end)
+}
+
+// SetConfig applies new roll, retention and validation settings. Now and
+// Logger keep the values given to Open.
+func (l *Log) SetConfig(cfg Config) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	cfg.Now, cfg.Logger = l.now, l.logger
+	l.w.cfg = cfg.WithDefaults()
+	l.mu.Lock()
+	l.mu.interval = l.w.cfg.IndexIntervalBytes
+	l.mu.Unlock()
+}
+
+// Append validates records (one or more concatenated v2 batches, a Produce
+// request's records field), assigns them offsets from the log end offset,
+// stamps leaderEpoch into them and appends them to the active segment.
+// Either every batch is appended or none is; readers see all of them at
+// once. Nothing is fsynced (see Sync).
+func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return AppendInfo{}, ErrClosed
+	}
+	if l.w.failed != nil {
+		return AppendInfo{}, fmt.Errorf("segment: log %s failed earlier: %w", l.dir, l.w.failed)
+	}
+	if len(records) == 0 {
+		return AppendInfo{}, fmt.Errorf("%w: no record batches", ErrInvalidRecord)
+	}
+	cfg := &l.w.cfg
+	now := l.now()
+
+	// 1. Validate everything before touching anything.
+	var bounds tsBounds
+	if cfg.TimestampBeforeMax > 0 {
+		bounds.min, bounds.hasMin = now.Add(-cfg.TimestampBeforeMax).UnixMilli(), true
+	}
+	if cfg.TimestampAfterMax > 0 {
+		bounds.max, bounds.hasMax = now.Add(cfg.TimestampAfterMax).UnixMilli(), true
+	}
+	facts := l.w.facts[:0]
+	info := AppendInfo{MaxTimestamp: -1}
+	for p := 0; p < len(records); {
+		if len(records)-p < logOverhead {
+			return AppendInfo{}, fmt.Errorf("%w: %d stray bytes after batch %d", ErrCorruptMessage, len(records)-p, len(facts))
+		}
+		n := int64(logOverhead) + int64(int32(binary.BigEndian.Uint32(records[p+offLength:])))
+		if n < headerSize || n > int64(len(records)-p) {
+			return AppendInfo{}, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", ErrCorruptMessage, len(facts), n, len(records)-p)
+		}
+		f, err := validateBatch(records[p:p+int(n)], cfg.MaxBatchBytes, &bounds)
+		if err != nil {
+			return AppendInfo{}, fmt.Errorf("batch %d: %w", len(facts), err)
+		}
+		facts = append(facts, f)
+		info.Batches++
+		info.Records += int(f.hdr.NumRecords)
+		p += int(n)
+	}
+	l.w.facts = facts
+	if len(records) > maxSegmentBytes {
+		return AppendInfo{}, fmt.Errorf("%w: append of %d bytes", ErrMessageTooLarge, len(records))
+	}
+
+	// 2. Offsets.
+	base := l.mu.end
+	next := base
+	for i := range facts {
+		f := &facts[i]
+		f.hdr.BaseOffset, f.hdr.LeaderEpoch = next, leaderEpoch
+		if f.hdr.Attributes&attrLogAppendTime == 0 {
+			f.hdr.MaxTimestamp = f.maxTs // see step 5
+		}
+		next += int64(f.hdr.LastOffsetDelta) + 1
+	}
+
+	// 3. Idempotence: a retry of a recent batch is answered with its
+	// original offsets, as Kafka does for the whole request.
+	if dup, ok, err := l.checkProducersLocked(facts); err != nil {
+		return AppendInfo{}, err
+	} else if ok {
+		info.BaseOffset, info.LastOffset, info.Duplicate = dup.firstOffset, dup.lastOffset, true
+		info.LogStartOffset = l.mu.start
+		return info, nil
+	}
+
+	// Roll first if needed.
+	seg := l.active()
+	if l.shouldRollLocked(seg, int64(len(records)), next-1, now) {
+		if err := l.rollLocked(); err != nil {
+			return AppendInfo{}, err
+		}
+		seg = l.active()
+	}
+
+	// 4. A new leader epoch is made durable before its first batch.
+	var epochs []epochEntry
+	if n := len(l.mu.epochs); leaderEpoch >= 0 && (n == 0 || leaderEpoch > l.mu.epochs[n-1].epoch) {
+		epochs = append(slices.Clip(l.mu.epochs), epochEntry{leaderEpoch, base})
+		if err := writeFileAtomic(l.epochPath(), encodeEpochs(epochs)); err != nil {
+			return AppendInfo{}, fmt.Errorf("segment: recording leader epoch %d: %w", leaderEpoch, err)
+		}
+	}
+
+	// 5. One buffer, one write.
+	buf := append(l.w.buf[:0], records...)
+	l.w.buf = buf
+	p := 0
+	for i := range facts {
+		f := &facts[i]
+		b := buf[p : p+f.hdr.Size()]
+		binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(f.hdr.BaseOffset))
+		binary.BigEndian.PutUint32(b[offLeaderEpoch:], uint32(leaderEpoch))
+		if int64(binary.BigEndian.Uint64(b[offMaxTimestamp:])) != f.hdr.MaxTimestamp {
+			// The producer's maxTimestamp is wrong; fix it as Kafka does.
+			binary.BigEndian.PutUint64(b[offMaxTimestamp:], uint64(f.hdr.MaxTimestamp))
+			binary.BigEndian.PutUint32(b[offCRC:], batchCRC(b))
+		}
+		info.MaxTimestamp = max(info.MaxTimestamp, f.maxTs)
+		p += len(b)
+	}
+	pos := seg.size
+	if _, err := seg.f.WriteAt(buf, pos); err != nil {
+		err = fmt.Errorf("segment: appending to %s: %w", seg.logPath(), err)
+		if terr := seg.f.Truncate(pos); terr != nil {
+			l.w.failed = errors.Join(err, terr)
+		}
+		return AppendInfo{}, err
+	}
+	if seg.created.IsZero() {
+		seg.created = now
+	}
+
+	// 6. Indexes, producer state, then publish.
+	seg.imu.Lock()
+	p = 0
+	for i := range facts {
+		f := &facts[i]
+		prevMax := seg.ix.maxTs
+		seg.ix.add(pos+int64(p), f.hdr.LastOffset(), f.hdr.MaxTimestamp, f.hdr.Size())
+		if seg.ix.maxTs > prevMax {
+			seg.ix.maxTsRecord = f.hdr.BaseOffset + int64(f.maxTsDelta)
+		}
+		p += f.hdr.Size()
+	}
+	seg.imu.Unlock()
+	l.commitProducersLocked()
+
+	l.mu.Lock()
+	seg.size += int64(len(buf))
+	l.mu.end = next
+	if epochs != nil {
+		l.mu.epochs = epochs
+	}
+	info.LogStartOffset = l.mu.start
+	l.mu.Unlock()
+	l.size.Add(int64(len(buf)))
+
+	info.BaseOffset, info.LastOffset = base, next-1
+	return info, nil
+}
+
+// checkProducersLocked runs the idempotence checks for every batch against
+// the producer state plus the effect of the earlier batches of the same
+// append, which it stages in l.w.pending.
+func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) {
+	l.w.pending = l.w.pending[:0]
+	for i := range facts {
+		h := &facts[i].hdr
+		if h.ProducerID < 0 {
+			continue
+		}
+		pp := l.pendingLocked(h.ProducerID)
+		if pp.known {
+			if dup, ok := pp.e.duplicateOf(h); ok && !h.IsControl() {
+				return dup, true, nil
+			}
+		}
+		if err := pp.e.check(pp.known, h); err != nil {
+			return batchMeta{}, false, err
+		}
+		pp.e.apply(h)
+		pp.known = true
+	}
+	return batchMeta{}, false, nil
+}
+
+func (l *Log) pendingLocked(id int64) *pendingProducer {
+	for i := range l.w.pending {
+		if l.w.pending[i].id == id {
+			return &l.w.pending[i]
+		}
+	}
+	pp := pendingProducer{id: id}
+	if e, ok := l.w.producers[id]; ok {
+		pp.known, pp.e = true, *e
+	}
+	l.w.pending = append(l.w.pending, pp)
+	return &l.w.pending[len(l.w.pending)-1]
+}
+
+// commitProducersLocked installs the staged producer state of an append
+// that was written.
+func (l *Log) commitProducersLocked() {
+	for i := range l.w.pending {
+		pp := &l.w.pending[i]
+		if e, ok := l.w.producers[pp.id]; ok {
+			*e = pp.e
+		} else {
+			e := pp.e
+			l.w.producers[pp.id] = &e
+		}
+	}
+}
+
+func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader) {
+	if h.ProducerID < 0 {
+		return
+	}
+	e, ok := m[h.ProducerID]
+	if !ok {
+		e = &producerEntry{epoch: h.ProducerEpoch}
+		m[h.ProducerID] = e
+	}
+	e.apply(h)
+}
+
+func (l *Log) shouldRollLocked(s *segment, n, lastOffset int64, now time.Time) bool {
+	if s.size == 0 {
+		return false
+	}
+	cfg := &l.w.cfg
+	return s.size+n > cfg.SegmentBytes ||
+		(!s.created.IsZero() && now.Sub(s.created) >= cfg.SegmentMs) ||
+		lastOffset-s.base > math.MaxInt32
+}
+
+func (l *Log) epochPath() string { return filepath.Join(l.dir, epochCheckpointName) }
+
+// sealLocked makes the active segment and its indexes durable, adding the
+// final time-index entry (docs/format.md §8, roll steps 1-2).
+func (l *Log) sealLocked(s *segment) error {
+	s.imu.Lock()
+	s.ix.maybeAddTime()
+	err := s.flushIndexesLocked()
+	s.imu.Unlock()
+	if err != nil {
+		return fmt.Errorf("segment: sealing %s: %w", s.logPath(), err)
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("segment: syncing %s: %w", s.logPath(), err)
+	}
+	return nil
+}
+
+// rollLocked closes the active segment and starts a new one at the log end
+// offset (docs/format.md §8).
+func (l *Log) rollLocked() error {
+	old := l.active()
+	newBase := l.mu.end
+	if err := l.sealLocked(old); err != nil {
+		return err
+	}
+	if err := l.writeSnapshotLocked(newBase); err != nil {
+		return err
+	}
+	s, err := openSegment(l.dir, newBase, true)
+	if err != nil {
+		return fmt.Errorf("segment: rolling: %w", err)
+	}
+	s.ix.indexer = newIndexer(newBase, l.w.cfg.IndexIntervalBytes)
+	s.ix.loaded = true
+	if err := s.writeIndexes(&s.ix.indexer); err != nil { // also fsyncs the directory
+		s.remove()
+		s.release()
+		return fmt.Errorf("segment: rolling: %w", err)
+	}
+	old.imu.Lock()
+	old.ix.end = newBase
+	old.imu.Unlock()
+	l.mu.Lock()
+	l.mu.segs = append(l.mu.segs, s)
+	l.mu.Unlock()
+	l.logger.Debug("rolled segment", "dir", l.dir, "base", newBase, "previous", old.base, "previousBytes", old.size)
+
+	// Close-time snapshots inside the sealed segment are superseded.
+	for _, off := range l.w.snapshots {
+		if off > old.base && off < newBase {
+			l.removeSnapshotLocked(off)
+		}
+	}
+	return nil
+}
+
+func (l *Log) writeSnapshotLocked(offset int64) error {
+	if err := writeFileAtomic(offsetName(l.dir, offset, snapshotSuffix), encodeSnapshot(offset, l.w.producers)); err != nil {
+		return fmt.Errorf("segment: writing producer snapshot: %w", err)
+	}
+	if i, found := slices.BinarySearch(l.w.snapshots, offset); !found {
+		l.w.snapshots = slices.Insert(l.w.snapshots, i, offset)
+	}
+	return nil
+}
+
+func (l *Log) removeSnapshotLocked(offset int64) {
+	if err := removeIfExists(offsetName(l.dir, offset, snapshotSuffix)); err != nil {
+		l.logger.Warn("removing producer snapshot", "dir", l.dir, "offset", offset, "err", err)
+		return
+	}
+	if i, found := slices.BinarySearch(l.w.snapshots, offset); found {
+		l.w.snapshots = slices.Delete(l.w.snapshots, i, i+1)
+	}
+}
+
+// Read appends to dst whole batches, starting with the batch that contains
+// offset, and returns the extended slice. It returns only batches whose base
+// offset is below maxOffset (the high watermark, or any bound the caller
+// chooses) and stops before exceeding maxBytes, except that the first batch
+// is returned whole whatever its size (KIP-74). A read stays within one
+// segment. offset == EndOffset or >= maxOffset returns dst unchanged; an
+// offset below StartOffset or above EndOffset is ErrOffsetOutOfRange.
+//
+// Every returned batch passed its CRC-32C check. When a stored batch fails
+// it, Read returns the batches before it, or, if there are none,
+// ErrCorruptSegment. Read may run concurrently with any other method.
+func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
+	for {
+		l.mu.RLock()
+		if l.mu.closed {
+			l.mu.RUnlock()
+			return dst, ErrClosed
+		}
+		start, end := l.mu.start, l.mu.end
+		if offset < start || offset > end {
+			l.mu.RUnlock()
+			return dst, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
+		}
+		if offset == end || offset >= maxOffset {
+			l.mu.RUnlock()
+			return dst, nil
+		}
+		segs := l.mu.segs
+		i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
+		s, limit, interval := segs[i], segs[i].size, l.mu.interval
+		nextBase := int64(-1)
+		if i+1 < len(segs) {
+			nextBase = segs[i+1].base
+		}
+		s.acquire()
+		l.mu.RUnlock()
+
+		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, interval, l.logger)
+		s.release()
+		if err != nil || found || nextBase < 0 {
+			return out, err
+		}
+		offset = nextBase // nothing at or after offset in that segment
+	}
+}
+
+// snapshotSegments returns the segments with a reference each, the
+// published size of each, and the log bounds; release with releaseAll.
+func (l *Log) snapshotSegments() ([]*segment, []int64, int64, int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.mu.closed {
+		return nil, nil, 0, 0, ErrClosed
+	}
+	segs := slices.Clone(l.mu.segs)
+	sizes := make([]int64, len(segs))
+	for i, s := range segs {
+		s.acquire()
+		sizes[i] = s.size
+	}
+	return segs, sizes, l.mu.start, l.mu.interval, nil
+}
+
+func releaseAll(segs []*segment) {
+	for _, s := range segs {
+		s.release()
+	}
+}
+
+// OffsetForTimestamp returns the first record whose timestamp is >= ts,
+// looking inside batches (ListOffsets by timestamp). ok is false if there
+// is none. The result may be at or above the high watermark; the caller
+// bounds it.
+func (l *Log) OffsetForTimestamp(ts int64) (offset int64, timestamp int64, ok bool, err error) {
+	segs, sizes, start, interval, err := l.snapshotSegments()
+	if err != nil {
+		return -1, -1, false, err
+	}
+	defer releaseAll(segs)
+	for i, s := range segs {
+		off, rts, ok, err := s.findTimestamp(ts, start, sizes[i], interval, l.logger)
+		if err != nil || ok {
+			return off, rts, ok, err
+		}
+	}
+	return -1, -1, false, nil
+}
+
+// MaxTimestamp returns the largest record timestamp in the log and the
+// offset of the first record carrying it (ListOffsets -3, KIP-734); (-1, -1)
+// if the log has no timestamps.
+func (l *Log) MaxTimestamp() (timestamp int64, offset int64) {
+	segs, sizes, _, interval, err := l.snapshotSegments()
+	if err != nil {
+		return -1, -1
+	}
+	defer releaseAll(segs)
+	best, bestIdx := int64(-1), -1
+	for i, s := range segs {
+		ts, _, err := s.maxTimestampShallow(sizes[i], interval, l.logger)
+		if err == nil && ts > best {
+			best, bestIdx = ts, i
+		}
+	}
+	if bestIdx < 0 {
+		return -1, -1
+	}
+	ts, off, err := segs[bestIdx].maxTimestamp(sizes[bestIdx], interval, l.logger)
+	if err != nil {
+		return -1, -1
+	}
+	return ts, off
+}
+
+// Maintain rolls an active segment older than SegmentMs, expires idle
+// producers, and applies retention: it deletes the oldest closed segments
+// while the log is over RetentionBytes or their largest timestamp (file
+// modification time if they have none) is older than RetentionMs, and
+// advances the log start offset. The active segment is never deleted.
+func (l *Log) Maintain() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return ErrClosed
+	}
+	cfg := &l.w.cfg
+	now := l.now()
+	if cfg.ProducerIDExpiration > 0 {
+		cutoff := now.Add(-cfg.ProducerIDExpiration).UnixMilli()
+		for id, e := range l.w.producers {
+			if e.lastTimestamp < cutoff {
+				delete(l.w.producers, id)
+			}
+		}
+	}
+	if s := l.active(); s.size > 0 && !s.created.IsZero() && now.Sub(s.created) >= cfg.SegmentMs {
+		if err := l.rollLocked(); err != nil {
+			return err
+		}
+	}
+	segs := l.mu.segs
+	total := l.size.Load()
+	n := 0
+	for ; n < len(segs)-1; n++ {
+		s := segs[n]
+		expired := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
+		if !expired && cfg.RetentionMs >= 0 {
+			t, err := l.segmentTime(s)
+			if err != nil {
+				return err
+			}
+			expired = now.Sub(t) > cfg.RetentionMs
+		}
+		if !expired {
+			break
+		}
+		total -= s.size
+	}
+	if n == 0 {
+		return nil
+	}
+	return l.deleteOldestLocked(n)
+}
+
+// segmentTime is the retention age reference of a closed segment.
+func (l *Log) segmentTime(s *segment) (time.Time, error) {
+	ts, _, err := s.maxTimestampShallow(s.size, l.w.cfg.IndexIntervalBytes, l.logger)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if ts >= 0 {
+		return time.UnixMilli(ts), nil
+	}
+	fi, err := s.f.Stat()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("segment: %w", err)
+	}
+	return fi.ModTime(), nil
+}
+
+// deleteOldestLocked deletes the n oldest segments: first the log start
+// offset moves (so no reader is sent to them), then the files go.
+func (l *Log) deleteOldestLocked(n int) error {
+	victims := slices.Clone(l.mu.segs[:n])
+	newStart := max(l.mu.start, l.mu.segs[n].base)
+	epochs := truncateEpochsFromStart(l.mu.epochs, newStart)
+	var err error
+	if !slices.Equal(epochs, l.mu.epochs) {
+		err = writeFileAtomic(l.epochPath(), encodeEpochs(epochs))
+	}
+	var freed int64
+	l.mu.Lock()
+	l.mu.segs = slices.Clone(l.mu.segs[n:])
+	l.mu.start = newStart
+	l.mu.epochs = epochs
+	for _, s := range victims {
+		freed += s.size
+	}
+	l.mu.Unlock()
+	l.size.Add(-freed)
+	for _, s := range victims {
+		if rerr := s.remove(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("segment: deleting %s: %w", s.logPath(), rerr))
+		}
+		s.release()
+	}
+	for len(l.w.snapshots) > 0 && l.w.snapshots[0] < newStart {
+		before := len(l.w.snapshots)
+		l.removeSnapshotLocked(l.w.snapshots[0])
+		if len(l.w.snapshots) == before {
+			break
+		}
+	}
+	l.logger.Info("deleted segments by retention", "dir", l.dir, "segments", n, "bytes", freed, "logStartOffset", newStart)
+	return err
+}
+
+// Sync makes everything appended so far durable: the active segment and its
+// indexes.
+func (l *Log) Sync() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return ErrClosed
+	}
+	s := l.active()
+	s.imu.Lock()
+	err := s.flushIndexesLocked()
+	s.imu.Unlock()
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("segment: sync %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// Close makes the log durable, writes a producer snapshot at the log end
+// offset and the clean-shutdown marker, and closes the files (once no
+// reader holds them). It is idempotent.
+func (l *Log) Close() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	return l.closeLocked()
+}
+
+func (l *Log) closeLocked() error {
+	if l.mu.closed {
+		return nil
+	}
+	s := l.active()
+	var err error
+	if l.w.failed == nil {
+		err = l.sealLocked(s)
+		if err == nil {
+			err = l.writeSnapshotLocked(l.mu.end)
+		}
+		if err == nil {
+			err = writeFileAtomic(filepath.Join(l.dir, cleanShutdownName), encodeMarker(s.base, s.size))
+		}
+	}
+	l.mu.Lock()
+	l.mu.closed = true
+	segs := l.mu.segs
+	l.mu.segs = nil
+	l.mu.Unlock()
+	releaseAll(segs)
+	return err
+}
+
+// Delete closes the log and removes its directory (topic deletion).
+func (l *Log) Delete() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	cerr := l.closeLocked()
+	if err := os.RemoveAll(l.dir); err != nil {
+		return fmt.Errorf("segment: deleting %s: %w", l.dir, err)
+	}
+	if cerr != nil {
+		l.logger.Warn("closing a log being deleted", "dir", l.dir, "err", cerr)
+	}
+	return nil
+}

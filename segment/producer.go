@@ -1,0 +1,183 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+)
+
+// maxCachedBatches is how many recent batches are remembered per producer
+// for duplicate detection, as in Kafka (the producer keeps at most five
+// requests in flight per connection).
+const maxCachedBatches = 5
+
+// batchMeta identifies an appended idempotent batch.
+type batchMeta struct {
+	firstSeq, lastSeq       int32
+	firstOffset, lastOffset int64
+}
+
+// producerEntry is the state of one idempotent producer, after Kafka's
+// ProducerStateEntry.
+type producerEntry struct {
+	epoch         int16
+	lastTimestamp int64
+	n             int // cached batches in use, oldest first
+	batches       [maxCachedBatches]batchMeta
+}
+
+func (e *producerEntry) lastSeq() (int32, bool) {
+	if e.n == 0 {
+		return 0, false
+	}
+	return e.batches[e.n-1].lastSeq, true
+}
+
+// duplicateOf returns the cached batch with the same sequence range.
+func (e *producerEntry) duplicateOf(h *BatchHeader) (batchMeta, bool) {
+	if h.ProducerEpoch != e.epoch {
+		return batchMeta{}, false
+	}
+	last := h.lastSequence()
+	for _, m := range e.batches[:e.n] {
+		if m.firstSeq == h.BaseSequence && m.lastSeq == last {
+			return m, true
+		}
+	}
+	return batchMeta{}, false
+}
+
+// check applies Kafka's ProducerAppendInfo rules to a batch from a producer
+// whose state is e (known=false: never seen).
+func (e *producerEntry) check(known bool, h *BatchHeader) error {
+	if known && h.ProducerEpoch < e.epoch {
+		return fmt.Errorf("%w: producer %d epoch %d is older than the current %d", ErrInvalidProducerEpoch, h.ProducerID, h.ProducerEpoch, e.epoch)
+	}
+	if h.IsControl() {
+		return nil // markers carry no sequence
+	}
+	if !known || h.ProducerEpoch != e.epoch {
+		if h.BaseSequence != 0 {
+			return fmt.Errorf("%w: producer %d epoch %d must start at sequence 0, not %d", ErrOutOfOrderSequence, h.ProducerID, h.ProducerEpoch, h.BaseSequence)
+		}
+		return nil
+	}
+	last, ok := e.lastSeq()
+	if !ok {
+		if h.BaseSequence != 0 {
+			return fmt.Errorf("%w: producer %d must start at sequence 0, not %d", ErrOutOfOrderSequence, h.ProducerID, h.BaseSequence)
+		}
+		return nil
+	}
+	if !(h.BaseSequence == last+1 || (last == 1<<31-1 && h.BaseSequence == 0)) {
+		return fmt.Errorf("%w: producer %d expected sequence %d, got %d", ErrOutOfOrderSequence, h.ProducerID, incrementSequence(last, 1), h.BaseSequence)
+	}
+	return nil
+}
+
+// apply records an appended batch (whose offsets are final in h).
+func (e *producerEntry) apply(h *BatchHeader) {
+	if h.ProducerEpoch != e.epoch {
+		e.epoch, e.n = h.ProducerEpoch, 0
+	}
+	e.lastTimestamp = h.MaxTimestamp
+	if h.IsControl() {
+		return
+	}
+	if e.n == maxCachedBatches {
+		copy(e.batches[:], e.batches[1:])
+		e.n--
+	}
+	e.batches[e.n] = batchMeta{
+		firstSeq: h.BaseSequence, lastSeq: h.lastSequence(),
+		firstOffset: h.BaseOffset, lastOffset: h.LastOffset(),
+	}
+	e.n++
+}
+
+// Snapshot encoding (docs/format.md §5).
+const (
+	snapshotVersion    = 1
+	snapshotHeaderSize = 2 + 4 + 8 + 4
+)
+
+func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
+	ids := make([]int64, 0, len(producers))
+	for id := range producers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // deterministic files
+	b := make([]byte, snapshotHeaderSize, snapshotHeaderSize+len(ids)*(19+maxCachedBatches*24))
+	binary.BigEndian.PutUint16(b, snapshotVersion)
+	binary.BigEndian.PutUint64(b[6:], uint64(offset))
+	binary.BigEndian.PutUint32(b[14:], uint32(len(ids)))
+	for _, id := range ids {
+		e := producers[id]
+		b = binary.BigEndian.AppendUint64(b, uint64(id))
+		b = binary.BigEndian.AppendUint16(b, uint16(e.epoch))
+		b = binary.BigEndian.AppendUint64(b, uint64(e.lastTimestamp))
+		b = append(b, byte(e.n))
+		for _, m := range e.batches[:e.n] {
+			b = binary.BigEndian.AppendUint32(b, uint32(m.firstSeq))
+			b = binary.BigEndian.AppendUint32(b, uint32(m.lastSeq))
+			b = binary.BigEndian.AppendUint64(b, uint64(m.firstOffset))
+			b = binary.BigEndian.AppendUint64(b, uint64(m.lastOffset))
+		}
+	}
+	binary.BigEndian.PutUint32(b[2:], crc32.Checksum(b[6:], castagnoli))
+	return b
+}
+
+var errBadSnapshot = errors.New("malformed producer snapshot")
+
+func decodeSnapshot(b []byte, offset int64) (map[int64]*producerEntry, error) {
+	if len(b) < snapshotHeaderSize {
+		return nil, fmt.Errorf("%w: %d bytes", errBadSnapshot, len(b))
+	}
+	if v := binary.BigEndian.Uint16(b); v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d", errBadSnapshot, v)
+	}
+	if want, got := binary.BigEndian.Uint32(b[2:]), crc32.Checksum(b[6:], castagnoli); want != got {
+		return nil, fmt.Errorf("%w: CRC-32C mismatch", errBadSnapshot)
+	}
+	if off := int64(binary.BigEndian.Uint64(b[6:])); off != offset {
+		return nil, fmt.Errorf("%w: offset %d does not match its name", errBadSnapshot, off)
+	}
+	n := binary.BigEndian.Uint32(b[14:])
+	b = b[snapshotHeaderSize:]
+	if uint64(n)*19 > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: %d producers in %d bytes", errBadSnapshot, n, len(b))
+	}
+	m := make(map[int64]*producerEntry, n)
+	for range n {
+		if len(b) < 19 {
+			return nil, fmt.Errorf("%w: truncated", errBadSnapshot)
+		}
+		id := int64(binary.BigEndian.Uint64(b))
+		e := &producerEntry{
+			epoch:         int16(binary.BigEndian.Uint16(b[8:])),
+			lastTimestamp: int64(binary.BigEndian.Uint64(b[10:])),
+			n:             int(b[18]),
+		}
+		b = b[19:]
+		if e.n > maxCachedBatches || len(b) < e.n*24 {
+			return nil, fmt.Errorf("%w: truncated", errBadSnapshot)
+		}
+		for i := range e.n {
+			e.batches[i] = batchMeta{
+				firstSeq:    int32(binary.BigEndian.Uint32(b)),
+				lastSeq:     int32(binary.BigEndian.Uint32(b[4:])),
+				firstOffset: int64(binary.BigEndian.Uint64(b[8:])),
+				lastOffset:  int64(binary.BigEndian.Uint64(b[16:])),
+			}
+			b = b[24:]
+		}
+		m[id] = e
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadSnapshot, len(b))
+	}
+	return m, nil
+}

@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Produce: v3-12
+//
+// Appends each partition's record batches to its log after the segment
+// package has validated them (lengths, magic 2, CRC-32C, record counts,
+// timestamps) and, for idempotent producers, checked their sequence: a
+// retried batch is answered with the offset it got the first time; a gap
+// is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
+// or not.
+//
+// acks=0 gets no response; acks=1 is answered once the leader appended;
+// acks=-1 once the high watermark covers the batch and the in-sync
+// replicas number at least min.insync.replicas. Errors are per partition.
+// Unknown topics are auto-created when auto.create.topics.enable is on.
+//
+// Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
+// (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
+//
+// Not done: transactional batches (no transaction coordinator yet: they
+// are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=
+// LogAppendTime, v13 (topic ids instead of names, KIP-516).
+func init() { register(kmsg.Produce, 3, 12, (*Broker).handleProduce) }
+
+// Record batch attribute bits (the low byte of the int16 at byte 21).
+const (
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
+	start := time.Now()
+	r := req.kreq.(*kmsg.ProduceRequest)
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+
+	var topLevel error
+	switch {
+	case r.Acks != 0 && r.Acks != 1 && r.Acks != -1:
+		topLevel = fmt.Errorf("%w: acks=%d", kerr.InvalidRequiredAcks, r.Acks)
+	case r.TransactionID != nil:
+		topLevel = fmt.Errorf("%w: transactions are not supported yet", kerr.TransactionalIDNotFound)
+	}
+
+	for i := range r.Topics {
+		rt := &r.Topics[i]
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		topicErr := topLevel
+		if topicErr == nil {
+			if _, ok := b.topicByName(rt.Topic); !ok {
+				t, err := b.autoCreate(b.ctx, rt.Topic)
+				switch {
+				case err != nil:
+					topicErr = err
+				case t == nil:
+					topicErr = kerr.UnknownTopicOrPartition
+				}
+			}
+		}
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset = -1
+			sp.LogAppendTime = -1
+			sp.LogStartOffset = -1
+			err := topicErr
+			if err == nil {
+				err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
+			}
+			if err != nil {
+				sp.ErrorCode = errorCode(err)
+				if r.Version >= 8 {
+					sp.ErrorMessage = errMessage(err)
+				}
+				b.metrics.countError(kmsg.Produce, sp.ErrorCode)
+				if sp.ErrorCode == kerr.UnknownServerError.Code || sp.ErrorCode == kerr.KafkaStorageError.Code {
+					b.log.Error("produce", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+				}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	b.metrics.produceLatency.Observe(time.Since(start).Seconds())
+	if r.Acks == 0 {
+		return nil, nil
+	}
+	return resp, nil
+}
+
+// produceTo appends one partition's batches and fills in sp.
+func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) error {
+	p := b.partition(topic, rp.Partition)
+	if p == nil {
+		if t, ok := b.topicByName(topic); ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
+			return kerr.NotLeaderForPartition
+		}
+		return kerr.UnknownTopicOrPartition
+	}
+	if err := checkBatchKinds(rp.Records); err != nil {
+		return err
+	}
+	if acks == -1 {
+		// One replica is in sync: this one. Replication will make the ISR
+		// size real; the check is already where it belongs.
+		if minISR := b.minInsyncReplicas(topic); minISR > 1 {
+			return fmt.Errorf("%w: min.insync.replicas=%d but the ISR has 1 replica", kerr.NotEnoughReplicas, minISR)
+		}
+	}
+	p.appendMu.Lock()
+	info, err := p.log.Append(rp.Records, p.leaderEpoch.Load())
+	if err == nil {
+		p.advanceHighWatermark()
+	}
+	p.appendMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
+	}
+	sp.BaseOffset = info.BaseOffset
+	sp.LogStartOffset = info.LogStartOffset
+	if !info.Duplicate {
+		b.metrics.recordsIn.Add(float64(info.Records))
+		b.metrics.setLogEnd(topic, rp.Partition, info.LastOffset+1)
+	}
+	return nil
+}
+
+func (b *Broker) minInsyncReplicas(topic string) int {
+	t, ok := b.topicByName(topic)
+	if !ok {
+		return 1
+	}
+	v, _ := b.topicConfigValue(t.Configs, "min.insync.replicas")
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// checkBatchKinds refuses batches a client may not write here: control
+// batches (markers are the broker's to write) and, until there is a
+// transaction coordinator, transactional ones. It reads only the batch
+// headers; the segment package validates everything else.
+func checkBatchKinds(records []byte) error {
+	for len(records) >= 23 {
+		switch attrs := records[22]; {
+		case attrs&attrControl != 0:
+			return fmt.Errorf("%w: clients may not write control batches", kerr.InvalidRecord)
+		case attrs&attrTransactional != 0:
+			return fmt.Errorf("%w: transactional batches are not supported yet", kerr.TransactionalIDNotFound)
+		}
+		size := 12 + int64(binary.BigEndian.Uint32(records[8:12]))
+		if size > int64(len(records)) {
+			break // the segment package reports the bad length
+		}
+		records = records[size:]
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/segment"
+)
+
+// Fetch: v4-17
+//
+// Serves record batches below the high watermark straight from the log's
+// file bytes, never re-encoded. Honours MaxWaitMillis and MinBytes (the
+// request long-polls until enough bytes are committed, the wait expires or
+// the broker shuts down), MaxBytes for the response and PartitionMaxBytes
+// per partition; as KIP-74 requires, the first batch of the first
+// non-empty partition is returned whole even when it is larger than both.
+// Topics are named (v4-12) or identified by topic id (v13+, KIP-516).
+//
+// Version notes: v4 isolation level and LastStableOffset; v5
+// LogStartOffset; v7 fetch sessions (KIP-227); v9 CurrentLeaderEpoch
+// (KIP-320); v11 rack-aware preferred replica (KIP-392); v12 flexible; v13
+// topic ids; v15 ReplicaState (KIP-903); v16-17 no change for consumers.
+//
+// Not done: fetch sessions are declined (SessionID 0 in every response, a
+// choice the protocol allows: clients then send full fetches); there are
+// no transactions yet, so read_committed sees the high watermark as the
+// last stable offset and no aborted transactions; no follower fetching yet.
+func init() { register(kmsg.Fetch, 4, 17, (*Broker).handleFetch) }
+
+// fetchPart is one requested partition's place in the response.
+type fetchPart struct {
+	p         *partition
+	offset    int64
+	maxBytes  int
+	epoch     int32
+	resp      *kmsg.FetchResponseTopicPartition
+	start     int // span of the partition's bytes in conn.scratch
+	end       int
+	errorDone bool // answered with an error; do not read again
+}
+
+func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
+	start := time.Now()
+	defer func() { b.metrics.fetchLatency.Observe(time.Since(start).Seconds()) }()
+	r := req.kreq.(*kmsg.FetchRequest)
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+
+	if r.SessionID != 0 {
+		// We never hand out sessions, so a client naming one is confused;
+		// this error makes it start over with a full fetch.
+		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		b.metrics.countError(kmsg.Fetch, resp.ErrorCode)
+		return resp, nil
+	}
+
+	st := b.meta.State()
+	var parts []*fetchPart
+	for i := range r.Topics {
+		rt := &r.Topics[i]
+		name, id := rt.Topic, rt.TopicID
+		var topicErr error
+		if r.Version >= 13 {
+			if t, ok := st.TopicByID(id); ok {
+				name = t.Name
+			} else {
+				topicErr = kerr.UnknownTopicID
+			}
+		} else if t, ok := st.Topics[name]; ok {
+			id = t.ID
+		} else {
+			topicErr = kerr.UnknownTopicOrPartition
+		}
+		ft := kmsg.NewFetchResponseTopic()
+		ft.Topic, ft.TopicID = name, id
+		ft.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		resp.Topics = append(resp.Topics, ft)
+		rtResp := &resp.Topics[len(resp.Topics)-1]
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			sp := &rtResp.Partitions[j]
+			*sp = kmsg.NewFetchResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			fp := &fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), epoch: rp.CurrentLeaderEpoch, resp: sp}
+			parts = append(parts, fp)
+			err := topicErr
+			if err == nil {
+				if fp.p = b.partition(name, rp.Partition); fp.p == nil {
+					err = kerr.UnknownTopicOrPartition
+					if t, ok := st.Topics[name]; ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
+						err = kerr.NotLeaderForPartition
+					}
+				}
+			}
+			if err == nil {
+				err = checkLeaderEpoch(fp.p, fp.epoch)
+			}
+			if err != nil {
+				fp.setError(err)
+			}
+		}
+	}
+
+	maxBytes := int(r.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = 1<<31 - 1
+	}
+	minBytes := int(r.MinBytes)
+	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+
+	var waiter chan struct{}
+	var timer *time.Timer
+	for {
+		total, anyErr := b.readFetch(req.conn, parts, maxBytes)
+		if total >= minBytes || anyErr || wait <= 0 || total > 0 && minBytes <= 0 {
+			break
+		}
+		if waiter == nil {
+			waiter = make(chan struct{}, 1)
+			for _, fp := range parts {
+				if fp.p != nil && !fp.errorDone {
+					fp.p.addWaiter(waiter)
+					defer fp.p.removeWaiter(waiter)
+				}
+			}
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+			// Data may have arrived between the read and the registration.
+			continue
+		}
+		select {
+		case <-waiter:
+			continue
+		case <-timer.C:
+		case <-b.ctx.Done():
+		}
+		b.readFetch(req.conn, parts, maxBytes)
+		break
+	}
+
+	for _, fp := range parts {
+		// Never nil: before v12 nil encodes as length -1, which
+		// librdkafka refuses; Kafka always sends an empty record set.
+		fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
+		b.metrics.countError(kmsg.Fetch, fp.resp.ErrorCode)
+	}
+	return resp, nil
+}
+
+func (fp *fetchPart) setError(err error) {
+	fp.resp.ErrorCode = errorCode(err)
+	fp.errorDone = true
+	fp.start, fp.end = 0, 0
+}
+
+// checkLeaderEpoch applies KIP-320: a client that knows a newer epoch than
+// ours is ahead of us (UNKNOWN_LEADER_EPOCH, retry); one that knows an
+// older one is fenced (FENCED_LEADER_EPOCH, refresh metadata).
+func checkLeaderEpoch(p *partition, epoch int32) error {
+	if epoch < 0 {
+		return nil
+	}
+	cur := p.leaderEpoch.Load()
+	switch {
+	case epoch > cur:
+		return kerr.UnknownLeaderEpoch
+	case epoch < cur:
+		return kerr.FencedLeaderEpoch
+	}
+	return nil
+}
+
+// readFetch reads every partition's committed bytes into the connection's
+// scratch buffer, honouring the response and partition byte limits. It
+// returns the bytes read and whether any partition has an error (which
+// ends a long poll, as in Kafka).
+func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int, anyErr bool) {
+	buf := c.scratch[:0]
+	first := true
+	for _, fp := range parts {
+		if fp.errorDone {
+			anyErr = true
+			continue
+		}
+		p := fp.p
+		hw := p.highWatermark()
+		fp.resp.HighWatermark = hw
+		fp.resp.LastStableOffset = hw
+		fp.resp.LogStartOffset = p.log.StartOffset()
+		fp.start, fp.end = len(buf), len(buf)
+		budget := min(fp.maxBytes, maxBytes-total)
+		if budget <= 0 && !first {
+			continue
+		}
+		if fp.offset == hw {
+			continue
+		}
+		if fp.offset > hw && fp.offset <= p.log.EndOffset() {
+			// Between the high watermark and the log end: not committed
+			// yet, so nothing to return but not out of range either.
+			continue
+		}
+		n := len(buf)
+		var err error
+		buf, err = p.log.Read(buf, fp.offset, hw, max(budget, 1))
+		if err != nil && len(buf) == n {
+			if !errors.Is(err, segment.ErrOffsetOutOfRange) {
+				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
+			}
+			fp.setError(fmt.Errorf("read %s-%d at %d: %w", p.topic, p.index, fp.offset, err))
+			anyErr = true
+			continue
+		}
+		got := buf[n:]
+		if !first && len(got) > budget {
+			// Only the first non-empty partition may exceed the limits
+			// (KIP-74); later ones are cut back to whole batches.
+			got = got[:wholeBatches(got, budget)]
+			buf = buf[:n+len(got)]
+		}
+		fp.end = len(buf)
+		total += len(got)
+		if len(got) > 0 {
+			first = false
+		}
+	}
+	c.scratch = buf
+	return total, anyErr
+}
+
+// wholeBatches returns the length of the longest prefix of batches that
+// fits in limit bytes.
+func wholeBatches(b []byte, limit int) int {
+	n := 0
+	for len(b)-n >= 12 {
+		size := 12 + int(binary.BigEndian.Uint32(b[n+8:]))
+		if n+size > limit || n+size > len(b) {
+			break
+		}
+		n += size
+	}
+	return n
+}

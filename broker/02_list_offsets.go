@@ -1,0 +1,102 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ListOffsets: v1-9
+//
+// Timestamps, and the special values that stand for positions:
+//   - -2 earliest: the log start offset
+//   - -1 latest: the high watermark (the last stable offset under
+//     read_committed, which equals it while there are no transactions)
+//   - -3 max timestamp (KIP-734, v7+): the record with the largest timestamp
+//   - -4 earliest local (KIP-405, v8+): the local log start offset
+//   - -5 latest tiered (KIP-1005, v9+): -1 until tiered storage uploads
+//   - t >= 0: the first record whose timestamp is at least t, or -1
+//
+// Only committed records (below the high watermark) are ever returned. A
+// special value below the version that introduced it, or any other
+// negative value, is UNSUPPORTED_VERSION for that partition; a partition
+// listed twice is INVALID_REQUEST for both entries.
+//
+// Version notes: v2 isolation level; v4 CurrentLeaderEpoch (KIP-320) and
+// LeaderEpoch in the response; v6 flexible.
+func init() { register(kmsg.ListOffsets, 1, 9, (*Broker).handleListOffsets) }
+
+func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.ListOffsetsRequest)
+	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+
+	seen := make(map[tp]int)
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			seen[tp{rt.Topic, rp.Partition}]++
+		}
+	}
+	for _, rt := range r.Topics {
+		st := kmsg.NewListOffsetsResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewListOffsetsResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
+			var err error
+			if seen[tp{rt.Topic, rp.Partition}] > 1 {
+				err = kerr.InvalidRequest
+			} else {
+				err = b.listOffset(rt.Topic, rp, r.Version, &sp)
+			}
+			if err != nil {
+				sp.ErrorCode = errorCode(err)
+				sp.Timestamp, sp.Offset = -1, -1
+				b.metrics.countError(kmsg.ListOffsets, sp.ErrorCode)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, sp *kmsg.ListOffsetsResponseTopicPartition) error {
+	p := b.partition(topic, rp.Partition)
+	if p == nil {
+		if t, ok := b.topicByName(topic); ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
+			return kerr.NotLeaderForPartition
+		}
+		return kerr.UnknownTopicOrPartition
+	}
+	if err := checkLeaderEpoch(p, rp.CurrentLeaderEpoch); err != nil {
+		return err
+	}
+	sp.LeaderEpoch = p.leaderEpoch.Load()
+	hw := p.highWatermark()
+	switch ts := rp.Timestamp; {
+	case ts == -2, ts == -4 && version >= 8:
+		sp.Offset = p.log.StartOffset()
+	case ts == -1:
+		sp.Offset = hw
+	case ts == -3 && version >= 7:
+		mts, off := p.log.MaxTimestamp()
+		if off >= 0 && off < hw {
+			sp.Timestamp, sp.Offset = mts, off
+		}
+	case ts == -5 && version >= 9:
+		// Nothing is tiered yet: Kafka answers -1 here too.
+	case ts >= 0:
+		off, found, ok, err := p.log.OffsetForTimestamp(ts)
+		if err != nil {
+			return fmt.Errorf("offset for timestamp %d in %s-%d: %w", ts, topic, rp.Partition, err)
+		}
+		if ok && off < hw {
+			sp.Timestamp, sp.Offset = found, off
+		}
+	default:
+		return fmt.Errorf("%w: timestamp %d at ListOffsets v%d", kerr.UnsupportedVersion, ts, version)
+	}
+	return nil
+}

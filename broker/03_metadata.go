@@ -1,0 +1,131 @@
+package broker
+
+import (
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/meta"
+)
+
+// Metadata: v0-12
+//
+// Brokers, the controller, and topics with their partitions, leaders,
+// leader epochs, replicas and ISRs, read from the Raft metadata state.
+// Topics are requested by name or, from v10, by id (KIP-516); a null list
+// means every topic (v1+). Unknown topics are auto-created when both the
+// broker (auto.create.topics.enable) and, from v4, the request allow it.
+//
+// Not done: authorized operations (no ACLs yet; reported as not requested)
+// and v13's top-level error code (KIP-1102).
+func init() { register(kmsg.Metadata, 0, 12, (*Broker).handleMetadata) }
+
+// authorizedOperationsOmitted is Kafka's "not requested" marker.
+const authorizedOperationsOmitted = -2147483648
+
+func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.MetadataRequest)
+	resp := r.ResponseKind().(*kmsg.MetadataResponse)
+	allowAuto := r.Version < 4 || r.AllowAutoTopicCreation
+
+	st := b.meta.State()
+	for _, id := range sortedBrokerIDs(st) {
+		br := st.Brokers[id]
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		if br.Rack != "" {
+			rack := br.Rack
+			mb.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, mb)
+	}
+	clusterID := b.cfg.ClusterID
+	resp.ClusterID = &clusterID
+	resp.ControllerID = b.meta.ControllerID()
+	resp.AuthorizedOperations = authorizedOperationsOmitted
+
+	addTopic := func(t *meta.Topic) {
+		mt := kmsg.NewMetadataResponseTopic()
+		name := t.Name
+		mt.Topic = &name
+		mt.TopicID = t.ID
+		mt.IsInternal = t.Internal
+		mt.AuthorizedOperations = authorizedOperationsOmitted
+		for _, p := range t.Partitions {
+			mp := kmsg.NewMetadataResponseTopicPartition()
+			mp.Partition = p.Index
+			mp.Leader = p.Leader
+			mp.LeaderEpoch = p.LeaderEpoch
+			mp.Replicas = p.Replicas
+			mp.ISR = p.ISR
+			if p.Leader < 0 {
+				mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			}
+			mt.Partitions = append(mt.Partitions, mp)
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	missing := func(name *string, id [16]byte, err error) {
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = name
+		mt.TopicID = id
+		mt.ErrorCode = errorCode(err)
+		mt.AuthorizedOperations = authorizedOperationsOmitted
+		b.metrics.countError(kmsg.Metadata, mt.ErrorCode)
+		resp.Topics = append(resp.Topics, mt)
+	}
+
+	if r.Topics == nil && r.Version >= 1 || r.Version == 0 && len(r.Topics) == 0 {
+		for _, name := range st.SortedTopicNames() {
+			addTopic(st.Topics[name])
+		}
+		return resp, nil
+	}
+	for _, rt := range r.Topics {
+		if rt.Topic == nil || *rt.Topic == "" {
+			if rt.TopicID == ([16]byte{}) {
+				missing(rt.Topic, rt.TopicID, kerr.InvalidRequest)
+				continue
+			}
+			if t, ok := st.TopicByID(rt.TopicID); ok {
+				addTopic(t)
+			} else {
+				missing(nil, rt.TopicID, kerr.UnknownTopicID)
+			}
+			continue
+		}
+		name := *rt.Topic
+		if t, ok := st.Topics[name]; ok {
+			addTopic(t)
+			continue
+		}
+		if err := validateTopicName(name); err != nil {
+			missing(rt.Topic, [16]byte{}, err)
+			continue
+		}
+		if !allowAuto {
+			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
+			continue
+		}
+		t, err := b.autoCreate(b.ctx, name)
+		switch {
+		case err != nil:
+			missing(rt.Topic, [16]byte{}, err)
+		case t == nil:
+			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
+		default:
+			addTopic(t)
+		}
+	}
+	return resp, nil
+}
+
+func sortedBrokerIDs(st *meta.State) []int32 {
+	ids := make([]int32, 0, len(st.Brokers))
+	for id := range st.Brokers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}

@@ -1,0 +1,110 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// CreateTopics: v2-7
+//
+// Creates topics through the Raft metadata log, validating names, partition
+// counts, replication factors and every config key and value first (an
+// unknown key is INVALID_CONFIG, never silently stored). ValidateOnly runs
+// the same checks and creates nothing. NumPartitions and ReplicationFactor
+// of -1 take the broker defaults (KIP-464). A topic named twice in one
+// request is INVALID_REQUEST for each.
+//
+// Version notes: v4 broker defaults for -1; v5 flexible, and configs in
+// the response (KIP-525); v7 topic id in the response (KIP-516).
+//
+// Not done: explicit replica assignments other than onto registered
+// brokers in order (they decide the partition count and replication
+// factor; placement is the controller's).
+func init() { register(kmsg.CreateTopics, 2, 7, (*Broker).handleCreateTopics) }
+
+func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.CreateTopicsRequest)
+	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+
+	count := make(map[string]int)
+	for _, rt := range r.Topics {
+		count[rt.Topic]++
+	}
+	for _, rt := range r.Topics {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		st.NumPartitions, st.ReplicationFactor = -1, -1
+		err := b.createFromRequest(req, r, rt, count[rt.Topic], &st)
+		if err != nil {
+			st.ErrorCode = errorCode(err)
+			st.ErrorMessage = errMessage(err)
+			b.metrics.countError(kmsg.CreateTopics, st.ErrorCode)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func (b *Broker) createFromRequest(req *request, r *kmsg.CreateTopicsRequest, rt kmsg.CreateTopicsRequestTopic, seen int, st *kmsg.CreateTopicsResponseTopic) error {
+	if seen > 1 {
+		return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
+	}
+	c := topicCreate{
+		name:              rt.Topic,
+		partitions:        rt.NumPartitions,
+		replicationFactor: rt.ReplicationFactor,
+		configs:           make(map[string]string),
+		validateOnly:      r.ValidateOnly,
+	}
+	if len(rt.ReplicaAssignment) > 0 {
+		if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
+			return fmt.Errorf("%w: with a replica assignment, partitions and replication factor must be -1", kerr.InvalidRequest)
+		}
+		brokers := b.meta.State().Brokers
+		for _, a := range rt.ReplicaAssignment {
+			if len(a.Replicas) != len(rt.ReplicaAssignment[0].Replicas) {
+				return fmt.Errorf("%w: partitions have different replica counts", kerr.InvalidReplicaAssignment)
+			}
+			for _, id := range a.Replicas {
+				if _, ok := brokers[id]; !ok {
+					return fmt.Errorf("%w: broker %d is not registered", kerr.InvalidReplicaAssignment, id)
+				}
+			}
+		}
+		c.partitions = int32(len(rt.ReplicaAssignment))
+		c.replicationFactor = int16(len(rt.ReplicaAssignment[0].Replicas))
+	}
+	for _, kv := range rt.Configs {
+		if kv.Value == nil {
+			continue // null means "use the default"
+		}
+		c.configs[kv.Name] = *kv.Value
+	}
+	t, err := b.createTopic(req.conn.b.ctx, c)
+	if err != nil {
+		return err
+	}
+	st.TopicID = t.ID
+	st.NumPartitions = c.partitions
+	if c.partitions == -1 {
+		st.NumPartitions = b.cfg.DefaultPartitions
+	}
+	st.ReplicationFactor = c.replicationFactor
+	if c.replicationFactor == -1 {
+		st.ReplicationFactor = 1
+	}
+	if r.Version >= 5 {
+		for _, name := range topicConfigNames {
+			v, src := b.topicConfigValue(c.configs, name)
+			rc := kmsg.NewCreateTopicsResponseTopicConfig()
+			rc.Name = name
+			val := v
+			rc.Value = &val
+			rc.Source = src
+			st.Configs = append(st.Configs, rc)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DeleteTopics: v1-6
+//
+// Deletes topics by name (v1-5) or by name or id (v6+, KIP-516) through the
+// Raft metadata log; the local logs are removed before the response, and
+// long-polling fetches on them are woken. Internal topics cannot be
+// deleted.
+//
+// Version notes: v4 flexible; v5 ErrorMessage; v6 topic ids.
+func init() { register(kmsg.DeleteTopics, 1, 6, (*Broker).handleDeleteTopics) }
+
+func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.DeleteTopicsRequest)
+	resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+
+	type target struct {
+		name *string
+		id   [16]byte
+	}
+	var targets []target
+	if r.Version >= 6 {
+		for _, t := range r.Topics {
+			targets = append(targets, target{t.Topic, t.TopicID})
+		}
+	} else {
+		for _, name := range r.TopicNames {
+			n := name
+			targets = append(targets, target{name: &n})
+		}
+	}
+	deleted := false
+	for _, tg := range targets {
+		st := kmsg.NewDeleteTopicsResponseTopic()
+		st.Topic, st.TopicID = tg.name, tg.id
+		err := func() error {
+			state := b.meta.State()
+			var name string
+			switch {
+			case tg.name != nil && *tg.name != "":
+				name = *tg.name
+				t, ok := state.Topics[name]
+				if !ok {
+					return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, name)
+				}
+				if tg.id != ([16]byte{}) && tg.id != t.ID {
+					return fmt.Errorf("%w: topic %q has another id", kerr.UnknownTopicID, name)
+				}
+			case tg.id != ([16]byte{}):
+				t, ok := state.TopicByID(tg.id)
+				if !ok {
+					return kerr.UnknownTopicID
+				}
+				name = t.Name
+				n := name
+				st.Topic = &n
+			default:
+				return fmt.Errorf("%w: neither a topic name nor an id", kerr.InvalidRequest)
+			}
+			if t := state.Topics[name]; t.Internal {
+				return fmt.Errorf("%w: %q is an internal topic", kerr.InvalidRequest, name)
+			}
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			defer cancel()
+			t, err := b.meta.DeleteTopic(ctx, name)
+			if err != nil {
+				return fmt.Errorf("delete topic %q: %w", name, err)
+			}
+			st.TopicID = t.ID
+			deleted = true
+			b.log.Info("topic deleted", "topic", name)
+			return nil
+		}()
+		if err != nil {
+			st.ErrorCode = errorCode(err)
+			if r.Version >= 5 {
+				st.ErrorMessage = errMessage(err)
+			}
+			b.metrics.countError(kmsg.DeleteTopics, st.ErrorCode)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if deleted {
+		if err := b.reconcile(); err != nil {
+			b.log.Error("remove deleted partitions", "err", err)
+		}
+	}
+	return resp, nil
+}

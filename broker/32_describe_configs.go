@@ -1,0 +1,160 @@
+package broker
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DescribeConfigs: v1-4
+//
+// TOPIC resources: every topic config key Strata knows, with the value in
+// force and where it comes from (topic override, broker default or Kafka
+// default), optionally filtered to the requested keys. BROKER resources:
+// the broker settings that shape topics and requests.
+//
+// Version notes: v1 synonyms (IncludeSynonyms lists the broker default
+// under a topic value); v3 config type and documentation; v4 flexible.
+func init() { register(kmsg.DescribeConfigs, 1, 4, (*Broker).handleDescribeConfigs) }
+
+// Kafka's ConfigResource types and config types used here.
+const (
+	resourceTopic  = 2
+	resourceBroker = 4
+
+	configTypeBoolean = 1
+	configTypeString  = 2
+	configTypeInt     = 3
+	configTypeLong    = 5
+	configTypeDouble  = 6
+	configTypeList    = 7
+)
+
+func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.DescribeConfigsRequest)
+	resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, rr := range r.Resources {
+		sr := kmsg.NewDescribeConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		wanted := func(name string) bool {
+			if rr.ConfigNames == nil {
+				return true
+			}
+			for _, n := range rr.ConfigNames {
+				if n == name {
+					return true
+				}
+			}
+			return false
+		}
+		switch rr.ResourceType {
+		case resourceTopic:
+			t, ok := b.topicByName(rr.ResourceName)
+			if !ok {
+				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				break
+			}
+			for _, name := range topicConfigNames {
+				if !wanted(name) {
+					continue
+				}
+				v, src := b.topicConfigValue(t.Configs, name)
+				c := describedConfig(name, v, src, r.Version)
+				if r.IncludeSynonyms && src == configSourceTopic {
+					if dv, ok := b.cfg.TopicDefaults[name]; ok {
+						c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, dv, configSourceStaticBroker))
+					}
+					c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, topicConfigs[name].def, configSourceDefault))
+				}
+				if r.IncludeDocumentation {
+					doc := topicConfigs[name].doc
+					c.Documentation = &doc
+				}
+				sr.Configs = append(sr.Configs, c)
+			}
+		case resourceBroker:
+			if rr.ResourceName != "" && rr.ResourceName != strconv.Itoa(int(b.cfg.NodeID)) {
+				sr.ErrorCode = kerr.InvalidRequest.Code
+				msg := "this broker is node " + strconv.Itoa(int(b.cfg.NodeID))
+				sr.ErrorMessage = &msg
+				break
+			}
+			for _, kv := range b.brokerConfigs() {
+				if wanted(kv[0]) {
+					c := describedConfig(kv[0], kv[1], configSourceStaticBroker, r.Version)
+					c.ReadOnly = true
+					sr.Configs = append(sr.Configs, c)
+				}
+			}
+		default:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			msg := "only TOPIC and BROKER resources are described"
+			sr.ErrorMessage = &msg
+		}
+		b.metrics.countError(kmsg.DescribeConfigs, sr.ErrorCode)
+		resp.Resources = append(resp.Resources, sr)
+	}
+	return resp, nil
+}
+
+func describedConfig(name, value string, src int8, version int16) kmsg.DescribeConfigsResponseResourceConfig {
+	c := kmsg.NewDescribeConfigsResponseResourceConfig()
+	c.Name = name
+	v := value
+	c.Value = &v
+	c.Source = kmsg.ConfigSource(src)
+	c.IsDefault = src == configSourceDefault
+	if version >= 3 {
+		c.ConfigType = kmsg.ConfigType(configType(value))
+	}
+	return c
+}
+
+func synonym(name, value string, src int8) kmsg.DescribeConfigsResponseResourceConfigConfigSynonym {
+	s := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+	s.Name = name
+	v := value
+	s.Value = &v
+	s.Source = kmsg.ConfigSource(src)
+	return s
+}
+
+// configType guesses Kafka's config type from a value's shape, which is
+// enough for clients that only use it for display.
+func configType(v string) int8 {
+	if v == "true" || v == "false" {
+		return configTypeBoolean
+	}
+	if _, err := strconv.ParseInt(v, 10, 32); err == nil {
+		return configTypeInt
+	}
+	if _, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return configTypeLong
+	}
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return configTypeDouble
+	}
+	return configTypeString
+}
+
+// brokerConfigs are the broker settings DescribeConfigs reports, as
+// Kafka-named key/value pairs.
+func (b *Broker) brokerConfigs() [][2]string {
+	out := [][2]string{
+		{"node.id", strconv.Itoa(int(b.cfg.NodeID))},
+		{"auto.create.topics.enable", strconv.FormatBool(b.cfg.AutoCreateTopics)},
+		{"num.partitions", strconv.Itoa(int(b.cfg.DefaultPartitions))},
+		{"socket.request.max.bytes", strconv.Itoa(int(b.cfg.MaxRequestBytes))},
+		{"advertised.listeners", "PLAINTEXT://" + b.AdvertisedAddr()},
+	}
+	if b.cfg.Rack != "" {
+		out = append(out, [2]string{"broker.rack", b.cfg.Rack})
+	}
+	for _, name := range topicConfigNames {
+		if v, ok := b.cfg.TopicDefaults[name]; ok {
+			out = append(out, [2]string{"log." + name, v})
+		}
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// IncrementalAlterConfigs: v0-1
+//
+// Sets or deletes individual topic configs through the Raft metadata log
+// (KIP-339); APPEND and SUBTRACT work on list-valued keys
+// (cleanup.policy). Every key and value is validated before anything is
+// written; ValidateOnly writes nothing. Open partitions apply the new
+// settings before the response.
+//
+// Version notes: v1 flexible.
+//
+// Not done: BROKER resources (broker settings are static: flags, file and
+// environment).
+func init() { register(kmsg.IncrementalAlterConfigs, 0, 1, (*Broker).handleIncrementalAlterConfigs) }
+
+// IncrementalAlterConfigs operations.
+const (
+	opSet      = 0
+	opDelete   = 1
+	opAppend   = 2
+	opSubtract = 3
+)
+
+func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.IncrementalAlterConfigsRequest)
+	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	changed := false
+	for _, rr := range r.Resources {
+		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		err := func() error {
+			if rr.ResourceType != resourceTopic {
+				return fmt.Errorf("%w: only topic configs can be altered", kerr.InvalidRequest)
+			}
+			t, ok := b.topicByName(rr.ResourceName)
+			if !ok {
+				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rr.ResourceName)
+			}
+			set := make(map[string]string)
+			var del []string
+			for _, c := range rr.Configs {
+				if _, known := topicConfigs[c.Name]; !known {
+					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, c.Name)
+				}
+				switch c.Op {
+				case opSet:
+					if c.Value == nil {
+						return fmt.Errorf("%w: %s: SET needs a value", kerr.InvalidConfig, c.Name)
+					}
+					set[c.Name] = *c.Value
+				case opDelete:
+					del = append(del, c.Name)
+				case opAppend, opSubtract:
+					if c.Name != "cleanup.policy" || c.Value == nil {
+						return fmt.Errorf("%w: %s is not a list", kerr.InvalidConfig, c.Name)
+					}
+					cur, _ := b.topicConfigValue(t.Configs, c.Name)
+					set[c.Name] = editList(cur, *c.Value, c.Op == opAppend)
+				default:
+					return fmt.Errorf("%w: unknown operation %d", kerr.InvalidRequest, c.Op)
+				}
+			}
+			for k, v := range set {
+				if err := validateTopicConfig(k, v); err != nil {
+					return fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
+				}
+			}
+			if r.ValidateOnly {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			defer cancel()
+			if err := b.meta.AlterConfigs(ctx, rr.ResourceName, set, del, false); err != nil {
+				return fmt.Errorf("alter configs of %q: %w", rr.ResourceName, err)
+			}
+			changed = true
+			return nil
+		}()
+		if err != nil {
+			sr.ErrorCode = errorCode(err)
+			sr.ErrorMessage = errMessage(err)
+			b.metrics.countError(kmsg.IncrementalAlterConfigs, sr.ErrorCode)
+		}
+		resp.Resources = append(resp.Resources, sr)
+	}
+	if changed {
+		if err := b.reconcile(); err != nil {
+			b.log.Error("apply config change", "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// editList appends or removes the comma-separated items of edit in list.
+func editList(list, edit string, add bool) string {
+	var items []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			items = append(items, s)
+		}
+	}
+	for _, e := range strings.Split(edit, ",") {
+		e = strings.TrimSpace(e)
+		idx := -1
+		for i, s := range items {
+			if s == e {
+				idx = i
+			}
+		}
+		switch {
+		case add && idx < 0 && e != "":
+			items = append(items, e)
+		case !add && idx >= 0:
+			items = append(items[:idx], items[idx+1:]...)
+		}
+	}
+	return strings.Join(items, ",")
+}

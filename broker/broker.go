@@ -1,0 +1,297 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"strata/meta"
+)
+
+// Broker is one running Strata node. Start it with Start; stop it with
+// Close.
+type Broker struct {
+	cfg     Config
+	log     *slog.Logger
+	meta    *meta.Store
+	metrics *metrics
+	logsDir string
+
+	ln       net.Listener
+	httpSrv  *http.Server
+	httpAddr net.Addr
+	advHost  string
+	advPort  int32
+
+	// ctx is cancelled by Close; every goroutine the broker starts watches
+	// it and is tracked by wg.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	pids producerIDs
+
+	// reconcileMu serialises reconcile runs.
+	reconcileMu sync.Mutex
+
+	// mu guards the partitions this node hosts and the open connections.
+	mu struct {
+		sync.RWMutex
+		partitions map[tp]*partition
+		conns      map[net.Conn]struct{}
+		closed     bool
+	}
+	started   bool // Start succeeded; set before any goroutine reads it
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// tp names a partition by topic name and index.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// Start opens the metadata store and the logs under cfg.DataDir, starts the
+// Kafka listener (and the HTTP listener when configured), and returns once
+// the broker accepts connections.
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	b := &Broker{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		logsDir: filepath.Join(cfg.DataDir, "logs"),
+	}
+	if err := os.MkdirAll(b.logsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	b.mu.partitions = make(map[tp]*partition)
+	b.mu.conns = make(map[net.Conn]struct{})
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+
+	reg := cfg.Registerer
+	gath := cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gath = r, r
+	}
+	b.metrics = newMetrics(reg)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("kafka listener %s: %w", cfg.Listen, err)
+	}
+	b.ln = ln
+	if err := b.setAdvertised(); err != nil {
+		ln.Close()
+		b.cancel()
+		return nil, err
+	}
+
+	m, err := meta.Open(ctx, meta.Config{
+		NodeID:    cfg.NodeID,
+		Dir:       filepath.Join(cfg.DataDir, "meta"),
+		Bootstrap: true,
+		Logger:    b.log.With("component", "meta"),
+	})
+	if err != nil {
+		b.closeListeners()
+		b.cancel()
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	b.meta = m
+	b.pids.store = m
+
+	if cfg.HTTPListen != "" {
+		hl, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("http listener %s: %w", cfg.HTTPListen, err)
+		}
+		b.httpAddr = hl.Addr()
+		b.httpSrv = &http.Server{Handler: b.httpHandler(gath), ReadHeaderTimeout: 10 * time.Second}
+		b.goFunc(func() {
+			if err := b.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				b.log.Error("http server stopped", "err", err)
+			}
+		})
+	}
+
+	if err := m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack}); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("register broker: %w", err)
+	}
+	if err := b.reconcile(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.goFunc(b.reconcileLoop)
+	b.goFunc(b.maintenanceLoop)
+	b.goFunc(b.acceptLoop)
+	b.started = true
+	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
+	return b, nil
+}
+
+func (b *Broker) setAdvertised() error {
+	adv := b.cfg.Advertised
+	if adv == "" {
+		adv = b.ln.Addr().String()
+	}
+	host, port, err := net.SplitHostPort(adv)
+	if err != nil {
+		return fmt.Errorf("advertised address %q: %w", adv, err)
+	}
+	p, err := strconv.ParseInt(port, 10, 32)
+	if err != nil || p <= 0 || p > 65535 {
+		if p == 0 && b.cfg.Advertised != "" {
+			// An advertised port of 0 means "the listener's port".
+			_, lport, _ := net.SplitHostPort(b.ln.Addr().String())
+			p, _ = strconv.ParseInt(lport, 10, 32)
+		} else {
+			return fmt.Errorf("advertised address %q: bad port", adv)
+		}
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	b.advHost, b.advPort = host, int32(p)
+	return nil
+}
+
+// Addr is the Kafka listener's address.
+func (b *Broker) Addr() net.Addr { return b.ln.Addr() }
+
+// AdvertisedAddr is the host:port clients are told to use.
+func (b *Broker) AdvertisedAddr() string {
+	return net.JoinHostPort(b.advHost, strconv.Itoa(int(b.advPort)))
+}
+
+// HTTPAddr is the metrics/health listener's address, or nil.
+func (b *Broker) HTTPAddr() net.Addr { return b.httpAddr }
+
+// goFunc runs f on a goroutine that Close waits for.
+func (b *Broker) goFunc(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+func (b *Broker) closeListeners() {
+	if b.ln != nil {
+		b.ln.Close()
+	}
+	if b.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		b.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+}
+
+// Close stops accepting connections, closes the open ones, waits for every
+// goroutine, then flushes and closes the logs and the metadata store. It is
+// safe to call more than once.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.cancel()
+		b.closeListeners()
+		b.mu.Lock()
+		b.mu.closed = true
+		for c := range b.mu.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.wg.Wait()
+
+		var errs []error
+		b.mu.Lock()
+		for key, p := range b.mu.partitions {
+			if err := p.close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s-%d: %w", key.topic, key.partition, err))
+			}
+		}
+		b.mu.partitions = map[tp]*partition{}
+		b.mu.Unlock()
+		if b.meta != nil {
+			if err := b.meta.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close metadata: %w", err))
+			}
+		}
+		b.closeErr = errors.Join(errs...)
+		if b.started {
+			b.log.Info("broker stopped", "node", b.cfg.NodeID)
+		}
+	})
+	return b.closeErr
+}
+
+// maintenanceLoop rolls idle segments, applies retention and, when
+// configured, flushes logs on a timer.
+func (b *Broker) maintenanceLoop() {
+	maint := time.NewTicker(b.cfg.MaintenanceInterval)
+	defer maint.Stop()
+	var flush <-chan time.Time
+	if b.cfg.FlushInterval > 0 {
+		t := time.NewTicker(b.cfg.FlushInterval)
+		defer t.Stop()
+		flush = t.C
+	}
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-maint.C:
+			for _, p := range b.partitionList() {
+				if err := p.log.Maintain(); err != nil {
+					b.log.Error("log maintenance", "topic", p.topic, "partition", p.index, "err", err)
+				}
+				p.updateStartOffset()
+			}
+		case <-flush:
+			for _, p := range b.partitionList() {
+				if err := p.log.Sync(); err != nil {
+					b.log.Error("log flush", "topic", p.topic, "partition", p.index, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (b *Broker) partitionList() []*partition {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	ps := make([]*partition, 0, len(b.mu.partitions))
+	for _, p := range b.mu.partitions {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// partition returns the partition this node hosts, or nil.
+func (b *Broker) partition(topic string, index int32) *partition {
+	b.mu.RLock()
+	p := b.mu.partitions[tp{topic, index}]
+	b.mu.RUnlock()
+	return p
+}

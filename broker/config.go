@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures one broker. Only cmd reads flags, files and the
+// environment; everything arrives here already parsed.
+type Config struct {
+	// NodeID is this broker's id in the cluster (Kafka's node.id).
+	NodeID int32
+	// DataDir holds the partition logs (DataDir/logs) and the Raft
+	// metadata (DataDir/meta).
+	DataDir string
+	// Listen is the Kafka listener, host:port. Port 0 picks a free port;
+	// Addr reports the one chosen.
+	Listen string
+	// Advertised is the host:port clients are told to connect to. Empty
+	// means the listener's actual address.
+	Advertised string
+	// HTTPListen serves /metrics, /healthz and /readyz. Empty disables it.
+	HTTPListen string
+	// Rack is advertised in Metadata (client rack awareness).
+	Rack string
+	// ClusterID is reported in Metadata and DescribeCluster.
+	ClusterID string
+
+	// AutoCreateTopics creates unknown topics on Metadata and Produce
+	// (auto.create.topics.enable).
+	AutoCreateTopics bool
+	// DefaultPartitions is num.partitions, used by auto-creation and by
+	// CreateTopics requests that leave the count to the broker.
+	DefaultPartitions int32
+	// MaxRequestBytes refuses larger frames before allocating them
+	// (socket.request.max.bytes).
+	MaxRequestBytes int32
+	// TopicDefaults are broker-level defaults for topic configs, keyed by
+	// topic config name (e.g. "retention.ms").
+	TopicDefaults map[string]string
+	// MaintenanceInterval is how often logs are checked for time-based
+	// roll and retention.
+	MaintenanceInterval time.Duration
+	// FlushInterval bounds how long appended data may sit in the page cache
+	// before it is fsynced (log.flush.interval.ms). Zero leaves durability
+	// to the operating system, as Kafka does by default.
+	FlushInterval time.Duration
+
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the broker's metrics; nil uses a private
+	// registry (served on HTTPListen).
+	Registerer prometheus.Registerer
+	// Gatherer is served on /metrics; nil uses the private registry.
+	Gatherer prometheus.Gatherer
+}
+
+// Defaults applied by WithDefaults.
+const (
+	DefaultListen          = "127.0.0.1:9092"
+	DefaultMaxRequestBytes = 100 << 20
+	defaultClusterID       = "strata"
+)
+
+// WithDefaults returns c with unset fields filled in.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DefaultPartitions == 0 {
+		c.DefaultPartitions = 1
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = 10 * time.Second
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = defaultClusterID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first problem with c, naming the setting.
+func (c Config) Validate() error {
+	if c.NodeID < 0 {
+		return fmt.Errorf("node id %d: must not be negative", c.NodeID)
+	}
+	if c.DataDir == "" {
+		return errors.New("data dir: must be set")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen address %q: %v", c.Listen, err)
+	}
+	if c.Advertised != "" {
+		if _, _, err := net.SplitHostPort(c.Advertised); err != nil {
+			return fmt.Errorf("advertised address %q: %v", c.Advertised, err)
+		}
+	}
+	if c.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+			return fmt.Errorf("http listen address %q: %v", c.HTTPListen, err)
+		}
+	}
+	if c.DefaultPartitions < 1 {
+		return fmt.Errorf("default partitions %d: must be at least 1", c.DefaultPartitions)
+	}
+	if c.MaxRequestBytes < 1024 {
+		return fmt.Errorf("max request bytes %d: must be at least 1024", c.MaxRequestBytes)
+	}
+	if c.MaintenanceInterval < 0 || c.FlushInterval < 0 {
+		return errors.New("maintenance and flush intervals must not be negative")
+	}
+	for k, v := range c.TopicDefaults {
+		if err := validateTopicConfig(k, v); err != nil {
+			return fmt.Errorf("topic default: %w", err)
+		}
+	}
+	return nil
+}

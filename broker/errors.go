@@ -1,0 +1,60 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"strata/meta"
+	"strata/segment"
+)
+
+// errorCode maps an error from the layers below to the Kafka error code a
+// client understands. This is the only place where that mapping happens.
+func errorCode(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	for _, m := range errorMap {
+		if errors.Is(err, m.err) {
+			return m.code.Code
+		}
+	}
+	return kerr.UnknownServerError.Code
+}
+
+var errorMap = []struct {
+	err  error
+	code *kerr.Error
+}{
+	{segment.ErrCorruptMessage, kerr.CorruptMessage},
+	{segment.ErrInvalidRecord, kerr.InvalidRecord},
+	{segment.ErrUnsupportedMagic, kerr.UnsupportedForMessageFormat},
+	{segment.ErrMessageTooLarge, kerr.MessageTooLarge},
+	{segment.ErrInvalidTimestamp, kerr.InvalidTimestamp},
+	{segment.ErrOutOfOrderSequence, kerr.OutOfOrderSequenceNumber},
+	{segment.ErrInvalidProducerEpoch, kerr.InvalidProducerEpoch},
+	{segment.ErrOffsetOutOfRange, kerr.OffsetOutOfRange},
+	{segment.ErrCorruptSegment, kerr.KafkaStorageError},
+	{segment.ErrClosed, kerr.NotLeaderForPartition},
+	{meta.ErrTopicExists, kerr.TopicAlreadyExists},
+	{meta.ErrUnknownTopic, kerr.UnknownTopicOrPartition},
+	{meta.ErrInvalidPartitions, kerr.InvalidPartitions},
+	{meta.ErrInvalidReplicationFactor, kerr.InvalidReplicationFactor},
+	{meta.ErrNotController, kerr.NotController},
+	{errClosed, kerr.NotLeaderForPartition},
+}
+
+// errMessage is the text to put in a response's ErrorMessage field: the
+// error's own words, which name what was wrong.
+func errMessage(err error) *string {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	return &s
+}

@@ -1,0 +1,91 @@
+package broker
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// metrics are the broker's Prometheus series. Label values are bounded:
+// API names come from kmsg, error codes from the protocol, and partition
+// series are removed when their topic is deleted.
+type metrics struct {
+	requests       *prometheus.CounterVec   // api
+	requestLatency *prometheus.HistogramVec // api
+	errors         *prometheus.CounterVec   // api, code
+	bytesIn        prometheus.Counter
+	bytesOut       prometheus.Counter
+	connections    prometheus.Gauge
+	badRequests    prometheus.Counter
+	produceLatency prometheus.Histogram
+	fetchLatency   prometheus.Histogram
+	recordsIn      prometheus.Counter
+	logEnd         *prometheus.GaugeVec // topic, partition
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := func(c prometheus.Collector) prometheus.Collector {
+		reg.MustRegister(c)
+		return c
+	}
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs .. ~13s
+	return &metrics{
+		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_requests_total", Help: "Kafka requests handled, by API.",
+		}, []string{"api"})).(*prometheus.CounterVec),
+		requestLatency: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "strata_request_duration_seconds", Help: "Time to handle a Kafka request, by API.", Buckets: buckets,
+		}, []string{"api"})).(*prometheus.HistogramVec),
+		errors: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_request_errors_total", Help: "Error codes returned, by API and Kafka error code (per partition where the API answers per partition).",
+		}, []string{"api", "code"})).(*prometheus.CounterVec),
+		bytesIn: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_network_received_bytes_total", Help: "Bytes of Kafka requests received.",
+		})).(prometheus.Counter),
+		bytesOut: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_network_sent_bytes_total", Help: "Bytes of Kafka responses sent.",
+		})).(prometheus.Counter),
+		connections: f(prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_connections", Help: "Open Kafka client connections.",
+		})).(prometheus.Gauge),
+		badRequests: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_connections_closed_bad_request_total", Help: "Connections closed because a frame was malformed, oversized or unsupported.",
+		})).(prometheus.Counter),
+		produceLatency: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "strata_produce_duration_seconds", Help: "Produce request latency, from decode to response.", Buckets: buckets,
+		})).(prometheus.Histogram),
+		fetchLatency: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "strata_fetch_duration_seconds", Help: "Fetch request latency, including long-poll waits.", Buckets: buckets,
+		})).(prometheus.Histogram),
+		recordsIn: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_produced_records_total", Help: "Records appended to logs.",
+		})).(prometheus.Counter),
+		logEnd: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_log_end_offset", Help: "Log end offset of each hosted partition.",
+		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
+	}
+}
+
+func (m *metrics) observeRequest(key int16, d time.Duration) {
+	name := kmsg.NameForKey(key)
+	m.requests.WithLabelValues(name).Inc()
+	m.requestLatency.WithLabelValues(name).Observe(d.Seconds())
+}
+
+// countError records a non-zero error code returned by api.
+func (m *metrics) countError(key kmsg.Key, code int16) {
+	if code == 0 {
+		return
+	}
+	m.errors.WithLabelValues(kmsg.NameForKey(int16(key)), strconv.Itoa(int(code))).Inc()
+}
+
+func (m *metrics) setLogEnd(topic string, partition int32, leo int64) {
+	m.logEnd.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(leo))
+}
+
+func (m *metrics) forgetPartition(topic string, partition int32) {
+	m.logEnd.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
+}

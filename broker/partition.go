@@ -1,0 +1,100 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"strata/segment"
+)
+
+// partition is one partition this node hosts: its log, and the high
+// watermark that bounds what consumers may read.
+//
+// The log end offset (LEO) belongs to the log; the high watermark belongs
+// here. On a single node the in-sync replica set is this node alone, so the
+// high watermark follows the LEO right after each append, but the two are
+// kept apart so that follower fetch offsets slot in without a rewrite.
+type partition struct {
+	topic   string
+	topicID [16]byte
+	index   int32
+	log     *segment.Log
+
+	// appendMu serialises appends with their high-watermark advance, so the
+	// high watermark never covers a batch still being written and acks=all
+	// waits are answered in order.
+	appendMu sync.Mutex
+
+	hw          atomic.Int64
+	startOffset atomic.Int64
+	leaderEpoch atomic.Int32
+
+	// waitMu guards waiters: long-poll fetches that want to hear when the
+	// high watermark moves.
+	waitMu  sync.Mutex
+	waiters map[chan struct{}]struct{}
+}
+
+func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log) *partition {
+	p := &partition{topic: topic, topicID: id, index: index, log: log, waiters: make(map[chan struct{}]struct{})}
+	p.leaderEpoch.Store(epoch)
+	p.startOffset.Store(log.StartOffset())
+	// Everything recovered from disk was acknowledged by this node alone, so
+	// it is all committed.
+	p.hw.Store(log.EndOffset())
+	return p
+}
+
+// highWatermark is the offset below which records are committed and
+// visible to consumers.
+func (p *partition) highWatermark() int64 { return p.hw.Load() }
+
+// advanceHighWatermark moves the high watermark to the smallest log end
+// offset in the ISR. With a single replica that is the local LEO.
+func (p *partition) advanceHighWatermark() {
+	leo := p.log.EndOffset()
+	for {
+		cur := p.hw.Load()
+		if leo <= cur {
+			return
+		}
+		if p.hw.CompareAndSwap(cur, leo) {
+			break
+		}
+	}
+	p.wake()
+}
+
+func (p *partition) updateStartOffset() {
+	p.startOffset.Store(p.log.StartOffset())
+}
+
+// wake tells every waiting fetch that the high watermark moved. Waiter
+// channels have room for one signal, so a slow fetch never blocks this.
+func (p *partition) wake() {
+	p.waitMu.Lock()
+	for w := range p.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	p.waitMu.Unlock()
+}
+
+func (p *partition) addWaiter(w chan struct{}) {
+	p.waitMu.Lock()
+	p.waiters[w] = struct{}{}
+	p.waitMu.Unlock()
+}
+
+func (p *partition) removeWaiter(w chan struct{}) {
+	p.waitMu.Lock()
+	delete(p.waiters, w)
+	p.waitMu.Unlock()
+}
+
+func (p *partition) close() error {
+	p.wake()
+	return p.log.Close()
+}

@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"strata/meta"
+	"strata/segment"
+)
+
+// partitionDir names a partition's log directory. The topic id is part of
+// the name so a topic deleted and re-created under the same name never
+// opens the old topic's data.
+func partitionDir(topic string, id [16]byte, index int32) string {
+	return topic + "-" + strconv.Itoa(int(index)) + "." + hex.EncodeToString(id[:])
+}
+
+// parsePartitionDir is partitionDir's inverse.
+func parsePartitionDir(name string) (topic string, id [16]byte, index int32, ok bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return "", id, 0, false
+	}
+	raw, err := hex.DecodeString(name[dot+1:])
+	if err != nil || len(raw) != 16 {
+		return "", id, 0, false
+	}
+	copy(id[:], raw)
+	rest := name[:dot]
+	dash := strings.LastIndexByte(rest, '-')
+	if dash < 0 {
+		return "", id, 0, false
+	}
+	n, err := strconv.ParseInt(rest[dash+1:], 10, 32)
+	if err != nil || n < 0 {
+		return "", id, 0, false
+	}
+	return rest[:dash], id, int32(n), true
+}
+
+type wantedPartition struct {
+	id      [16]byte
+	epoch   int32
+	configs map[string]string
+}
+
+// reconcileLoop re-runs reconcile whenever the metadata changes.
+func (b *Broker) reconcileLoop() {
+	for {
+		ch := b.meta.Changed()
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-ch:
+		}
+		if err := b.reconcile(); err != nil {
+			b.log.Error("reconcile partitions", "err", err)
+		}
+	}
+}
+
+// reconcile makes the set of open partitions match the metadata: it opens
+// the logs of partitions assigned to this node, closes and deletes those of
+// deleted topics, and applies config changes. It is called from the
+// reconcile loop and, synchronously, by requests that changed the metadata
+// and want their effect visible before they answer.
+func (b *Broker) reconcile() error {
+	b.reconcileMu.Lock()
+	defer b.reconcileMu.Unlock()
+
+	st := b.meta.State()
+	want := make(map[tp]wantedPartition)
+	for _, t := range st.Topics {
+		for _, p := range t.Partitions {
+			if slices.Contains(p.Replicas, b.cfg.NodeID) {
+				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs}
+			}
+		}
+	}
+
+	// Drop partitions whose topic is gone or was re-created under a new id.
+	var drop []*partition
+	b.mu.Lock()
+	for key, p := range b.mu.partitions {
+		if w, ok := want[key]; !ok || w.id != p.topicID {
+			drop = append(drop, p)
+			delete(b.mu.partitions, key)
+		}
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, p := range drop {
+		p.wake()
+		if err := p.log.Delete(); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.topic, p.index, err))
+		}
+		b.metrics.forgetPartition(p.topic, p.index)
+		b.log.Info("partition deleted", "topic", p.topic, "partition", p.index)
+	}
+
+	// Open new partitions and apply config changes to open ones.
+	for key, w := range want {
+		if p := b.partition(key.topic, key.partition); p != nil {
+			p.log.SetConfig(b.segmentConfig(w.configs))
+			p.leaderEpoch.Store(w.epoch)
+			continue
+		}
+		dir := filepath.Join(b.logsDir, partitionDir(key.topic, w.id, key.partition))
+		l, err := segment.Open(dir, b.segmentConfig(w.configs))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
+			continue
+		}
+		p := newPartition(key.topic, w.id, key.partition, w.epoch, l)
+		b.mu.Lock()
+		if b.mu.closed {
+			b.mu.Unlock()
+			l.Close()
+			return errors.Join(append(errs, errClosed)...)
+		}
+		b.mu.partitions[key] = p
+		b.mu.Unlock()
+		b.metrics.setLogEnd(p.topic, p.index, l.EndOffset())
+	}
+
+	errs = append(errs, b.removeStaleDirs(want))
+	return errors.Join(errs...)
+}
+
+// removeStaleDirs deletes log directories that no current topic owns: a
+// topic deleted while this node was down, or an older incarnation of a
+// re-created topic.
+func (b *Broker) removeStaleDirs(want map[tp]wantedPartition) error {
+	entries, err := os.ReadDir(b.logsDir)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", b.logsDir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		topic, id, index, ok := parsePartitionDir(e.Name())
+		if !ok {
+			continue // not ours; leave it alone
+		}
+		if w, ok := want[tp{topic, index}]; ok && w.id == id {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(b.logsDir, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b.log.Info("removed log of deleted topic", "dir", e.Name())
+	}
+	return errors.Join(errs...)
+}
+
+// topicByName returns the topic from the current metadata.
+func (b *Broker) topicByName(name string) (*meta.Topic, bool) {
+	t, ok := b.meta.State().Topics[name]
+	return t, ok
+}
+
+var errClosed = errors.New("broker closed")

@@ -1,0 +1,279 @@
+package broker
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// acceptLoop accepts Kafka connections until Close.
+func (b *Broker) acceptLoop() {
+	var backoff time.Duration
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: back off instead of
+				// spinning, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				b.log.Warn("accept", "err", err, "retry_in", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-b.ctx.Done():
+					return
+				}
+				continue
+			}
+			b.log.Error("kafka listener stopped", "err", err)
+			return
+		}
+		backoff = 0
+		b.mu.Lock()
+		if b.mu.closed {
+			b.mu.Unlock()
+			c.Close()
+			return
+		}
+		b.mu.conns[c] = struct{}{}
+		b.mu.Unlock()
+		b.metrics.connections.Inc()
+		b.goFunc(func() {
+			defer func() {
+				b.mu.Lock()
+				delete(b.mu.conns, c)
+				b.mu.Unlock()
+				c.Close()
+				b.metrics.connections.Dec()
+			}()
+			b.serveConn(c)
+		})
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// request is one decoded request with its header fields.
+type request struct {
+	kreq     kmsg.Request
+	corr     int32
+	clientID string
+	conn     *conn
+}
+
+// conn is one client connection. Requests are read, handled and answered
+// strictly in order, as the protocol requires; slow requests block only
+// their own connection, because every connection has its own goroutine.
+type conn struct {
+	b      *Broker
+	nc     net.Conn
+	r      *bufio.Reader
+	w      *bufio.Writer
+	remote string
+
+	// body and out are reused across requests: a connection handles one
+	// request at a time, and no handler keeps a reference to either after
+	// its response is written.
+	body []byte
+	out  []byte
+	// scratch backs fetch responses' record bytes for the same reason.
+	scratch []byte
+}
+
+var errFrameTooLarge = errors.New("frame larger than the maximum request size")
+
+func (b *Broker) serveConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c := &conn{
+		b:      b,
+		nc:     nc,
+		r:      bufio.NewReaderSize(nc, 64<<10),
+		w:      bufio.NewWriterSize(nc, 64<<10),
+		remote: nc.RemoteAddr().String(),
+	}
+	for {
+		req, err := c.readRequest()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && b.ctx.Err() == nil {
+				b.log.Warn("closing connection", "remote", c.remote, "err", err)
+				b.metrics.badRequests.Inc()
+			}
+			return
+		}
+		resp, err := b.handle(req)
+		if err != nil {
+			b.log.Warn("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.kreq.Key()), "version", req.kreq.GetVersion(), "err", err)
+			b.metrics.badRequests.Inc()
+			return
+		}
+		if resp == nil { // acks=0 produce: no response at all
+			continue
+		}
+		if err := c.writeResponse(req, resp); err != nil {
+			return
+		}
+		// Flush once no further request is already waiting, so pipelined
+		// requests share one write.
+		if c.r.Buffered() == 0 {
+			if err := c.w.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// readRequest reads and decodes one frame. A frame above the configured
+// maximum is refused before its body is allocated; a frame that does not
+// decode closes the connection.
+func (c *conn) readRequest() (*request, error) {
+	var sizeBuf [4]byte
+	if _, err := io.ReadFull(c.r, sizeBuf[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("truncated frame length: %w", err)
+		}
+		return nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+	if size < 0 || size > c.b.cfg.MaxRequestBytes {
+		return nil, fmt.Errorf("%w: %d bytes (max %d)", errFrameTooLarge, uint32(size), c.b.cfg.MaxRequestBytes)
+	}
+	if size < 8 {
+		return nil, fmt.Errorf("frame of %d bytes is shorter than a request header", size)
+	}
+	if cap(c.body) < int(size) {
+		c.body = make([]byte, size)
+	}
+	body := c.body[:size]
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return nil, fmt.Errorf("truncated frame: %w", err)
+	}
+	c.b.metrics.bytesIn.Add(float64(size) + 4)
+	return decodeRequest(body, c)
+}
+
+// decodeRequest parses a request header and body. It is separate from the
+// connection so fuzz tests can drive it with arbitrary bytes.
+func decodeRequest(body []byte, c *conn) (*request, error) {
+	rd := kbin.Reader{Src: body}
+	key := rd.Int16()
+	version := rd.Int16()
+	corr := rd.Int32()
+	clientID := rd.NullableString()
+	if err := rd.Complete(); err != nil {
+		return nil, fmt.Errorf("request header: %w", err)
+	}
+	kreq := kmsg.RequestForKey(key)
+	if kreq == nil {
+		return nil, fmt.Errorf("unknown api key %d", key)
+	}
+	if version < 0 {
+		return nil, fmt.Errorf("%s: negative version %d", kmsg.NameForKey(key), version)
+	}
+	kreq.SetVersion(version)
+	req := &request{kreq: kreq, corr: corr, conn: c}
+	if clientID != nil {
+		req.clientID = *clientID
+	}
+	// A version above what we serve is answered with UNSUPPORTED_VERSION
+	// (ApiVersions, KIP-511) or closes the connection; either way its body
+	// is not decoded, since we may not know its layout.
+	if !supported(key, version) {
+		return req, nil
+	}
+	if kreq.IsFlexible() {
+		kmsg.SkipTags(&rd)
+		if err := rd.Complete(); err != nil {
+			return nil, fmt.Errorf("request header tags: %w", err)
+		}
+	}
+	if err := kreq.ReadFrom(rd.Src); err != nil {
+		return nil, fmt.Errorf("decode %s v%d: %w", kmsg.NameForKey(key), version, err)
+	}
+	return req, nil
+}
+
+// writeResponse frames and buffers one response. ApiVersions responses
+// always use header v0 (KIP-511), so a client that sent a version we do not
+// know can still read the answer.
+func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
+	out := c.out[:0]
+	out = append(out, 0, 0, 0, 0)
+	out = binary.BigEndian.AppendUint32(out, uint32(req.corr))
+	if resp.IsFlexible() && resp.Key() != int16(kmsg.ApiVersions) {
+		out = append(out, 0) // empty tagged fields
+	}
+	out = resp.AppendTo(out)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	c.out = out
+	if cap(c.out) > 16<<20 {
+		c.out = nil // do not pin a huge buffer after a large fetch
+	}
+	c.b.metrics.bytesOut.Add(float64(len(out)))
+	_, err := c.w.Write(out)
+	return err
+}
+
+// handlerFunc answers one request. A nil response with a nil error means
+// "send nothing" (acks=0). An error closes the connection.
+type handlerFunc func(b *Broker, req *request) (kmsg.Response, error)
+
+// api is one supported API key.
+type api struct {
+	min, max int16
+	handle   handlerFunc
+}
+
+var (
+	apis map[int16]api
+)
+
+// register is called from each API file's init.
+func register(key kmsg.Key, min, max int16, h handlerFunc) {
+	if apis == nil {
+		apis = make(map[int16]api)
+	}
+	apis[int16(key)] = api{min: min, max: max, handle: h}
+}
+
+func supported(key, version int16) bool {
+	a, ok := apis[key]
+	return ok && version >= a.min && version <= a.max
+}
+
+func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
+	key := req.kreq.Key()
+	version := req.kreq.GetVersion()
+	a, ok := apis[key]
+	if !ok {
+		return nil, fmt.Errorf("unsupported api %s (key %d)", kmsg.NameForKey(key), key)
+	}
+	if !supported(key, version) && key != int16(kmsg.ApiVersions) {
+		return nil, fmt.Errorf("unsupported version %d of %s (we serve %d-%d)", version, kmsg.NameForKey(key), a.min, a.max)
+	}
+	start := time.Now()
+	defer func() {
+		// A bug in one handler must not take down the broker: answer by
+		// closing the connection and keep serving everyone else.
+		if r := recover(); r != nil {
+			b.log.Error("handler panic", "api", kmsg.NameForKey(key), "version", version, "panic", r)
+			resp, err = nil, fmt.Errorf("internal error handling %s", kmsg.NameForKey(key))
+		}
+		b.metrics.observeRequest(key, time.Since(start))
+	}()
+	return a.handle(b, req)
+}

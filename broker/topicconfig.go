@@ -1,0 +1,195 @@
+package broker
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"strata/segment"
+)
+
+// topicConfigDef describes one topic-level config key: its Kafka default
+// and how to validate a value. Keys not listed here are refused with
+// INVALID_CONFIG rather than silently stored, so a typo never looks applied.
+type topicConfigDef struct {
+	def      string
+	validate func(string) error
+	// sensitive values are never returned by DescribeConfigs or logged.
+	sensitive bool
+	doc       string
+}
+
+var topicConfigs = map[string]topicConfigDef{
+	"cleanup.policy":                  {def: "delete", validate: oneOfList("delete", "compact"), doc: "delete or compact (compaction runs on the cold tier)"},
+	"retention.ms":                    {def: "604800000", validate: longAtLeast(-1), doc: "whole-log time bound, -1 unlimited"},
+	"retention.bytes":                 {def: "-1", validate: longAtLeast(-1), doc: "whole-log size bound per partition, -1 unlimited"},
+	"local.retention.ms":              {def: "-2", validate: longAtLeast(-2), doc: "hot-tier time bound, -2 follows retention.ms"},
+	"local.retention.bytes":           {def: "-2", validate: longAtLeast(-2), doc: "hot-tier size bound, -2 follows retention.bytes"},
+	"remote.storage.enable":           {def: "true", validate: isBool, doc: "tier closed segments to the object store"},
+	"segment.bytes":                   {def: "1073741824", validate: intAtLeast(1024), doc: "roll the active segment at this size"},
+	"segment.ms":                      {def: "604800000", validate: longAtLeast(1), doc: "roll the active segment at this age"},
+	"segment.index.bytes":             {def: "10485760", validate: intAtLeast(4), doc: "accepted for compatibility; indexes grow as needed"},
+	"index.interval.bytes":            {def: "4096", validate: intAtLeast(0), doc: "bytes between offset index entries"},
+	"max.message.bytes":               {def: "1048588", validate: intAtLeast(0), doc: "largest record batch accepted"},
+	"message.timestamp.type":          {def: "CreateTime", validate: oneOf("CreateTime"), doc: "only CreateTime is supported"},
+	"message.timestamp.before.max.ms": {def: "9223372036854775807", validate: longAtLeast(0), doc: "reject records older than now minus this"},
+	"message.timestamp.after.max.ms":  {def: "3600000", validate: longAtLeast(0), doc: "reject records newer than now plus this"},
+	"min.insync.replicas":             {def: "1", validate: intAtLeast(1), doc: "acks=all needs this many in-sync replicas"},
+	"unclean.leader.election.enable":  {def: "false", validate: isBool, doc: "elect an out-of-sync replica when no in-sync one is left"},
+	"delete.retention.ms":             {def: "86400000", validate: longAtLeast(0), doc: "how long compaction keeps tombstones"},
+	"min.compaction.lag.ms":           {def: "0", validate: longAtLeast(0), doc: "records younger than this are not compacted"},
+	"max.compaction.lag.ms":           {def: "9223372036854775807", validate: longAtLeast(1), doc: "records older than this are eligible for compaction"},
+	"min.cleanable.dirty.ratio":       {def: "0.5", validate: ratio, doc: "dirty ratio that triggers compaction"},
+	"compression.type":                {def: "producer", validate: oneOf("producer"), doc: "batches are stored as the producer compressed them"},
+	"flush.messages":                  {def: "9223372036854775807", validate: longAtLeast(1), doc: "accepted for compatibility; see the broker flush interval"},
+	"flush.ms":                        {def: "9223372036854775807", validate: longAtLeast(0), doc: "accepted for compatibility; see the broker flush interval"},
+	"file.delete.delay.ms":            {def: "60000", validate: longAtLeast(0), doc: "accepted for compatibility"},
+	"preallocate":                     {def: "false", validate: isBool, doc: "accepted for compatibility"},
+}
+
+// topicConfigNames lists the known keys in a stable order for
+// DescribeConfigs.
+var topicConfigNames = func() []string {
+	names := make([]string, 0, len(topicConfigs))
+	for k := range topicConfigs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}()
+
+// validateTopicConfig checks one key and value, returning an error that
+// names both.
+func validateTopicConfig(key, value string) error {
+	def, ok := topicConfigs[key]
+	if !ok {
+		return fmt.Errorf("unknown topic config %q", key)
+	}
+	if err := def.validate(value); err != nil {
+		return fmt.Errorf("topic config %s=%q: %v", key, value, err)
+	}
+	return nil
+}
+
+// topicConfigValue resolves key for a topic: the topic's own setting, then
+// the broker default, then Kafka's default.
+func (b *Broker) topicConfigValue(configs map[string]string, key string) (value string, source int8) {
+	if v, ok := configs[key]; ok {
+		return v, configSourceTopic
+	}
+	if v, ok := b.cfg.TopicDefaults[key]; ok {
+		return v, configSourceStaticBroker
+	}
+	return topicConfigs[key].def, configSourceDefault
+}
+
+// DescribeConfigs config sources (Kafka's ConfigSource enum).
+const (
+	configSourceTopic        int8 = 1
+	configSourceStaticBroker int8 = 4
+	configSourceDefault      int8 = 5
+)
+
+// segmentConfig turns a topic's configs into the log's settings.
+func (b *Broker) segmentConfig(configs map[string]string) segment.Config {
+	num := func(key string) int64 {
+		v, _ := b.topicConfigValue(configs, key)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil { // validated on the way in; fall back to Kafka's default
+			n, _ = strconv.ParseInt(topicConfigs[key].def, 10, 64)
+		}
+		return n
+	}
+	ms := func(key string) time.Duration {
+		n := num(key)
+		if n < 0 {
+			return -1
+		}
+		if n > math.MaxInt64/int64(time.Millisecond) {
+			return -1 // effectively unlimited
+		}
+		return time.Duration(n) * time.Millisecond
+	}
+	cfg := segment.Config{
+		SegmentBytes:       num("segment.bytes"),
+		SegmentMs:          ms("segment.ms"),
+		IndexIntervalBytes: int(num("index.interval.bytes")),
+		RetentionBytes:     num("retention.bytes"),
+		RetentionMs:        ms("retention.ms"),
+		MaxBatchBytes:      int(num("max.message.bytes")),
+		TimestampBeforeMax: ms("message.timestamp.before.max.ms"),
+		TimestampAfterMax:  ms("message.timestamp.after.max.ms"),
+		Logger:             b.log,
+	}
+	if cfg.IndexIntervalBytes == 0 {
+		cfg.IndexIntervalBytes = 1 // every batch
+	}
+	return cfg
+}
+
+func longAtLeast(min int64) func(string) error {
+	return func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		if n < min {
+			return fmt.Errorf("must be at least %d", min)
+		}
+		return nil
+	}
+}
+
+func intAtLeast(min int64) func(string) error {
+	return func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return fmt.Errorf("not a 32-bit integer")
+		}
+		if n < min {
+			return fmt.Errorf("must be at least %d", min)
+		}
+		return nil
+	}
+}
+
+func isBool(s string) error {
+	if s != "true" && s != "false" {
+		return fmt.Errorf("must be true or false")
+	}
+	return nil
+}
+
+func ratio(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f > 1 {
+		return fmt.Errorf("must be a number between 0 and 1")
+	}
+	return nil
+}
+
+func oneOf(allowed ...string) func(string) error {
+	return func(s string) error {
+		for _, a := range allowed {
+			if s == a {
+				return nil
+			}
+		}
+		return fmt.Errorf("must be one of %s", strings.Join(allowed, ", "))
+	}
+}
+
+func oneOfList(allowed ...string) func(string) error {
+	one := oneOf(allowed...)
+	return func(s string) error {
+		for _, part := range strings.Split(s, ",") {
+			if err := one(strings.TrimSpace(part)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

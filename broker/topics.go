@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"strata/meta"
+)
+
+// maxTopicNameLen is Kafka's limit: 249 leaves room for the partition
+// suffix in a 255-byte directory name.
+const maxTopicNameLen = 249
+
+// validateTopicName applies Kafka's rules for topic names.
+func validateTopicName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: topic name is empty", kerr.InvalidTopicException)
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: topic name cannot be %q", kerr.InvalidTopicException, name)
+	case len(name) > maxTopicNameLen:
+		return fmt.Errorf("%w: topic name is longer than %d characters", kerr.InvalidTopicException, maxTopicNameLen)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: topic name %q contains %q; only ASCII letters, digits, '.', '_' and '-' are allowed", kerr.InvalidTopicException, name, c)
+		}
+	}
+	return nil
+}
+
+// topicCreate is a request to create one topic, from CreateTopics or from
+// auto-creation.
+type topicCreate struct {
+	name              string
+	partitions        int32 // -1: broker default
+	replicationFactor int16 // -1: broker default
+	configs           map[string]string
+	validateOnly      bool
+}
+
+// createTopic validates and, unless validateOnly, creates a topic through
+// the metadata log, then opens its local partitions before returning so
+// that a produce right after creation finds them.
+func (b *Broker) createTopic(ctx context.Context, c topicCreate) (*meta.Topic, error) {
+	if err := validateTopicName(c.name); err != nil {
+		return nil, err
+	}
+	if c.partitions == -1 {
+		c.partitions = b.cfg.DefaultPartitions
+	}
+	if c.partitions < 1 {
+		return nil, fmt.Errorf("%w: partition count %d must be at least 1", kerr.InvalidPartitions, c.partitions)
+	}
+	if c.replicationFactor == -1 {
+		c.replicationFactor = 1
+	}
+	brokers := int16(len(b.meta.State().Brokers))
+	if c.replicationFactor < 1 || c.replicationFactor > brokers {
+		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are registered", kerr.InvalidReplicationFactor, c.replicationFactor, brokers)
+	}
+	for k, v := range c.configs {
+		if err := validateTopicConfig(k, v); err != nil {
+			return nil, fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
+		}
+	}
+	if _, exists := b.topicByName(c.name); exists {
+		return nil, fmt.Errorf("%w: topic %q already exists", kerr.TopicAlreadyExists, c.name)
+	}
+	if c.validateOnly {
+		return &meta.Topic{Name: c.name, Configs: c.configs}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t, err := b.meta.CreateTopic(ctx, meta.TopicSpec{
+		Name:              c.name,
+		Partitions:        c.partitions,
+		ReplicationFactor: c.replicationFactor,
+		Configs:           maps.Clone(c.configs),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create topic %q: %w", c.name, err)
+	}
+	if err := b.reconcile(); err != nil {
+		b.log.Error("open partitions of new topic", "topic", c.name, "err", err)
+	}
+	b.log.Info("topic created", "topic", c.name, "partitions", c.partitions)
+	return &t, nil
+}
+
+// autoCreate creates name with the broker defaults if auto-creation is on.
+// It returns the topic, or nil when the topic still does not exist.
+func (b *Broker) autoCreate(ctx context.Context, name string) (*meta.Topic, error) {
+	if t, ok := b.topicByName(name); ok {
+		return t, nil
+	}
+	if !b.cfg.AutoCreateTopics {
+		return nil, nil
+	}
+	t, err := b.createTopic(ctx, topicCreate{name: name, partitions: -1, replicationFactor: -1})
+	if err != nil && errorCode(err) == kerr.TopicAlreadyExists.Code {
+		// Another request created it first.
+		t2, ok := b.topicByName(name)
+		if ok {
+			return t2, nil
+		}
+	}
+	return t, err
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// load runs Load with a config file holding yaml (none if empty), the given
+// environment and command-line flags.
+func load(t *testing.T, yaml string, env []string, args ...string) (Config, []string, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	flags := AddFlags(fs)
+	if yaml != "" {
+		path := filepath.Join(t.TempDir(), "strata.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", path}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, nil, err
+	}
+	return Load(Sources{Env: env, Flags: flags})
+}
+
+const fullFile = `
+node:
+  id: 3
+  data_dir: /from/file
+  rack: file-rack
+cluster:
+  id: file-cluster
+kafka:
+  listen: 0.0.0.0:19092
+  advertised_addr: file.example:19092
+  max_request_bytes: 2097152
+http:
+  listen: 127.0.0.1:19644
+topics:
+  auto_create: false
+  default_partitions: 6
+  defaults:
+    retention.ms: 1000
+    segment.bytes: "1048576"
+storage:
+  flush_interval: 2s
+logging:
+  level: debug
+  format: json
+`
+
+func TestFileSetsEverySetting(t *testing.T) {
+	cfg, warnings, err := load(t, fullFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings: %v", warnings)
+	}
+	want := Config{
+		Node:    Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
+		Cluster: Cluster{ID: "file-cluster"},
+		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20},
+		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
+		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, Defaults: map[string]string{
+			"retention.ms": "1000", "segment.bytes": "1048576",
+		}},
+		Storage: Storage{FlushInterval: 2 * time.Second},
+		Logging: Logging{Level: slog.LevelDebug, Format: "json"},
+	}
+	if !equal(cfg, want) {
+		t.Errorf("got  %+v\nwant %+v", cfg, want)
+	}
+}
+
+// TestPrecedence checks the documented order: flags over environment over
+// file over defaults, with map entries merged key by key.
+func TestPrecedence(t *testing.T) {
+	file := `
+node:
+  id: 1
+  data_dir: /file
+  rack: file-rack
+kafka:
+  listen: 127.0.0.1:1001
+topics:
+  defaults:
+    retention.ms: "1"
+    segment.bytes: "1024"
+    cleanup.policy: delete
+`
+	env := []string{
+		"STRATA_NODE_ID=2",
+		"STRATA_DATA_DIR=/env",
+		"STRATA_LISTEN=127.0.0.1:2002",
+		"STRATA_TOPIC_DEFAULTS=retention.ms=2, segment.bytes=2048",
+		"HOME=/root",
+	}
+	cfg, _, err := load(t, file, env, "--node-id", "3", "--topic-default", "retention.ms=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"node id (flag over env over file)", cfg.Node.ID, int32(3)},
+		{"data dir (env over file)", cfg.Node.DataDir, "/env"},
+		{"listen (env over file)", cfg.Kafka.Listen, "127.0.0.1:2002"},
+		{"rack (file over default)", cfg.Node.Rack, "file-rack"},
+		{"http listen (default)", cfg.HTTP.Listen, DefaultHTTPListen},
+		{"topic default set by all three", cfg.Topics.Defaults["retention.ms"], "3"},
+		{"topic default set by env and file", cfg.Topics.Defaults["segment.bytes"], "2048"},
+		{"topic default set by file only", cfg.Topics.Defaults["cleanup.policy"], "delete"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
+func TestLastRepeatedFlagWins(t *testing.T) {
+	cfg, _, err := load(t, "", nil, "--data-dir", "/a", "--data-dir", "/b", "--auto-create-topics=false", "--auto-create-topics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.DataDir != "/b" || !cfg.Topics.AutoCreate {
+		t.Errorf("data dir %q auto create %v", cfg.Node.DataDir, cfg.Topics.AutoCreate)
+	}
+}
+
+func TestConfigFileFromEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("node: {data_dir: /x}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := load(t, "", []string{"STRATA_CONFIG=" + path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.DataDir != "/x" {
+		t.Errorf("data dir %q", cfg.Node.DataDir)
+	}
+}
+
+func TestOffAndEmptyDisableHTTP(t *testing.T) {
+	for _, v := range []string{"off", ""} {
+		cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", "STRATA_HTTP_LISTEN=" + v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTP.Listen != "" {
+			t.Errorf("%q: http listen %q", v, cfg.HTTP.Listen)
+		}
+	}
+}
+
+func TestNullValuesLeaveDefaults(t *testing.T) {
+	cfg, _, err := load(t, "node:\n  data_dir: /d\n  rack:\nhttp:\nkafka: ~\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Listen != DefaultHTTPListen || cfg.Kafka.Listen != DefaultListen {
+		t.Errorf("got %+v", cfg)
+	}
+}
+
+func TestUnknownEnvironmentIsAWarning(t *testing.T) {
+	_, warnings, err := load(t, "", []string{"STRATA_DATA_DIR=/d", "STRATA_LISTN=x", "STRATA_BOOTSTRAP=y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "STRATA_LISTN") {
+		t.Errorf("warnings %q", warnings)
+	}
+}
+
+// TestErrorsNameTheProblem checks that every bad input comes back as one
+// line naming where it came from, the key and the value.
+func TestErrorsNameTheProblem(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+		want []string // substrings of the error
+	}{
+		{
+			name: "bad integer in file",
+			yaml: "node:\n  data_dir: /d\ntopics:\n  default_partitions: abc\n",
+			want: []string{`strata.yaml:4: topics.default_partitions: "abc" is not an integer`},
+		},
+		{
+			name: "unknown key in file",
+			yaml: "node:\n  data_dir: /d\nkafka:\n  lisen: 1.2.3.4:9092\n",
+			want: []string{"strata.yaml:4: unknown key kafka.lisen (did you mean kafka.listen?)"},
+		},
+		{
+			name: "unknown section in file",
+			yaml: "raft:\n  peers: [a]\n",
+			want: []string{"strata.yaml:1: unknown key raft"},
+		},
+		{
+			name: "key in the wrong section",
+			yaml: "kafka:\n  default_partitions: 3\n",
+			want: []string{"unknown key kafka.default_partitions (did you mean topics.default_partitions?)"},
+		},
+		{
+			name: "list where a value belongs",
+			yaml: "node:\n  data_dir: [a, b]\n",
+			want: []string{"strata.yaml:2: node.data_dir: expected a single value, found a list"},
+		},
+		{
+			name: "value where a section belongs",
+			yaml: "kafka: 9092\n",
+			want: []string{"strata.yaml:1: kafka: expected a section of settings"},
+		},
+		{
+			name: "duplicate key",
+			yaml: "node:\n  data_dir: /a\n  data_dir: /b\n",
+			want: []string{"strata.yaml:3: node.data_dir: duplicate key"},
+		},
+		{
+			name: "syntax error",
+			yaml: "node:\n  data_dir: /a\n bad indent: [\n",
+			want: []string{"strata.yaml:2: did not find expected key"},
+		},
+		{
+			name: "not a mapping",
+			yaml: "- a\n- b\n",
+			want: []string{"the file must be a mapping"},
+		},
+		{
+			name: "bad duration in environment",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_FLUSH_INTERVAL=soon"},
+			want: []string{`environment STRATA_FLUSH_INTERVAL: "soon" is not a duration`},
+		},
+		{
+			name: "bad boolean in environment",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_AUTO_CREATE_TOPICS=maybe"},
+			want: []string{`STRATA_AUTO_CREATE_TOPICS: "maybe" is not a boolean`},
+		},
+		{
+			name: "bad pair in environment",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_TOPIC_DEFAULTS=retention.ms"},
+			want: []string{`STRATA_TOPIC_DEFAULTS: "retention.ms" is not key=value`},
+		},
+		{
+			name: "bad address flag",
+			args: []string{"--data-dir", "/d", "--listen", "localhost"},
+			want: []string{`"--listen"`, `"localhost" is not host:port`},
+		},
+		{
+			name: "out of range flag",
+			args: []string{"--data-dir", "/d", "--node-id", "99999999999"},
+			want: []string{`"--node-id"`, "out of range"},
+		},
+		{
+			name: "zero partitions",
+			yaml: "node:\n  data_dir: /d\ntopics:\n  default_partitions: 0\n",
+			want: []string{`strata.yaml:4: topics.default_partitions: "0" is less than 1`},
+		},
+		{
+			name: "negative node id",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_NODE_ID=-1"},
+			want: []string{`STRATA_NODE_ID: "-1" is less than 0`},
+		},
+		{
+			name: "bad log level flag",
+			args: []string{"--data-dir", "/d", "--log-level", "loud"},
+			want: []string{`"loud" is not a log level`},
+		},
+		{
+			name: "no data dir",
+			want: []string{"node.data_dir is not set", "--data-dir", "STRATA_DATA_DIR"},
+		},
+		{
+			name: "bad value in file masked by a flag is still reported",
+			yaml: "node:\n  id: x\n",
+			args: []string{"--node-id", "1", "--data-dir", "/d"},
+			want: []string{`node.id: "x" is not an integer`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := load(t, tt.yaml, tt.env, tt.args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+// TestEnvNamesFollowFlags pins the documented rule that each variable is
+// STRATA_ and the flag name in upper case.
+func TestEnvNamesFollowFlags(t *testing.T) {
+	for _, s := range settings {
+		want := "STRATA_" + strings.ToUpper(strings.ReplaceAll(s.flag, "-", "_"))
+		if s.setEntry != nil {
+			want += "S"
+		}
+		if s.env() != want {
+			t.Errorf("%s: env %s, want %s", s.key, s.env(), want)
+		}
+	}
+	for _, name := range []string{"STRATA_NODE_ID", "STRATA_DATA_DIR", "STRATA_LISTEN", "STRATA_ADVERTISED_ADDR", "STRATA_HTTP_LISTEN"} {
+		if byEnv[name] == nil {
+			t.Errorf("%s is not a setting", name)
+		}
+	}
+}
+
+func equal(a, b Config) bool { return reflect.DeepEqual(a, b) }

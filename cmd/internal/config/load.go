@@ -1,0 +1,326 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// Environment variables read besides the per-setting ones.
+const (
+	// EnvConfig names the config file when --config is not given.
+	EnvConfig = "STRATA_CONFIG"
+	// EnvBootstrap is read by the admin commands, not by a node; Load
+	// knows it only so that it is not reported as unknown.
+	EnvBootstrap = "STRATA_BOOTSTRAP"
+)
+
+// Flags holds the settings given on a command line. AddFlags creates it;
+// pflag fills it while parsing; Load applies it last.
+type Flags struct {
+	configFile string
+	given      []given // in command-line order, so a repeated flag's last value wins
+}
+
+type given struct {
+	s   *setting
+	raw string
+}
+
+// AddFlags defines --config and one flag per setting on fs.
+func AddFlags(fs *pflag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.configFile, "config", "", "YAML config file (env "+EnvConfig+")")
+	def := Defaults()
+	for _, s := range settings {
+		v := &flagValue{flags: f, s: s}
+		if s.get != nil {
+			v.def = s.get(&def)
+		}
+		fl := fs.VarPF(v, s.flag, "", s.usage+" (env "+s.env()+")")
+		if s.typ == "bool" {
+			fl.NoOptDefVal = "true"
+		}
+	}
+	return f
+}
+
+// flagValue adapts a setting to pflag. Set parses the value at once, so a
+// bad flag is reported by pflag as a usage error naming the flag, and
+// records the raw text for Load.
+type flagValue struct {
+	flags *Flags
+	s     *setting
+	def   string
+}
+
+func (v *flagValue) String() string { return v.def }
+func (v *flagValue) Type() string   { return v.s.typ }
+
+func (v *flagValue) Set(raw string) error {
+	var scratch Config
+	var err error
+	if v.s.setEntry != nil {
+		err = v.s.setPair(&scratch, raw)
+	} else {
+		err = v.s.set(&scratch, raw)
+	}
+	if err != nil {
+		return err
+	}
+	v.flags.given = append(v.flags.given, given{v.s, raw})
+	return nil
+}
+
+// Sources are the inputs of Load.
+type Sources struct {
+	// Env is the process environment in os.Environ form.
+	Env []string
+	// Flags are the parsed command-line flags; nil means none.
+	Flags *Flags
+}
+
+// Load builds a node's configuration from the defaults, the config file
+// (--config, else $STRATA_CONFIG, else none), the environment and the
+// flags, each overriding the one before; map settings merge entry by entry.
+// Every source is checked in full, even where a later one overrides a
+// value: a bad file is reported rather than silently masked. The returned
+// warnings (unknown STRATA_* variables) are for the caller to log.
+func Load(src Sources) (cfg Config, warnings []string, err error) {
+	cfg = Defaults()
+	env := parseEnviron(src.Env)
+
+	path := env[EnvConfig]
+	if src.Flags != nil && src.Flags.configFile != "" {
+		path = src.Flags.configFile
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, nil, err // names the path
+		}
+		if err := applyYAML(&cfg, data); err != nil {
+			return Config{}, nil, fmt.Errorf("%s%w", path, err)
+		}
+	}
+
+	warnings, err = applyEnv(&cfg, env)
+	if err != nil {
+		return Config{}, nil, err
+	}
+
+	if src.Flags != nil {
+		for _, g := range src.Flags.given {
+			// Already parsed once by flagValue.Set; this cannot fail.
+			if g.s.setEntry != nil {
+				err = g.s.setPair(&cfg, g.raw)
+			} else {
+				err = g.s.set(&cfg, g.raw)
+			}
+			if err != nil {
+				return Config{}, nil, fmt.Errorf("--%s: %w", g.s.flag, err)
+			}
+		}
+	}
+	if err := cfg.check(); err != nil {
+		return Config{}, nil, err
+	}
+	return cfg, warnings, nil
+}
+
+func parseEnviron(environ []string) map[string]string {
+	m := make(map[string]string)
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// applyEnv applies the STRATA_* variables in the settings table's order,
+// and returns a warning for every other STRATA_* variable: likely a typo,
+// but not fatal, since the environment is shared with other tools.
+func applyEnv(cfg *Config, env map[string]string) ([]string, error) {
+	for _, s := range settings {
+		raw, ok := env[s.env()]
+		if !ok {
+			continue
+		}
+		var err error
+		if s.setEntry != nil {
+			for _, pair := range strings.Split(raw, ",") {
+				if strings.TrimSpace(pair) == "" {
+					continue
+				}
+				if err = s.setPair(cfg, pair); err != nil {
+					break
+				}
+			}
+		} else {
+			err = s.set(cfg, raw)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("environment %s: %w", s.env(), err)
+		}
+	}
+	var warnings []string
+	for k := range env {
+		if strings.HasPrefix(k, "STRATA_") && byEnv[k] == nil && k != EnvConfig && k != EnvBootstrap {
+			warnings = append(warnings, "ignoring unknown environment variable "+k)
+		}
+	}
+	sort.Strings(warnings)
+	return warnings, nil
+}
+
+// applyYAML applies a config file. It walks the YAML node tree rather than
+// decoding into tagged structs so that an unknown key, a value of the wrong
+// shape and a bad value all come back as one line naming the line number,
+// the full dotted key and the value. Errors start with ":" so that the
+// caller can prefix the file name.
+func applyYAML(cfg *Config, data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		msg := strings.TrimPrefix(oneLine(err.Error()), "yaml: ")
+		// "line 3: did not find expected key" reads ":3: did not find..."
+		// after the file name, like every other error here.
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			return fmt.Errorf(":%s", rest)
+		}
+		return fmt.Errorf(": %s", msg)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf(":%d: the file must be a mapping of keys to values", root.Line)
+	}
+	return walk(cfg, "", root)
+}
+
+func walk(cfg *Config, prefix string, m *yaml.Node) error {
+	seen := make(map[string]bool)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		kn, vn := m.Content[i], resolve(m.Content[i+1])
+		key := kn.Value
+		if prefix != "" {
+			key = prefix + "." + kn.Value
+		}
+		if kn.Kind != yaml.ScalarNode {
+			return fmt.Errorf(":%d: %s: keys must be plain strings", kn.Line, prefix)
+		}
+		if seen[key] {
+			return fmt.Errorf(":%d: %s: duplicate key", kn.Line, key)
+		}
+		seen[key] = true
+		if isNull(vn) {
+			continue // "key:" with no value leaves the setting alone
+		}
+
+		s := byKey[key]
+		switch {
+		case s != nil && s.setEntry != nil:
+			if vn.Kind != yaml.MappingNode {
+				return fmt.Errorf(":%d: %s: expected a mapping of names to values", vn.Line, key)
+			}
+			for j := 0; j+1 < len(vn.Content); j += 2 {
+				ek, ev := vn.Content[j], resolve(vn.Content[j+1])
+				if ek.Kind != yaml.ScalarNode || ev.Kind != yaml.ScalarNode {
+					return fmt.Errorf(":%d: %s: expected name: value", ek.Line, key)
+				}
+				if err := s.setEntry(cfg, ek.Value, ev.Value); err != nil {
+					return fmt.Errorf(":%d: %s.%s: %w", ev.Line, key, ek.Value, err)
+				}
+			}
+		case s != nil:
+			if vn.Kind != yaml.ScalarNode {
+				return fmt.Errorf(":%d: %s: expected a single value, found %s", vn.Line, key, kindName(vn))
+			}
+			if err := s.set(cfg, vn.Value); err != nil {
+				return fmt.Errorf(":%d: %s: %w", vn.Line, key, err)
+			}
+		case groups[key]:
+			if vn.Kind != yaml.MappingNode {
+				return fmt.Errorf(":%d: %s: expected a section of settings, found %s", vn.Line, key, kindName(vn))
+			}
+			if err := walk(cfg, key, vn); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf(":%d: unknown key %s%s", kn.Line, key, suggest(key))
+		}
+	}
+	return nil
+}
+
+// suggest names the known key a misspelt one most likely meant: one within
+// two edits, or one with the same name in another section.
+func suggest(key string) string {
+	last := key[strings.LastIndex(key, ".")+1:]
+	for _, s := range settings {
+		if editDistance(s.key, key) <= 2 || strings.HasSuffix(s.key, "."+last) {
+			return fmt.Sprintf(" (did you mean %s?)", s.key)
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	default:
+		return "a single value"
+	}
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

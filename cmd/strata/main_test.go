@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests run the command line two ways: in process through run, for
+// everything that returns before a node starts, and as a built binary,
+// for what an operator sees of a running node: the bootstrap line, signals
+// and exit statuses.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds cmd/strata once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "strata-cmd-test")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "strata")
+		// go test puts its own toolchain first on PATH.
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building strata: %v", buildErr)
+	}
+	return binPath
+}
+
+// runCLI runs one command line in process with a clean environment plus
+// env, and gives up after a minute so that a command that unexpectedly
+// starts a node cannot hang the test.
+func runCLI(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code = run(ctx, args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// assertOneLineError checks the promise of issue 2: a failure is one line
+// naming the problem, never a stack trace or a usage page.
+func assertOneLineError(t *testing.T, stderr string, want ...string) {
+	t.Helper()
+	line := strings.TrimSuffix(stderr, "\n")
+	if line == "" || strings.Contains(line, "\n") || !strings.HasPrefix(line, "strata: ") {
+		t.Fatalf("stderr is not one 'strata: ...' line:\n%s", stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(line, w) {
+			t.Errorf("error %q does not mention %q", line, w)
+		}
+	}
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dev", "--bogus"}, []string{"unknown flag: --bogus", "strata dev --help"}},
+		{[]string{"bogus"}, []string{`unknown command "bogus"`}},
+		{[]string{"tpoic"}, []string{`did you mean "topic"?`}},
+		{[]string{"topic", "lst"}, []string{`unknown command "lst" for "strata topic"`}},
+		{[]string{"topic", "describe"}, []string{"requires at least 1 arg"}},
+		{[]string{"version", "extra"}, []string{`unknown command "extra"`}},
+		{[]string{"loadtest", "bogus"}, []string{`"bogus"`, "strata loadtest"}},
+		{[]string{"serve", "--default-partitions", "abc"}, []string{"--default-partitions", `"abc" is not an integer`}},
+		{[]string{"serve", "--listen", "9092"}, []string{"--listen", `"9092" is not host:port`}},
+		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
+		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
+		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, tt.args...)
+			if code != 2 {
+				t.Errorf("exit status %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout: %q", stdout)
+			}
+			assertOneLineError(t, stderr, tt.want...)
+		})
+	}
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unknownKey := write("unknown.yaml", "node:\n  data_dir: /tmp/x\nkafka:\n  lisen: 127.0.0.1:0\n")
+	badValue := write("bad.yaml", "node:\n  data_dir: /tmp/x\ntopics:\n  default_partitions: abc\n")
+	// Validated by the broker, not by the config loader.
+	badTopicDefault := write("topicdefault.yaml", "node:\n  data_dir: "+dir+"\nkafka:\n  listen: 127.0.0.1:0\nhttp:\n  listen: off\n"+
+		"topics:\n  defaults:\n    retention.ms: soon\n")
+
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"unknown key", nil, []string{"--config", unknownKey}, []string{"config", "unknown.yaml:4", "unknown key kafka.lisen"}},
+		{"bad value", nil, []string{"--config", badValue}, []string{"bad.yaml:4", `topics.default_partitions: "abc" is not an integer`}},
+		{"file from environment", []string{"STRATA_CONFIG=" + badValue}, nil, []string{"bad.yaml:4"}},
+		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, []string{"nope.yaml", "no such file"}},
+		{"bad environment value", []string{"STRATA_NODE_ID=one"}, []string{"--data-dir", dir}, []string{"STRATA_NODE_ID", `"one" is not an integer`}},
+		{"no data dir", nil, nil, []string{"node.data_dir is not set"}},
+		{"value the broker refuses", nil, []string{"--config", badTopicDefault}, []string{"config", "retention.ms", "soon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.env, append([]string{"serve"}, tt.args...)...)
+			if code != 1 {
+				t.Errorf("exit status %d, want 1", code)
+			}
+			assertOneLineError(t, stderr, tt.want...)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(stdout, "strata dev (commit ") || !strings.Contains(stdout, runtime.Version()) {
+		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+}
+
+func TestTopicWithoutBroker(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, _, stderr := runCLI(t, []string{"STRATA_BOOTSTRAP=" + addr}, "topic", "list", "--timeout", "5s")
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	assertOneLineError(t, stderr, addr)
+}
+
+// node is a strata process started by a test.
+type node struct {
+	cmd       *exec.Cmd
+	bootstrap string
+	metrics   string
+	stderr    *syncBuffer
+	exited    chan struct{}
+	waitErr   error
+}
+
+var bootstrapLine = regexp.MustCompile(`bootstrap (\S+)`)
+var metricsURL = regexp.MustCompile(`metrics (http://\S+/metrics)`)
+
+// startNode starts the binary and waits for its bootstrap line.
+func startNode(t *testing.T, env []string, args ...string) *node {
+	t.Helper()
+	n := &node{stderr: &syncBuffer{}, exited: make(chan struct{})}
+	n.cmd = exec.Command(binary(t), args...)
+	n.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	n.cmd.Stderr = n.stderr
+	stdout, err := n.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		n.waitErr = n.cmd.Wait()
+		close(n.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-n.exited:
+		default:
+			n.cmd.Process.Kill()
+			<-n.exited
+		}
+		if t.Failed() {
+			t.Logf("node stderr:\n%s", n.stderr.String())
+		}
+	})
+
+	select {
+	case line := <-lines:
+		m := bootstrapLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("first stdout line has no bootstrap address: %q", line)
+		}
+		n.bootstrap = m[1]
+		if m := metricsURL.FindStringSubmatch(line); m != nil {
+			n.metrics = m[1]
+		}
+	case <-n.exited:
+		t.Fatalf("strata exited before printing the bootstrap line: %v\n%s", n.waitErr, n.stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no bootstrap line within 30s\n%s", n.stderr.String())
+	}
+	return n
+}
+
+// stop sends SIGTERM and checks for a clean exit with status 0.
+func (n *node) stop(t *testing.T) {
+	t.Helper()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("strata did not exit within 30s of SIGTERM")
+	}
+	if n.waitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", n.waitErr, n.stderr.String())
+	}
+}
+
+// runFails runs the binary expecting it to fail at start-up.
+//
+// It returns the error line: stderr's last line. Lines before it may only be
+// log records (the node logs at info level while it starts and unwinds).
+func runFails(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("want exit status 1, got %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "time=") {
+			t.Errorf("stderr line is neither a log record nor the error: %q", l)
+		}
+	}
+	return lines[len(lines)-1] + "\n"
+}
+
+func TestDevStartupErrors(t *testing.T) {
+	t.Run("data dir under a regular file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(file, "data")
+		stderr := runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+		assertOneLineError(t, stderr, dir, "not a directory")
+	})
+	t.Run("kafka port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addr := ln.Addr().String()
+		stderr := runFails(t, "dev", "--data-dir", t.TempDir(), "--listen", addr, "--http-listen", "off")
+		assertOneLineError(t, stderr, addr, "address already in use")
+	})
+	t.Run("http port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addr := ln.Addr().String()
+		stderr := runFails(t, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", addr)
+		assertOneLineError(t, stderr, addr, "address already in use")
+	})
+}
+
+// TestDevLifecycle runs `strata dev` as a user would: it announces the real
+// bootstrap address, serves topic administration and metrics, and exits 0
+// on SIGTERM.
+func TestDevLifecycle(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	n := startNode(t, nil, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+	if strings.HasSuffix(n.bootstrap, ":0") {
+		t.Fatalf("bootstrap line shows port 0, not the port chosen: %s", n.bootstrap)
+	}
+	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
+	cli := func(wantCode int, args ...string) (string, string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, env, args...)
+		if code != wantCode {
+			t.Fatalf("strata %s: exit status %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, stdout, stderr)
+		}
+		return stdout, stderr
+	}
+
+	t.Run("metrics", func(t *testing.T) {
+		if n.metrics == "" {
+			t.Fatal("bootstrap line does not show the metrics URL")
+		}
+		resp, err := http.Get(n.metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", n.metrics, resp.Status)
+		}
+	})
+
+	out, _ := cli(0, "topic", "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000")
+	if !strings.Contains(out, "created topic orders (3 partitions") {
+		t.Errorf("create printed %q", out)
+	}
+	out, _ = cli(0, "topic", "create", "dry", "--validate-only")
+	if !strings.Contains(out, "would create topic dry") {
+		t.Errorf("validate-only printed %q", out)
+	}
+	_, stderr := cli(1, "topic", "create", "orders")
+	assertOneLineError(t, stderr, "topic create orders: TOPIC_ALREADY_EXISTS")
+
+	out, _ = cli(0, "topic", "list")
+	if !regexp.MustCompile(`(?m)^orders\s+3\s+1\s+\S+$`).MatchString(out) || strings.Contains(out, "dry") {
+		t.Errorf("list printed:\n%s", out)
+	}
+	var listed []topicSummary
+	out, _ = cli(0, "topic", "list", "--json")
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 1 || listed[0].Partitions != 3 || listed[0].ID == "-" {
+		t.Errorf("list --json: %v\n%s", err, out)
+	}
+
+	out, _ = cli(0, "topic", "describe", "orders")
+	for _, want := range []string{"Topic: orders", "Partitions: 3", "retention.ms=3600000", "PARTITION"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe does not show %q:\n%s", want, out)
+		}
+	}
+	var described []topicDescription
+	out, _ = cli(0, "topic", "describe", "orders", "--json")
+	if err := json.Unmarshal([]byte(out), &described); err != nil {
+		t.Fatalf("describe --json: %v\n%s", err, out)
+	}
+	if d := described[0]; len(d.Partitions) != 3 || d.Configs["retention.ms"] != "3600000" || d.Partitions[2].Leader < 0 || len(d.Partitions[2].ISR) != 1 {
+		t.Errorf("describe --json: %+v", d)
+	}
+	_, stderr = cli(1, "topic", "describe", "missing")
+	assertOneLineError(t, stderr, "topic describe missing: UNKNOWN_TOPIC_OR_PARTITION")
+
+	out, _ = cli(0, "topic", "delete", "orders")
+	if out != "deleted topic orders\n" {
+		t.Errorf("delete printed %q", out)
+	}
+	_, stderr = cli(1, "topic", "delete", "orders")
+	assertOneLineError(t, stderr, "topic delete orders: UNKNOWN_TOPIC_OR_PARTITION")
+
+	n.stop(t)
+	if strings.Contains(n.stderr.String(), "panic") {
+		t.Errorf("stderr mentions a panic:\n%s", n.stderr.String())
+	}
+	if _, err := os.Stat(dataDir); err != nil {
+		t.Errorf("data dir: %v", err)
+	}
+}
+
+// TestServeTakesEverySource starts `strata serve` with a setting in each
+// of the file, the environment and the flags, and checks the winner is
+// visible from outside: the advertised address comes back in the bootstrap
+// line.
+func TestServeTakesEverySource(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "strata.yaml")
+	body := "node:\n  id: 7\n  data_dir: " + filepath.Join(dir, "data") + "\n" +
+		"kafka:\n  listen: 127.0.0.1:1\n  advertised_addr: file.invalid:1\n" +
+		"topics:\n  defaults:\n    retention.ms: 60000\n"
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"STRATA_CONFIG=" + file, "STRATA_ADVERTISED_ADDR=env.invalid:2", "STRATA_HTTP_LISTEN=off"}
+	n := startNode(t, env, "serve", "--listen", "127.0.0.1:0", "--log-format", "json")
+	if n.bootstrap != "env.invalid:2" {
+		t.Errorf("bootstrap %s, want the advertised address from the environment", n.bootstrap)
+	}
+	if n.metrics != "" {
+		t.Errorf("metrics at %s although http listen is off", n.metrics)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+		t.Errorf("data dir from the file: %v", err)
+	}
+	n.stop(t)
+	if first, _, _ := strings.Cut(n.stderr.String(), "\n"); !strings.HasPrefix(first, "{") {
+		t.Errorf("--log-format json: first log line %q", first)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of os/exec
+// and the test reading it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

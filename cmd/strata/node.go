@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"strata/broker"
+	"strata/cmd/internal/config"
+)
+
+func newDevCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		dataDir    string
+		listen     string
+		httpListen string
+		logLevel   string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a single local node with development defaults",
+		Long: `Run a single Strata node for development: data in ./strata-data, the Kafka
+listener on 127.0.0.1:9092, topics created on first use. Once the node accepts
+connections it prints one line with the bootstrap address to stdout; logs go
+to stderr. Ctrl-C or SIGTERM shuts it down cleanly.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level, err := config.ParseLevel(logLevel)
+			if err != nil {
+				return &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
+			}
+			if strings.EqualFold(httpListen, "off") {
+				httpListen = ""
+			}
+			cfg := broker.Config{
+				DataDir:           dataDir,
+				Listen:            listen,
+				HTTPListen:        httpListen,
+				AutoCreateTopics:  true,
+				DefaultPartitions: 1,
+				Logger:            newLogger(stderr, level, "text"),
+			}
+			return runNode(cmd.Context(), "strata dev", cfg, stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "./strata-data", "directory for the logs and the metadata")
+	f.StringVar(&listen, "listen", config.DefaultListen, "Kafka listener address (port 0 picks a free port)")
+	f.StringVar(&httpListen, "http-listen", config.DefaultHTTPListen, `metrics and health listener ("off" disables it)`)
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func newServeCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a node configured by flags, a config file and STRATA_* variables",
+		Long: `Run a Strata node. Each setting can come from a flag, a STRATA_* environment
+variable (the flag's name in upper case, dashes as underscores) or the YAML
+file named by --config or STRATA_CONFIG; flags win over the environment, which
+wins over the file, which wins over the defaults. The data directory must be
+set. See docs/operations.md for the file format.`,
+		Args: args(cobra.NoArgs),
+	}
+	flags := config.AddFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: flags})
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		log := newLogger(stderr, c.Logging.Level, c.Logging.Format)
+		for _, w := range warnings {
+			log.Warn(w)
+		}
+		cfg := brokerConfig(c, log)
+		if err := cfg.WithDefaults().Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		return runNode(cmd.Context(), "strata serve", cfg, stdout)
+	}
+	return cmd
+}
+
+// brokerConfig maps the operator-facing configuration onto the broker's.
+func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
+	return broker.Config{
+		NodeID:            c.Node.ID,
+		DataDir:           c.Node.DataDir,
+		Rack:              c.Node.Rack,
+		ClusterID:         c.Cluster.ID,
+		Listen:            c.Kafka.Listen,
+		Advertised:        c.Kafka.AdvertisedAddr,
+		MaxRequestBytes:   c.Kafka.MaxRequestBytes,
+		HTTPListen:        c.HTTP.Listen,
+		AutoCreateTopics:  c.Topics.AutoCreate,
+		DefaultPartitions: c.Topics.DefaultPartitions,
+		TopicDefaults:     c.Topics.Defaults,
+		FlushInterval:     c.Storage.FlushInterval,
+		Logger:            log,
+	}
+}
+
+// runNode starts a broker, announces its bootstrap address on out once it
+// accepts connections, and closes it on SIGINT or SIGTERM.
+func runNode(ctx context.Context, name string, cfg broker.Config, out io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	b, err := broker.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("%s: bootstrap %s (data in %s", name, b.AdvertisedAddr(), cfg.DataDir)
+	if a := b.HTTPAddr(); a != nil {
+		line += fmt.Sprintf(", metrics http://%s/metrics", a)
+	}
+	fmt.Fprintln(out, line+")")
+
+	<-ctx.Done()
+	// Restore default signal handling: a second Ctrl-C during a slow
+	// shutdown kills the process instead of being swallowed.
+	stop()
+	start := time.Now()
+	cfg.Logger.Info("shutting down")
+	if err := b.Close(); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	cfg.Logger.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// newLogger writes slog records to w; format is "text" or "json".
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

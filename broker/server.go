@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -84,13 +85,25 @@ type conn struct {
 	w      *bufio.Writer
 	remote string
 
-	// body and out are reused across requests: a connection handles one
-	// request at a time, and no handler keeps a reference to either after
-	// its response is written.
+	// body is reused across requests: a connection handles one request at
+	// a time, and no handler keeps a reference to it after its response is
+	// written.
 	body []byte
-	out  []byte
-	// scratch backs fetch responses' record bytes for the same reason.
-	scratch []byte
+	// scratch backs a fetch response's record bytes until the response is
+	// written; it comes from bufPool and goes back after the write, so idle
+	// connections do not pin large buffers.
+	scratch *[]byte
+}
+
+// bufPool holds the large buffers of fetch responses and response
+// encoding, shared by all connections.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	*b = (*b)[:0]
+	bufPool.Put(b)
 }
 
 var errFrameTooLarge = errors.New("frame larger than the maximum request size")
@@ -211,7 +224,9 @@ func decodeRequest(body []byte, c *conn) (*request, error) {
 // always use header v0 (KIP-511), so a client that sent a version we do not
 // know can still read the answer.
 func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
-	out := c.out[:0]
+	buf := getBuf()
+	defer putBuf(buf)
+	out := (*buf)[:0]
 	out = append(out, 0, 0, 0, 0)
 	out = binary.BigEndian.AppendUint32(out, uint32(req.corr))
 	if resp.IsFlexible() && resp.Key() != int16(kmsg.ApiVersions) {
@@ -219,9 +234,10 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	}
 	out = resp.AppendTo(out)
 	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
-	c.out = out
-	if cap(c.out) > 16<<20 {
-		c.out = nil // do not pin a huge buffer after a large fetch
+	*buf = out
+	if req.conn.scratch != nil {
+		putBuf(req.conn.scratch)
+		req.conn.scratch = nil
 	}
 	c.b.metrics.bytesOut.Add(float64(len(out)))
 	_, err := c.w.Write(out)

@@ -1,0 +1,74 @@
+package broker
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestMetricsAndHealth scrapes /metrics the way Prometheus would after some
+// traffic, and checks the series an operator builds dashboards on.
+func TestMetricsAndHealth(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) {
+		c.HTTPListen = "127.0.0.1:0"
+		c.AutoCreateTopics = false
+	})
+	cl := testClient(t, b, kgo.DefaultProduceTopic("m"))
+	createTopic(t, kadmFor(cl), "m", 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 10; i++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons := testClient(t, b, kgo.ConsumeTopics("m"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for n := 0; n < 10; {
+		n += cons.PollFetches(ctx).NumRecords()
+	}
+	// An unknown topic with auto-creation off: an error code to count.
+	missing := testClient(t, b, kgo.DefaultProduceTopic("missing"), kgo.UnknownTopicRetries(0))
+	missing.ProduceSync(ctx, &kgo.Record{Value: []byte("x")})
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + b.HTTPAddr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	code, body := get("/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`strata_requests_total{api="Produce"} 10`,
+		`strata_requests_total{api="Fetch"}`,
+		`strata_request_errors_total{api="Metadata",code="3"}`, // UNKNOWN_TOPIC_OR_PARTITION
+		`strata_network_received_bytes_total`,
+		`strata_network_sent_bytes_total`,
+		`strata_produce_duration_seconds_count 10`,
+		`strata_fetch_duration_seconds_bucket`,
+		`strata_request_duration_seconds_bucket{api="Metadata"`,
+		`strata_log_end_offset{partition="0",topic="m"} 10`,
+		`strata_produced_records_total 10`,
+		`strata_connections `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -44,6 +44,19 @@ type Config struct {
 	// timestamp is older than this, on Maintain (producer.id.expiration.ms;
 	// default 24h, negative: never).
 	ProducerIDExpiration time.Duration
+	// Tiered marks a log whose closed segments are copied to the cold tier.
+	// Retention then deletes a local segment only once it is wholly below
+	// the tiered offset (SetTieredOffset), bounded by LocalRetentionBytes
+	// and LocalRetentionMs; RetentionBytes and RetentionMs, which bound the
+	// whole log, are the tier's to apply.
+	Tiered bool
+	// LocalRetentionBytes bounds the tiered local log
+	// (local.retention.bytes). Only with Tiered; taken literally: negative
+	// is unlimited and 0 keeps no closed segment once it is uploaded.
+	LocalRetentionBytes int64
+	// LocalRetentionMs bounds the age of tiered local segments
+	// (local.retention.ms). Only with Tiered; negative is unlimited.
+	LocalRetentionMs time.Duration
 	// Now is the clock; nil means time.Now. Fixed at Open.
 	Now func() time.Time
 	// Logger receives recovery and corruption reports; nil discards them.

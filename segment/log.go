@@ -38,6 +38,9 @@ type Log struct {
 		// failed is set when a write left the active segment in an unknown
 		// state; the log then refuses appends.
 		failed error
+		// tiered is the offset below which every record is safely in the
+		// cold tier (SetTieredOffset).
+		tiered int64
 	}
 
 	// mu guards what readers see. The writer holds writeMu as well when it
@@ -569,16 +572,23 @@ func (l *Log) Maintain() error {
 	}
 	segs := l.mu.segs
 	total := l.size.Load()
+	retBytes, retMs := cfg.RetentionBytes, cfg.RetentionMs
+	if cfg.Tiered {
+		retBytes, retMs = cfg.LocalRetentionBytes, cfg.LocalRetentionMs
+	}
 	n := 0
 	for ; n < len(segs)-1; n++ {
 		s := segs[n]
-		expired := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
-		if !expired && cfg.RetentionMs >= 0 {
+		if cfg.Tiered && segs[n+1].base > l.w.tiered {
+			break // not wholly in the cold tier yet: the only copy is here
+		}
+		expired := retBytes >= 0 && total-s.size >= retBytes
+		if !expired && retMs >= 0 {
 			t, err := l.segmentTime(s)
 			if err != nil {
 				return err
 			}
-			expired = now.Sub(t) > cfg.RetentionMs
+			expired = now.Sub(t) > retMs
 		}
 		if !expired {
 			break

@@ -1,0 +1,98 @@
+package segment
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// SegmentInfo describes a closed segment, for copying it to the cold tier.
+// The files it names are immutable while the segment exists; a caller that
+// reads them may find them gone if retention or topic deletion removed the
+// segment in the meantime, and must treat that as "no longer needed".
+type SegmentInfo struct {
+	// BaseOffset is the first offset the segment may hold and EndOffset the
+	// next segment's base: the segment covers [BaseOffset, EndOffset).
+	BaseOffset, EndOffset int64
+	// Size is the number of bytes of the .log file.
+	Size int64
+	// MaxTimestamp is the largest record timestamp, -1 if none.
+	MaxTimestamp int64
+	// LogPath, IndexPath and TimeIndexPath are the segment's files.
+	LogPath, IndexPath, TimeIndexPath string
+	// SnapshotPath is the idempotent-producer snapshot taken when the
+	// segment was sealed (state as of EndOffset), "" if there is none.
+	SnapshotPath string
+}
+
+// ClosedSegments lists the sealed segments in offset order, starting with
+// the first one that ends after from (so a caller that has copied
+// everything below from gets only what is new).
+func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
+	l.mu.RLock()
+	segs := l.mu.segs
+	for _, s := range segs {
+		s.acquire()
+	}
+	interval := l.mu.interval
+	l.mu.RUnlock()
+	defer releaseAll(segs)
+
+	var out []SegmentInfo
+	for i := 0; i < len(segs)-1; i++ {
+		s, next := segs[i], segs[i+1]
+		if next.base <= from {
+			continue
+		}
+		ts, _, err := s.maxTimestampShallow(s.size, interval, l.logger)
+		if err != nil {
+			return nil, fmt.Errorf("segment %d: %w", s.base, err)
+		}
+		info := SegmentInfo{
+			BaseOffset:    s.base,
+			EndOffset:     next.base,
+			Size:          s.size,
+			MaxTimestamp:  ts,
+			LogPath:       s.logPath(),
+			IndexPath:     s.indexPath(),
+			TimeIndexPath: s.timeIndexPath(),
+		}
+		snap := offsetName(l.dir, next.base, snapshotSuffix)
+		if _, err := os.Stat(snap); err == nil {
+			info.SnapshotPath = snap
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// SetTieredOffset records that every record below offset is in the cold
+// tier, which lets a Tiered log's retention delete local segments wholly
+// below it. The offset never moves backwards.
+func (l *Log) SetTieredOffset(offset int64) {
+	l.writeMu.Lock()
+	l.w.tiered = max(l.w.tiered, offset)
+	l.writeMu.Unlock()
+}
+
+// RollIfOlder seals the active segment when it holds data and its first
+// append is older than age, so that a quiet partition's data still becomes
+// a closed segment the tier can copy. It reports whether it rolled.
+func (l *Log) RollIfOlder(age time.Duration) (bool, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return false, ErrClosed
+	}
+	if l.w.failed != nil {
+		return false, l.w.failed
+	}
+	s := l.active()
+	if s.size == 0 || s.created.IsZero() || l.now().Sub(s.created) < age {
+		return false, nil
+	}
+	if err := l.rollLocked(); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -35,7 +35,7 @@ on stdout; progress goes to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	c.AddCommand(produceCommand(), consumeCommand(), e2eCommand())
+	c.AddCommand(produceCommand(), consumeCommand(), e2eCommand(), kfakeCommand())
 	return c
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"strata/broker/group"
 	"strata/meta"
 )
 
@@ -40,6 +41,10 @@ type Broker struct {
 	wg     sync.WaitGroup
 
 	pids producerIDs
+
+	// groups is the group coordinator (groups.go); set in Start before
+	// the first connection is accepted.
+	groups *group.Coordinator
 
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
@@ -142,6 +147,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.startGroups(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
 	b.goFunc(b.reconcileLoop)
 	b.goFunc(b.maintenanceLoop)
 	b.goFunc(b.acceptLoop)
@@ -223,6 +232,9 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Unlock()
 		b.wg.Wait()
+		if b.groups != nil {
+			b.groups.Close() // before the logs it writes to close
+		}
 
 		var errs []error
 		b.mu.Lock()

@@ -51,6 +51,21 @@ type Config struct {
 	// to the operating system, as Kafka does by default.
 	FlushInterval time.Duration
 
+	// OffsetsPartitions is the partition count of __consumer_offsets
+	// (offsets.topic.num.partitions), used when the broker creates it. It
+	// decides which partition, and so which coordinator, owns a group.
+	OffsetsPartitions int32
+	// GroupInitialRebalanceDelay holds the first rebalance of an empty
+	// group open for more members (group.initial.rebalance.delay.ms).
+	// Zero means Kafka's 3 s; negative means no delay.
+	GroupInitialRebalanceDelay time.Duration
+	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound members'
+	// session timeouts (group.min/max.session.timeout.ms); zero means
+	// Kafka's 6 s and 30 min.
+	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
+	// OffsetsRetention is offsets.retention.minutes; zero means 7 days.
+	OffsetsRetention time.Duration
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the broker's metrics; nil uses a private
@@ -64,7 +79,9 @@ type Config struct {
 const (
 	DefaultListen          = "127.0.0.1:9092"
 	DefaultMaxRequestBytes = 100 << 20
-	defaultClusterID       = "strata"
+	// DefaultOffsetsPartitions is Kafka's offsets.topic.num.partitions.
+	DefaultOffsetsPartitions = 50
+	defaultClusterID         = "strata"
 )
 
 // WithDefaults returns c with unset fields filled in.
@@ -80,6 +97,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = 10 * time.Second
+	}
+	if c.OffsetsPartitions == 0 {
+		c.OffsetsPartitions = DefaultOffsetsPartitions
+	}
+	if c.GroupInitialRebalanceDelay == 0 {
+		c.GroupInitialRebalanceDelay = 3 * time.Second
 	}
 	if c.ClusterID == "" {
 		c.ClusterID = defaultClusterID
@@ -119,6 +142,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaintenanceInterval < 0 || c.FlushInterval < 0 {
 		return errors.New("maintenance and flush intervals must not be negative")
+	}
+	if c.OffsetsPartitions < 1 {
+		return fmt.Errorf("offsets partitions %d: must be at least 1", c.OffsetsPartitions)
+	}
+	if c.GroupMinSessionTimeout < 0 || c.GroupMaxSessionTimeout < 0 || c.OffsetsRetention < 0 {
+		return errors.New("group session timeouts and offsets retention must not be negative")
+	}
+	if c.GroupMaxSessionTimeout > 0 && c.GroupMinSessionTimeout > c.GroupMaxSessionTimeout {
+		return fmt.Errorf("group min session timeout %s is above the max %s", c.GroupMinSessionTimeout, c.GroupMaxSessionTimeout)
 	}
 	for k, v := range c.TopicDefaults {
 		if err := validateTopicConfig(k, v); err != nil {

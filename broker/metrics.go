@@ -12,6 +12,9 @@ import (
 // API names come from kmsg, error codes from the protocol, and partition
 // series are removed when their topic is deleted.
 type metrics struct {
+	// reg is kept for collectors registered later (groups.go).
+	reg prometheus.Registerer
+
 	requests       *prometheus.CounterVec   // api
 	requestLatency *prometheus.HistogramVec // api
 	errors         *prometheus.CounterVec   // api, code
@@ -32,6 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs .. ~13s
 	return &metrics{
+		reg: reg,
 		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_requests_total", Help: "Kafka requests handled, by API.",
 		}, []string{"api"})).(*prometheus.CounterVec),

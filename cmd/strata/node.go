@@ -46,6 +46,7 @@ to stderr. Ctrl-C or SIGTERM shuts it down cleanly.`,
 				HTTPListen:        httpListen,
 				AutoCreateTopics:  true,
 				DefaultPartitions: 1,
+				OffsetsPartitions: 3, // a laptop needs no 50 offsets partitions
 				Logger:            newLogger(stderr, level, "text"),
 			}
 			return runNode(cmd.Context(), "strata dev", cfg, stdout)
@@ -102,6 +103,7 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		HTTPListen:        c.HTTP.Listen,
 		AutoCreateTopics:  c.Topics.AutoCreate,
 		DefaultPartitions: c.Topics.DefaultPartitions,
+		OffsetsPartitions: c.Topics.OffsetsPartitions,
 		TopicDefaults:     c.Topics.Defaults,
 		FlushInterval:     c.Storage.FlushInterval,
 		Logger:            log,

@@ -36,6 +36,7 @@ Start a single local node with 'strata dev'.`,
 		newDevCmd(stdout, stderr),
 		newServeCmd(environ, stdout, stderr),
 		newTopicCmd(environ, stdout),
+		newGroupCmd(environ, stdout),
 		newVersionCmd(stdout),
 		mount(loadtest.Command()),
 	)

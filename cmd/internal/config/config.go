@@ -60,6 +60,7 @@ type HTTP struct {
 type Topics struct {
 	AutoCreate        bool              // topics.auto_create
 	DefaultPartitions int32             // topics.default_partitions
+	OffsetsPartitions int32             // topics.offsets_partitions: partitions of __consumer_offsets
 	Defaults          map[string]string // topics.defaults: topic config name -> value
 }
 
@@ -94,6 +95,7 @@ func Defaults() Config {
 		Topics: Topics{
 			AutoCreate:        true, // Kafka's auto.create.topics.enable default
 			DefaultPartitions: 1,    // Kafka's num.partitions default
+			OffsetsPartitions: 50,   // Kafka's offsets.topic.num.partitions default
 		},
 		Logging: Logging{Level: slog.LevelInfo, Format: "text"},
 	}

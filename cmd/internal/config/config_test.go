@@ -48,6 +48,7 @@ http:
 topics:
   auto_create: false
   default_partitions: 6
+  offsets_partitions: 12
   defaults:
     retention.ms: 1000
     segment.bytes: "1048576"
@@ -71,7 +72,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 		Cluster: Cluster{ID: "file-cluster"},
 		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20},
 		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
-		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, Defaults: map[string]string{
+		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",
 		}},
 		Storage: Storage{FlushInterval: 2 * time.Second},

@@ -79,6 +79,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return strconv.Itoa(int(c.Topics.DefaultPartitions)) },
 	},
 	{
+		key: "topics.offsets_partitions", flag: "offsets-partitions", typ: "int", usage: "partitions of __consumer_offsets when the node creates it; fixes which partition owns each group (offsets.topic.num.partitions)",
+		set: int32Setter(func(c *Config) *int32 { return &c.Topics.OffsetsPartitions }, 1),
+		get: func(c *Config) string { return strconv.Itoa(int(c.Topics.OffsetsPartitions)) },
+	},
+	{
 		key: "topics.defaults", flag: "topic-default", typ: "key=value", usage: "broker default for a topic config, e.g. retention.ms=86400000 (repeatable)",
 		setEntry: func(c *Config, k, v string) error {
 			if k == "" {

@@ -1,0 +1,75 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/group"
+)
+
+// FindCoordinator: v0-6
+//
+// A group's coordinator is the leader of its __consumer_offsets partition,
+// abs(groupID.hashCode()) mod the partition count, Kafka's formula. Keys
+// are batched from v4 (KIP-699).
+//
+// Version notes: v1 key type and error message; v3 flexible; v4 batched
+// keys; v5-6 no change for groups (KIP-890, KIP-932 share-group keys).
+//
+// Not done: transaction coordinators (key type 1) answer
+// COORDINATOR_NOT_AVAILABLE until transactions exist; share-group keys
+// (type 2) are INVALID_REQUEST.
+func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
+
+func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.FindCoordinatorRequest)
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	keys := r.CoordinatorKeys
+	if r.Version < 4 {
+		keys = []string{r.CoordinatorKey}
+	}
+	for _, key := range keys {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key, c.NodeID = key, -1
+		if err := b.findCoordinator(key, r.CoordinatorType, &c); err != nil {
+			c.ErrorCode = errorCode(err)
+			c.ErrorMessage = errMessage(err)
+			b.metrics.countError(kmsg.FindCoordinator, c.ErrorCode)
+		}
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	if r.Version < 4 {
+		c := resp.Coordinators[0]
+		resp.Coordinators = nil
+		resp.ErrorCode, resp.ErrorMessage = c.ErrorCode, c.ErrorMessage
+		resp.NodeID, resp.Host, resp.Port = c.NodeID, c.Host, c.Port
+	}
+	return resp, nil
+}
+
+func (b *Broker) findCoordinator(key string, typ int8, c *kmsg.FindCoordinatorResponseCoordinator) error {
+	switch typ {
+	case 0:
+	case 1:
+		return fmt.Errorf("%w: there is no transaction coordinator yet", kerr.CoordinatorNotAvailable)
+	default:
+		return fmt.Errorf("%w: coordinator type %d is not supported", kerr.InvalidRequest, typ)
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty group id", kerr.InvalidRequest)
+	}
+	st := b.meta.State()
+	t, ok := st.Topics[offsetsTopic]
+	if !ok || len(t.Partitions) == 0 {
+		return fmt.Errorf("%w: %s does not exist", kerr.CoordinatorNotAvailable, offsetsTopic)
+	}
+	p := t.Partitions[group.Partition(key, int32(len(t.Partitions)))]
+	br, ok := st.Brokers[p.Leader]
+	if !ok {
+		return fmt.Errorf("%w: %s-%d has no leader", kerr.CoordinatorNotAvailable, offsetsTopic, p.Index)
+	}
+	c.NodeID, c.Host, c.Port = br.ID, br.Host, br.Port
+	return nil
+}

@@ -1,0 +1,410 @@
+package group
+
+import (
+	"context"
+	"slices"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// OffsetCommit handles an OffsetCommit request. Offsets are answered only
+// once their records are committed to the log.
+func (c *Coordinator) OffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	codes := make([][]int16, len(req.Topics))
+	for i, t := range req.Topics {
+		codes[i] = make([]int16, len(t.Partitions))
+	}
+	setAll := func(e *kerr.Error) {
+		for i := range codes {
+			for j := range codes[i] {
+				if codes[i][j] == 0 {
+					codes[i][j] = e.Code
+				}
+			}
+		}
+	}
+	if e := c.commit(ctx, req, codes); e != nil {
+		setAll(e)
+	}
+	for i, t := range req.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for j, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.ErrorCode = codes[i][j]
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest, codes [][]int16) *kerr.Error {
+	if req.Group == "" {
+		return kerr.InvalidGroupID
+	}
+	// A commit without a generation comes from a consumer that assigns
+	// partitions itself, or from an admin tool: it may create the group.
+	simple := req.Generation < 0 && req.MemberID == ""
+	g, e := c.lookup(req.Group, simple)
+	if e != nil {
+		return e
+	}
+	if g == nil {
+		// An older generation of a group that no longer exists.
+		return kerr.IllegalGeneration
+	}
+	defer g.mu.Unlock()
+	defer g.maybeRemoveLocked()
+
+	var m *member
+	switch {
+	case req.InstanceID != nil && g.statics[*req.InstanceID] != "" && g.statics[*req.InstanceID] != req.MemberID:
+		return kerr.FencedInstanceID
+	case req.Generation < 0 && g.state == StateEmpty:
+	case g.state == StateCompletingRebalance:
+		return kerr.RebalanceInProgress
+	default:
+		var ok bool
+		if m, ok = g.members[req.MemberID]; !ok {
+			return kerr.UnknownMemberID
+		}
+		if req.Generation != g.generation {
+			return kerr.IllegalGeneration
+		}
+	}
+
+	now := c.clock.Now().UnixMilli()
+	type commitAt struct {
+		topic string
+		part  int32
+		o     offset
+	}
+	var recs []record
+	var commits []commitAt
+	for i, t := range req.Topics {
+		for j, p := range t.Partitions {
+			meta := ""
+			if p.Metadata != nil {
+				meta = *p.Metadata
+			}
+			switch {
+			case len(meta) > c.cfg.OffsetMetadataMaxBytes:
+				codes[i][j] = kerr.OffsetMetadataTooLarge.Code
+				continue
+			case !c.cfg.PartitionExists(t.Topic, p.Partition):
+				codes[i][j] = kerr.UnknownTopicOrPartition.Code
+				continue
+			}
+			epoch := p.LeaderEpoch
+			if req.Version < 6 {
+				epoch = -1
+			}
+			o := offset{offset: p.Offset, leaderEpoch: epoch, metadata: meta, commitTime: now}
+			recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition), value: offsetValue(o)})
+			commits = append(commits, commitAt{t.Topic, p.Partition, o})
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := g.appendLocked(ctx, recs); err != nil {
+		return writeErr(err)
+	}
+	for _, ca := range commits {
+		ps := g.offsets[ca.topic]
+		if ps == nil {
+			ps = make(map[int32]offset)
+			g.offsets[ca.topic] = ps
+		}
+		ps[ca.part] = ca.o
+	}
+	c.commits.Add(uint64(len(commits)))
+	if m != nil && m.join == nil {
+		g.heartbeatLocked(m)
+	}
+	return nil
+}
+
+// fetchedTopic is one topic of an OffsetFetch answer, in either of the
+// response's layouts.
+type fetchedTopic struct {
+	topic string
+	parts []fetchedPartition
+}
+
+type fetchedPartition struct {
+	partition int32
+	o         offset
+	found     bool
+}
+
+// fetch returns a group's committed offsets for the requested topics (all
+// of them when topics is nil).
+func (c *Coordinator) fetch(groupID string, topics map[string][]int32, order []string) ([]fetchedTopic, *kerr.Error) {
+	g, e := c.lookup(groupID, false)
+	if e != nil {
+		return nil, e
+	}
+	var out []fetchedTopic
+	if g != nil {
+		defer g.mu.Unlock()
+	}
+	if topics == nil {
+		if g == nil {
+			return nil, nil
+		}
+		names := make([]string, 0, len(g.offsets))
+		for t := range g.offsets {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		for _, t := range names {
+			ft := fetchedTopic{topic: t}
+			for p, o := range g.offsets[t] {
+				ft.parts = append(ft.parts, fetchedPartition{partition: p, o: o, found: true})
+			}
+			slices.SortFunc(ft.parts, func(a, b fetchedPartition) int { return int(a.partition - b.partition) })
+			out = append(out, ft)
+		}
+		return out, nil
+	}
+	for _, t := range order {
+		ft := fetchedTopic{topic: t}
+		for _, p := range topics[t] {
+			fp := fetchedPartition{partition: p}
+			if g != nil {
+				fp.o, fp.found = g.offsets[t][p]
+			}
+			ft.parts = append(ft.parts, fp)
+		}
+		out = append(out, ft)
+	}
+	return out, nil
+}
+
+// OffsetFetch handles an OffsetFetch request: one group before v8, a batch
+// from v8 (KIP-709). There are no transactions, so RequireStable never
+// finds an unstable offset.
+func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+	if req.Version < 8 {
+		var topics map[string][]int32
+		var order []string
+		if req.Topics != nil {
+			topics = make(map[string][]int32)
+			for _, t := range req.Topics {
+				if _, ok := topics[t.Topic]; !ok {
+					order = append(order, t.Topic)
+				}
+				topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
+			}
+		}
+		fts, e := c.fetch(req.Group, topics, order)
+		if e != nil {
+			if req.Version >= 2 {
+				resp.ErrorCode = e.Code
+				return resp
+			}
+			// v1 has no top-level error: every partition carries it.
+			fts = nil
+			for _, t := range order {
+				ft := fetchedTopic{topic: t}
+				for _, p := range topics[t] {
+					ft.parts = append(ft.parts, fetchedPartition{partition: p})
+				}
+				fts = append(fts, ft)
+			}
+		}
+		for _, ft := range fts {
+			rt := kmsg.NewOffsetFetchResponseTopic()
+			rt.Topic = ft.topic
+			for _, fp := range ft.parts {
+				rp := kmsg.NewOffsetFetchResponseTopicPartition()
+				rp.Partition = fp.partition
+				rp.Offset, rp.LeaderEpoch, rp.Metadata = -1, -1, kmsg.StringPtr("")
+				if fp.found {
+					rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
+				}
+				if e != nil {
+					rp.ErrorCode = e.Code
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	}
+	for _, rg := range req.Groups {
+		out := kmsg.NewOffsetFetchResponseGroup()
+		out.Group = rg.Group
+		var topics map[string][]int32
+		var order []string
+		if rg.Topics != nil {
+			topics = make(map[string][]int32)
+			for _, t := range rg.Topics {
+				if _, ok := topics[t.Topic]; !ok {
+					order = append(order, t.Topic)
+				}
+				topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
+			}
+		}
+		fts, e := c.fetch(rg.Group, topics, order)
+		if e != nil {
+			out.ErrorCode = e.Code
+		}
+		for _, ft := range fts {
+			rt := kmsg.NewOffsetFetchResponseGroupTopic()
+			rt.Topic = ft.topic
+			for _, fp := range ft.parts {
+				rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+				rp.Partition = fp.partition
+				rp.Offset, rp.LeaderEpoch, rp.Metadata = -1, -1, kmsg.StringPtr("")
+				if fp.found {
+					rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			out.Topics = append(out.Topics, rt)
+		}
+		resp.Groups = append(resp.Groups, out)
+	}
+	return resp
+}
+
+// OffsetDelete handles an OffsetDelete request (KIP-496): committed
+// offsets of partitions the group does not consume are deleted with
+// tombstones.
+func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+	g, e := c.lookup(req.Group, false)
+	if e == nil && g == nil {
+		e = kerr.GroupIDNotFound
+	}
+	if e != nil {
+		resp.ErrorCode = e.Code
+		return resp
+	}
+	defer g.mu.Unlock()
+	subscribed := map[string]bool{}
+	if len(g.members) > 0 {
+		if g.protocolType != "consumer" {
+			resp.ErrorCode = kerr.NonEmptyGroup.Code
+			return resp
+		}
+		for _, m := range g.members {
+			var meta kmsg.ConsumerMemberMetadata
+			if err := meta.ReadFrom(m.metadataFor(g.protocol)); err == nil {
+				for _, t := range meta.Topics {
+					subscribed[t] = true
+				}
+			}
+		}
+	}
+	var recs []record
+	type del struct {
+		topic string
+		part  int32
+	}
+	var dels []del
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetDeleteResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+			rp.Partition = p.Partition
+			switch _, ok := g.offsets[t.Topic][p.Partition]; {
+			case subscribed[t.Topic]:
+				rp.ErrorCode = kerr.GroupSubscribedToTopic.Code
+			case ok:
+				recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition)})
+				dels = append(dels, del{t.Topic, p.Partition})
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(recs) > 0 {
+		if err := g.appendLocked(ctx, recs); err != nil {
+			resp.ErrorCode = writeErr(err).Code
+			return resp
+		}
+		for _, d := range dels {
+			g.deleteOffsetLocked(d.topic, d.part)
+		}
+	}
+	return resp
+}
+
+func (g *group) deleteOffsetLocked(topic string, partition int32) {
+	if ps := g.offsets[topic]; ps != nil {
+		delete(ps, partition)
+		if len(ps) == 0 {
+			delete(g.offsets, topic)
+		}
+	}
+}
+
+// ExpireOffsets applies offsets.retention.minutes: the offsets of a group
+// that has been empty for the retention period are deleted, as are, in a
+// group that never had members, offsets committed longer ago than that.
+// An empty group left without offsets is deleted. Call it periodically.
+func (c *Coordinator) ExpireOffsets(ctx context.Context) {
+	now := c.clock.Now()
+	cutoff := now.Add(-c.cfg.OffsetsRetention)
+	for _, g := range c.groups() {
+		g.mu.Lock()
+		if g.dead || g.state != StateEmpty || len(g.pending) > 0 {
+			g.mu.Unlock()
+			continue
+		}
+		var recs []record
+		type del struct {
+			topic string
+			part  int32
+		}
+		var dels []del
+		for t, ps := range g.offsets {
+			for p, o := range ps {
+				expired := g.stateSince.Before(cutoff) || g.stateSince.Equal(cutoff)
+				if g.protocolType == "" {
+					expired = o.commitTime <= cutoff.UnixMilli()
+				}
+				if expired {
+					recs = append(recs, record{key: offsetKey(g.id, t, p)})
+					dels = append(dels, del{t, p})
+				}
+			}
+		}
+		groupGone := countOffsets(g.offsets) == len(dels)
+		if groupGone {
+			recs = append(recs, record{key: groupKey(g.id)})
+		}
+		if len(recs) > 0 {
+			if err := g.appendLocked(ctx, recs); err != nil {
+				g.mu.Unlock()
+				continue
+			}
+			for _, d := range dels {
+				g.deleteOffsetLocked(d.topic, d.part)
+			}
+			c.log.Info("expired offsets", "group", g.id, "offsets", len(dels), "group_deleted", groupGone)
+		}
+		if groupGone {
+			c.removeGroupLocked(g)
+		}
+		g.mu.Unlock()
+	}
+}
+
+func countOffsets(m map[string]map[int32]offset) int {
+	n := 0
+	for _, ps := range m {
+		n += len(ps)
+	}
+	return n
+}

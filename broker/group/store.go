@@ -1,0 +1,210 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// groupValueLocked encodes the group as Kafka's GroupMetadataValue.
+func (g *group) groupValueLocked() []byte {
+	v := kmsg.NewGroupMetadataValue()
+	v.Version = groupValueVersion
+	v.ProtocolType = g.protocolType
+	v.Generation = g.generation
+	if g.protocol != "" {
+		v.Protocol = kmsg.StringPtr(g.protocol)
+	}
+	if g.leader != "" {
+		v.Leader = kmsg.StringPtr(g.leader)
+	}
+	v.CurrentStateTimestamp = g.stateSince.UnixMilli()
+	for _, m := range g.sortedMembersLocked() {
+		vm := kmsg.NewGroupMetadataValueMember()
+		vm.MemberID = m.id
+		if m.instanceID != "" {
+			vm.InstanceID = kmsg.StringPtr(m.instanceID)
+		}
+		vm.ClientID = m.clientID
+		vm.ClientHost = m.clientHost
+		vm.RebalanceTimeoutMillis = int32(m.rebalanceTimeout.Milliseconds())
+		vm.SessionTimeoutMillis = int32(m.sessionTimeout.Milliseconds())
+		vm.Subscription = m.metadataFor(g.protocol)
+		vm.Assignment = m.assignment
+		v.Members = append(v.Members, vm)
+	}
+	return v.AppendTo(nil)
+}
+
+// storeLocked writes the group's metadata and waits for the commit.
+func (g *group) storeLocked(ctx context.Context) error {
+	return g.appendLocked(ctx, []record{{key: groupKey(g.id), value: g.groupValueLocked()}})
+}
+
+// replayed is what a partition's records say about one group.
+type replayed struct {
+	meta    *kmsg.GroupMetadataValue
+	offsets map[string]map[int32]offset
+}
+
+// replay reads partition from its start and rebuilds its groups. Later
+// records win; tombstones delete.
+func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, error) {
+	state := make(map[string]*replayed)
+	get := func(id string) *replayed {
+		r := state[id]
+		if r == nil {
+			r = &replayed{offsets: make(map[string]map[int32]offset)}
+			state[id] = r
+		}
+		return r
+	}
+	var buf []byte
+	var next int64
+	records := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var err error
+		buf, err = c.cfg.Log.Read(buf[:0], partition, next)
+		if err != nil {
+			return nil, fmt.Errorf("read at %d: %w", next, err)
+		}
+		if len(buf) == 0 {
+			break
+		}
+		n, err := eachBatch(buf, func(h batchInfo, raw []byte) error {
+			if !h.ours() {
+				c.log.Warn("skipping batch the coordinator did not write", "partition", partition, "offset", h.baseOffset)
+				return nil
+			}
+			return eachRecord(h, raw, func(r record) error {
+				records++
+				return applyRecord(r, get, state)
+			})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("at offset %d: %w", next, err)
+		}
+		if n <= next {
+			return nil, fmt.Errorf("%w: no progress at offset %d", errCorruptBatch, next)
+		}
+		next = n
+	}
+
+	now := c.clock.Now()
+	var groups []*group
+	for id, r := range state {
+		if r.meta == nil && len(r.offsets) == 0 {
+			continue
+		}
+		if Partition(id, c.cfg.Partitions) != partition {
+			c.log.Warn("group found in the wrong offsets partition; was the partition count changed?", "group", id, "partition", partition)
+			continue
+		}
+		g := c.newGroup(id, partition)
+		g.offsets = r.offsets
+		g.stateSince = now
+		if v := r.meta; v != nil {
+			g.protocolType = v.ProtocolType
+			g.generation = v.Generation
+			if v.Protocol != nil {
+				g.protocol = *v.Protocol
+			}
+			if v.Leader != nil {
+				g.leader = *v.Leader
+			}
+			if v.CurrentStateTimestamp > 0 {
+				g.stateSince = time.UnixMilli(v.CurrentStateTimestamp)
+			}
+			for _, vm := range v.Members {
+				m := &member{
+					id: vm.MemberID, clientID: vm.ClientID, clientHost: vm.ClientHost,
+					protocolType:     v.ProtocolType,
+					protocols:        []protocol{{name: g.protocol, metadata: vm.Subscription}},
+					sessionTimeout:   time.Duration(vm.SessionTimeoutMillis) * time.Millisecond,
+					rebalanceTimeout: time.Duration(vm.RebalanceTimeoutMillis) * time.Millisecond,
+					assignment:       vm.Assignment,
+				}
+				if m.rebalanceTimeout <= 0 {
+					m.rebalanceTimeout = m.sessionTimeout
+				}
+				if vm.InstanceID != nil {
+					m.instanceID = *vm.InstanceID
+					g.statics[m.instanceID] = m.id
+				}
+				g.members[m.id] = m
+			}
+			if len(g.members) > 0 {
+				// Members carry on with their generation: a coordinator
+				// restart costs them no rebalance if they heartbeat
+				// within their session timeout.
+				g.state = StateStable
+			}
+		}
+		groups = append(groups, g)
+	}
+	c.log.Debug("replayed offsets partition", "partition", partition, "records", records, "end", next)
+	return groups, nil
+}
+
+func applyRecord(r record, get func(string) *replayed, state map[string]*replayed) error {
+	if len(r.key) < 2 {
+		return fmt.Errorf("%w: key of %d bytes", errCorruptBatch, len(r.key))
+	}
+	switch version := int16(r.key[0])<<8 | int16(r.key[1]); version {
+	case 0, 1:
+		var k kmsg.OffsetCommitKey
+		if err := k.ReadFrom(r.key); err != nil {
+			return fmt.Errorf("offset commit key: %w", err)
+		}
+		g := get(k.Group)
+		if r.value == nil {
+			if ps := g.offsets[k.Topic]; ps != nil {
+				delete(ps, k.Partition)
+				if len(ps) == 0 {
+					delete(g.offsets, k.Topic)
+				}
+			}
+			return nil
+		}
+		var v kmsg.OffsetCommitValue
+		if err := v.ReadFrom(r.value); err != nil {
+			return fmt.Errorf("offset commit value: %w", err)
+		}
+		ps := g.offsets[k.Topic]
+		if ps == nil {
+			ps = make(map[int32]offset)
+			g.offsets[k.Topic] = ps
+		}
+		epoch := v.LeaderEpoch
+		if v.Version < 3 {
+			epoch = -1
+		}
+		ps[k.Partition] = offset{offset: v.Offset, leaderEpoch: epoch, metadata: v.Metadata, commitTime: v.CommitTimestamp}
+	case 2:
+		var k kmsg.GroupMetadataKey
+		if err := k.ReadFrom(r.key); err != nil {
+			return fmt.Errorf("group metadata key: %w", err)
+		}
+		if r.value == nil {
+			if g := state[k.Group]; g != nil {
+				g.meta = nil
+			}
+			return nil
+		}
+		var v kmsg.GroupMetadataValue
+		if err := v.ReadFrom(r.value); err != nil {
+			return fmt.Errorf("group metadata value: %w", err)
+		}
+		get(k.Group).meta = &v
+	default:
+		// Newer coordinators (KIP-848) write other record types; they
+		// describe groups this coordinator does not serve.
+		return nil
+	}
+	return nil
+}

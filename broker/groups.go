@@ -1,0 +1,237 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"strata/broker/group"
+	"strata/meta"
+	"strata/segment"
+)
+
+// offsetsTopic holds committed offsets and group metadata as records.
+const offsetsTopic = "__consumer_offsets"
+
+// offsetsTopicConfigs are Kafka's settings for the offsets topic: compacted
+// (only the latest commit per group and partition matters) with 100 MiB
+// segments (offsets.topic.segment.bytes).
+var offsetsTopicConfigs = map[string]string{
+	"cleanup.policy": "compact",
+	"segment.bytes":  "104857600",
+}
+
+// startGroups creates __consumer_offsets if it is missing, starts the group
+// coordinator, loads the offsets partitions this node leads and keeps that
+// set in step with the metadata.
+func (b *Broker) startGroups(ctx context.Context) error {
+	t, ok := b.topicByName(offsetsTopic)
+	if !ok {
+		created, err := b.meta.CreateTopic(ctx, meta.TopicSpec{
+			Name:              offsetsTopic,
+			Partitions:        b.cfg.OffsetsPartitions,
+			ReplicationFactor: 1,
+			Configs:           maps.Clone(offsetsTopicConfigs),
+			Internal:          true,
+		})
+		if err != nil && !errors.Is(err, meta.ErrTopicExists) {
+			return fmt.Errorf("create %s: %w", offsetsTopic, err)
+		}
+		if err := b.reconcile(); err != nil {
+			return err
+		}
+		if t, ok = b.topicByName(offsetsTopic); !ok {
+			t = &created
+		}
+		b.log.Info("created offsets topic", "partitions", len(t.Partitions))
+	}
+	delay := b.cfg.GroupInitialRebalanceDelay
+	if delay < 0 {
+		delay = 0
+	}
+	c, err := group.New(group.Config{
+		// The existing topic's partition count wins over the setting, as
+		// in Kafka: changing it would move every group.
+		Partitions:            int32(len(t.Partitions)),
+		Log:                   offsetsLog{b},
+		Logger:                b.log.With("component", "groups"),
+		MinSessionTimeout:     b.cfg.GroupMinSessionTimeout,
+		MaxSessionTimeout:     b.cfg.GroupMaxSessionTimeout,
+		InitialRebalanceDelay: delay,
+		OffsetsRetention:      b.cfg.OffsetsRetention,
+		PartitionExists: func(topic string, partition int32) bool {
+			t, ok := b.topicByName(topic)
+			return ok && partition >= 0 && int(partition) < len(t.Partitions)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	b.groups = c
+	b.metrics.reg.MustRegister(&groupCollector{b: b})
+	b.syncCoordinator(ctx)
+	b.goFunc(b.groupsLoop)
+	return nil
+}
+
+// syncCoordinator loads the offsets partitions this node leads and unloads
+// those it no longer leads, so coordinators move with leadership.
+func (b *Broker) syncCoordinator(ctx context.Context) {
+	t, ok := b.topicByName(offsetsTopic)
+	if !ok {
+		return
+	}
+	for _, p := range t.Partitions {
+		leads := p.Leader == b.cfg.NodeID && b.partition(offsetsTopic, p.Index) != nil
+		switch {
+		case leads && !b.groups.Leads(p.Index):
+			if err := b.groups.Load(ctx, p.Index); err != nil {
+				b.log.Error("load offsets partition", "partition", p.Index, "err", err)
+			}
+		case !leads && b.groups.Leads(p.Index):
+			b.groups.Unload(p.Index)
+		}
+	}
+}
+
+// groupsLoop follows metadata changes and expires offsets.
+func (b *Broker) groupsLoop() {
+	tick := time.NewTicker(b.cfg.MaintenanceInterval)
+	defer tick.Stop()
+	for {
+		ch := b.meta.Changed()
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-ch:
+			b.syncCoordinator(b.ctx)
+		case <-tick.C:
+			b.groups.ExpireOffsets(b.ctx)
+		}
+	}
+}
+
+// offsetsLog is the coordinator's view of __consumer_offsets.
+type offsetsLog struct{ b *Broker }
+
+var _ group.OffsetLog = offsetsLog{}
+
+// Append appends like an acks=all produce: it returns once the high
+// watermark covers the batch.
+func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (int64, error) {
+	b := l.b
+	p := b.partition(offsetsTopic, partition)
+	if p == nil {
+		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
+	}
+	p.appendMu.Lock()
+	info, err := p.log.Append(batch, p.leaderEpoch.Load())
+	if err == nil {
+		p.advanceHighWatermark()
+	}
+	p.appendMu.Unlock()
+	if err != nil {
+		if errors.Is(err, segment.ErrClosed) {
+			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
+		}
+		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
+	}
+	b.metrics.setLogEnd(offsetsTopic, partition, info.LastOffset+1)
+	if p.highWatermark() > info.LastOffset {
+		return info.BaseOffset, nil
+	}
+	// With followers the high watermark trails the append; wait for it.
+	w := make(chan struct{}, 1)
+	p.addWaiter(w)
+	defer p.removeWaiter(w)
+	for p.highWatermark() <= info.LastOffset {
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-b.ctx.Done():
+			return 0, errClosed
+		}
+	}
+	return info.BaseOffset, nil
+}
+
+func (l offsetsLog) Read(dst []byte, partition int32, offset int64) ([]byte, error) {
+	p := l.b.partition(offsetsTopic, partition)
+	if p == nil {
+		return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
+	}
+	offset = max(offset, p.log.StartOffset())
+	return p.log.Read(dst, offset, p.highWatermark(), 1<<20)
+}
+
+// clientHost is what DescribeGroups shows as a member's host, in Kafka's
+// "/address" form.
+func clientHost(req *request) string {
+	if req.conn == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(req.conn.remote)
+	if err != nil {
+		host = req.conn.remote
+	}
+	return "/" + host
+}
+
+// maxLagSeries bounds the consumer-lag series a scrape returns.
+const maxLagSeries = 10000
+
+// groupCollector reports group metrics at scrape time: groups by state,
+// the coordinator's counters, and each committed partition's lag against
+// the high watermark.
+type groupCollector struct{ b *Broker }
+
+var (
+	groupsDesc = prometheus.NewDesc("strata_consumer_groups",
+		"Consumer groups this node coordinates, by state.", []string{"state"}, nil)
+	rebalancesDesc = prometheus.NewDesc("strata_consumer_group_rebalances_total",
+		"Rebalances started by this node's group coordinator.", nil, nil)
+	commitsDesc = prometheus.NewDesc("strata_consumer_group_offset_commits_total",
+		"Partition offsets committed through this node's group coordinator.", nil, nil)
+	lagDesc = prometheus.NewDesc("strata_consumer_group_lag",
+		"High watermark minus committed offset, per group and partition (at most 10000 series).",
+		[]string{"group", "topic", "partition"}, nil)
+)
+
+func (gc *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- groupsDesc
+	ch <- rebalancesDesc
+	ch <- commitsDesc
+	ch <- lagDesc
+}
+
+func (gc *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	b := gc.b
+	st := b.groups.Stats()
+	ch <- prometheus.MustNewConstMetric(rebalancesDesc, prometheus.CounterValue, float64(st.Rebalances))
+	ch <- prometheus.MustNewConstMetric(commitsDesc, prometheus.CounterValue, float64(st.OffsetCommits))
+	states := map[string]int{}
+	for _, s := range []group.State{group.StateEmpty, group.StatePreparingRebalance, group.StateCompletingRebalance, group.StateStable} {
+		states[s.String()] = 0
+	}
+	for _, s := range b.groups.Summaries(maxLagSeries) {
+		states[s.State]++
+		for _, o := range s.Offsets {
+			p := b.partition(o.Topic, o.Partition)
+			if p == nil {
+				continue
+			}
+			lag := max(p.highWatermark()-o.Offset, 0)
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(lag), s.Group, o.Topic, strconv.Itoa(int(o.Partition)))
+		}
+	}
+	for state, n := range states {
+		ch <- prometheus.MustNewConstMetric(groupsDesc, prometheus.GaugeValue, float64(n), state)
+	}
+}

@@ -111,6 +111,12 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 	if err := checkBatchKinds(rp.Records); err != nil {
 		return err
 	}
+	if t, ok := b.topicByName(topic); ok && t.Internal {
+		return fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+	}
+	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
+		return errDiskFull
+	}
 	if acks == -1 {
 		// One replica is in sync: this one. Replication will make the ISR
 		// size real; the check is already where it belongs.

@@ -195,7 +195,7 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		hw := p.highWatermark()
 		fp.resp.HighWatermark = hw
 		fp.resp.LastStableOffset = hw
-		fp.resp.LogStartOffset = p.log.StartOffset()
+		fp.resp.LogStartOffset = p.logStartOffset()
 		fp.start, fp.end = len(buf), len(buf)
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && !first {
@@ -211,7 +211,7 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		}
 		n := len(buf)
 		var err error
-		buf, err = p.log.Read(buf, fp.offset, hw, max(budget, 1))
+		buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
 		if err != nil && len(buf) == n {
 			if !errors.Is(err, segment.ErrOffsetOutOfRange) {
 				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)

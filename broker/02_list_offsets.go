@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -10,13 +12,16 @@ import (
 // ListOffsets: v1-9
 //
 // Timestamps, and the special values that stand for positions:
-//   - -2 earliest: the log start offset
+//   - -2 earliest: the log start offset, in the bucket when the oldest
+//     data is only there
 //   - -1 latest: the high watermark (the last stable offset under
 //     read_committed, which equals it while there are no transactions)
 //   - -3 max timestamp (KIP-734, v7+): the record with the largest timestamp
 //   - -4 earliest local (KIP-405, v8+): the local log start offset
-//   - -5 latest tiered (KIP-1005, v9+): -1 until tiered storage uploads
-//   - t >= 0: the first record whose timestamp is at least t, or -1
+//   - -5 latest tiered (KIP-1005, v9+): the highest offset in the bucket,
+//     -1 when nothing is uploaded
+//   - t >= 0: the first record whose timestamp is at least t, or -1,
+//     looked up in the bucket first when it holds the oldest data
 //
 // Only committed records (below the high watermark) are ever returned. A
 // special value below the version that introduced it, or any other
@@ -75,8 +80,15 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 	}
 	sp.LeaderEpoch = p.leaderEpoch.Load()
 	hw := p.highWatermark()
+	if rp.Timestamp != -1 && rp.Timestamp != -4 {
+		if err := b.checkRemoteKnown(p); err != nil {
+			return err
+		}
+	}
 	switch ts := rp.Timestamp; {
-	case ts == -2, ts == -4 && version >= 8:
+	case ts == -2:
+		sp.Offset = p.logStartOffset()
+	case ts == -4 && version >= 8:
 		sp.Offset = p.log.StartOffset()
 	case ts == -1:
 		sp.Offset = hw
@@ -86,8 +98,22 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 			sp.Timestamp, sp.Offset = mts, off
 		}
 	case ts == -5 && version >= 9:
-		// Nothing is tiered yet: Kafka answers -1 here too.
+		if end := p.remoteEnd.Load(); end > 0 {
+			sp.Offset = end - 1 // the highest offset in the bucket
+		}
 	case ts >= 0:
+		if b.tier != nil && p.remoteEnd.Load() > p.logStartOffset() {
+			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+			off, found, ok, err := b.tier.OffsetForTimestamp(ctx, p.bucketName(), ts)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, topic, rp.Partition, err)
+			}
+			if ok && off < hw {
+				sp.Timestamp, sp.Offset = found, off
+				return nil
+			}
+		}
 		off, found, ok, err := p.log.OffsetForTimestamp(ts)
 		if err != nil {
 			return fmt.Errorf("offset for timestamp %d in %s-%d: %w", ts, topic, rp.Partition, err)

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"strata/broker/group"
 	"strata/meta"
+	"strata/tier"
 )
 
 // Broker is one running Strata node. Start it with Start; stop it with
@@ -41,6 +43,12 @@ type Broker struct {
 	wg     sync.WaitGroup
 
 	pids producerIDs
+
+	// tier is the cold tier, nil when no object store is configured.
+	tier *tier.Tier
+	// localBytes is the size of the hosted logs as of the last upload
+	// pass; produce reads it for disk backpressure.
+	localBytes atomic.Int64
 
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
@@ -143,6 +151,12 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("register broker: %w", err)
 	}
+	// The tier comes before the partitions: it decides how their logs
+	// retain data.
+	if err := b.openTier(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("tiered storage: %w", err)
+	}
 	if err := b.reconcile(); err != nil {
 		b.Close()
 		return nil, err
@@ -153,6 +167,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.goFunc(b.reconcileLoop)
 	b.goFunc(b.maintenanceLoop)
+	if b.tier != nil {
+		b.goFunc(b.tierLoop)
+	}
 	b.goFunc(b.acceptLoop)
 	b.started = true
 	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
@@ -232,6 +249,9 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Unlock()
 		b.wg.Wait()
+		if b.tier != nil {
+			b.tier.Close()
+		}
 		if b.groups != nil {
 			b.groups.Close() // before the logs it writes to close
 		}

@@ -73,6 +73,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Gatherer is served on /metrics; nil uses the private registry.
 	Gatherer prometheus.Gatherer
+
+	// Tier configures tiered storage; a nil Tier.Store keeps everything
+	// local.
+	Tier TierConfig
 }
 
 // Defaults applied by WithDefaults.
@@ -86,6 +90,7 @@ const (
 
 // WithDefaults returns c with unset fields filled in.
 func (c Config) WithDefaults() Config {
+	c.Tier = c.Tier.withDefaults()
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}

@@ -26,6 +26,15 @@ type metrics struct {
 	fetchLatency   prometheus.Histogram
 	recordsIn      prometheus.Counter
 	logEnd         *prometheus.GaugeVec // topic, partition
+
+	// Tiered storage.
+	tierUploads        prometheus.Counter
+	tierUploadBytes    prometheus.Counter
+	tierUploadErrors   prometheus.Counter
+	tierUploadSeconds  prometheus.Histogram
+	tierReadBytes      prometheus.Counter
+	tierOrphansDeleted prometheus.Counter
+	uploadLag          *prometheus.GaugeVec // topic, partition
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,6 +78,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		logEnd: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_log_end_offset", Help: "Log end offset of each hosted partition.",
 		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
+		tierUploads: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_tier_uploaded_segments_total", Help: "Segments copied to the object store.",
+		})).(prometheus.Counter),
+		tierUploadBytes: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_tier_uploaded_bytes_total", Help: "Log bytes copied to the object store.",
+		})).(prometheus.Counter),
+		tierUploadErrors: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_tier_upload_errors_total", Help: "Upload passes that failed and will be retried.",
+		})).(prometheus.Counter),
+		tierUploadSeconds: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "strata_tier_upload_duration_seconds", Help: "Time to upload one segment and publish its manifest.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		})).(prometheus.Histogram),
+		tierReadBytes: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_tier_read_bytes_total", Help: "Record bytes served to consumers from the object store.",
+		})).(prometheus.Counter),
+		tierOrphansDeleted: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_tier_orphans_deleted_total", Help: "Unreferenced objects deleted by the collector.",
+		})).(prometheus.Counter),
+		uploadLag: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
+		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
 	}
 }
 
@@ -90,6 +120,11 @@ func (m *metrics) setLogEnd(topic string, partition int32, leo int64) {
 	m.logEnd.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(leo))
 }
 
+func (m *metrics) setUploadLag(topic string, partition int32, lag int64) {
+	m.uploadLag.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(lag))
+}
+
 func (m *metrics) forgetPartition(topic string, partition int32) {
 	m.logEnd.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
+	m.uploadLag.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 }

@@ -25,9 +25,15 @@ type partition struct {
 	// waits are answered in order.
 	appendMu sync.Mutex
 
-	hw          atomic.Int64
-	startOffset atomic.Int64
-	leaderEpoch atomic.Int32
+	hw atomic.Int64
+	// remoteStart and remoteEnd bound what the bucket holds, [start, end);
+	// both -1 while nothing is uploaded.
+	remoteStart, remoteEnd atomic.Int64
+	// remoteKnown is set once the bucket's manifest has been read; until
+	// then a tiered partition cannot say where its log starts.
+	remoteKnown atomic.Bool
+	startOffset            atomic.Int64
+	leaderEpoch            atomic.Int32
 
 	// waitMu guards waiters: long-poll fetches that want to hear when the
 	// high watermark moves.
@@ -38,6 +44,8 @@ type partition struct {
 func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log) *partition {
 	p := &partition{topic: topic, topicID: id, index: index, log: log, waiters: make(map[chan struct{}]struct{})}
 	p.leaderEpoch.Store(epoch)
+	p.remoteStart.Store(-1)
+	p.remoteEnd.Store(-1)
 	p.startOffset.Store(log.StartOffset())
 	// Everything recovered from disk was acknowledged by this node alone, so
 	// it is all committed.

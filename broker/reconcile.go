@@ -100,6 +100,10 @@ func (b *Broker) reconcile() error {
 		if err := p.log.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.topic, p.index, err))
 		}
+		if _, exists := st.TopicByID(p.topicID); !exists {
+			// The topic is gone, not just moved: its history goes too.
+			b.deleteRemote(p)
+		}
 		b.metrics.forgetPartition(p.topic, p.index)
 		b.log.Info("partition deleted", "topic", p.topic, "partition", p.index)
 	}
@@ -118,6 +122,7 @@ func (b *Broker) reconcile() error {
 			continue
 		}
 		p := newPartition(key.topic, w.id, key.partition, w.epoch, l)
+		b.loadRemote(p)
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()

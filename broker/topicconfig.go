@@ -127,7 +127,7 @@ func (b *Broker) segmentConfig(configs map[string]string) segment.Config {
 	if cfg.IndexIntervalBytes == 0 {
 		cfg.IndexIntervalBytes = 1 // every batch
 	}
-	return cfg
+	return b.tierSegmentConfig(cfg, configs)
 }
 
 func longAtLeast(min int64) func(string) error {

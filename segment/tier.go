@@ -96,3 +96,24 @@ func (l *Log) RollIfOlder(age time.Duration) (bool, error) {
 	}
 	return true, nil
 }
+
+// FirstRecordAtOrAfter looks inside one stored batch (as Read returns them,
+// CRC already checked) for the first record whose timestamp is at least ts
+// and whose offset is at least minOffset, decompressing if it must. The
+// cold tier uses it to answer ListOffsets by timestamp from bucket bytes.
+func FirstRecordAtOrAfter(batch []byte, ts, minOffset int64) (offset, timestamp int64, ok bool, err error) {
+	h, err := ParseBatchHeader(batch)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if h.Size() != len(batch) {
+		return 0, 0, false, fmt.Errorf("%w: batch of %d bytes holds %d", ErrCorruptMessage, h.Size(), len(batch))
+	}
+	return firstRecordAtOrAfter(batch, ts, minOffset)
+}
+
+// BatchCRCOK reports whether a stored batch's CRC-32C matches its bytes.
+func BatchCRCOK(batch []byte) bool {
+	h, err := ParseBatchHeader(batch)
+	return err == nil && h.Size() == len(batch) && batchCRC(batch) == h.CRC
+}

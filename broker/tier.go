@@ -1,0 +1,324 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"strata/segment"
+	"strata/tier"
+	"strata/tier/format"
+	"strata/tier/objstore"
+)
+
+// TierConfig configures tiered storage. With a nil Store the broker keeps
+// everything on local disk, as Kafka without tiered storage does.
+type TierConfig struct {
+	// Store is the object store closed segments go to (already prefixed
+	// and decorated by the caller).
+	Store objstore.Store
+	// ChunkBytes, CacheBytes, ReadAhead and ReadWorkers shape remote reads
+	// (see tier.Config); zero takes the tier package's defaults.
+	ChunkBytes, CacheBytes int64
+	ReadAhead, ReadWorkers int
+	// UploadInterval is how often hosted partitions are checked for closed
+	// segments to upload (default 1s).
+	UploadInterval time.Duration
+	// IdleUpload rolls an active segment older than this so a quiet
+	// partition's data still reaches the bucket (default 10 minutes).
+	IdleUpload time.Duration
+	// OrphanGrace is how old an unreferenced object must be before the
+	// collector deletes it (default 1 hour); CollectInterval is how often
+	// the collector runs (default 10 minutes).
+	OrphanGrace, CollectInterval time.Duration
+	// LocalDiskLimit: when the hosted logs exceed this many bytes (uploads
+	// are behind, e.g. the store is down), produce fails with a retriable
+	// error instead of filling the disk. Zero means no limit.
+	LocalDiskLimit int64
+}
+
+func (c TierConfig) withDefaults() TierConfig {
+	if c.UploadInterval <= 0 {
+		c.UploadInterval = time.Second
+	}
+	if c.IdleUpload <= 0 {
+		c.IdleUpload = 10 * time.Minute
+	}
+	if c.OrphanGrace <= 0 {
+		c.OrphanGrace = time.Hour
+	}
+	if c.CollectInterval <= 0 {
+		c.CollectInterval = 10 * time.Minute
+	}
+	return c
+}
+
+// errDiskFull is returned to producers while uploads are behind and the
+// local disk bound is crossed. KAFKA_STORAGE_ERROR is retriable: clients
+// back off and try again, and nothing is lost.
+var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)
+
+// openTier starts the cold tier when a store is configured.
+func (b *Broker) openTier() error {
+	if b.cfg.Tier.Store == nil {
+		return nil
+	}
+	t, err := tier.Open(tier.Config{
+		Store:       b.cfg.Tier.Store,
+		CacheDir:    filepath.Join(b.cfg.DataDir, "tier-cache"),
+		ChunkBytes:  b.cfg.Tier.ChunkBytes,
+		CacheBytes:  b.cfg.Tier.CacheBytes,
+		ReadAhead:   b.cfg.Tier.ReadAhead,
+		ReadWorkers: b.cfg.Tier.ReadWorkers,
+		Logger:      b.log.With("component", "tier"),
+	})
+	if err != nil {
+		return err
+	}
+	b.tier = t
+	return nil
+}
+
+// topicPartition names p in the bucket.
+func (p *partition) bucketName() format.TopicPartition {
+	return format.TopicPartition{Topic: p.topic, TopicID: p.topicID, Partition: p.index}
+}
+
+// remoteEnabled reports whether p's topic tiers (remote.storage.enable).
+func (b *Broker) remoteEnabled(p *partition) bool {
+	if b.tier == nil {
+		return false
+	}
+	t, ok := b.topicByName(p.topic)
+	if !ok {
+		return false
+	}
+	v, _ := b.topicConfigValue(t.Configs, "remote.storage.enable")
+	return v == "true"
+}
+
+// tierLoop uploads closed segments of the partitions this broker leads,
+// applies local retention once they are safe in the bucket, keeps the
+// local-disk figure that produce backpressure reads, and runs the orphan
+// collector.
+func (b *Broker) tierLoop() {
+	cfg := b.cfg.Tier
+	upload := time.NewTicker(cfg.UploadInterval)
+	defer upload.Stop()
+	collect := time.NewTicker(cfg.CollectInterval)
+	defer collect.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-upload.C:
+			b.uploadPass()
+		case <-collect.C:
+			b.collectPass()
+		}
+	}
+}
+
+func (b *Broker) uploadPass() {
+	var local int64
+	for _, p := range b.partitionList() {
+		if b.remoteEnabled(p) {
+			if err := b.uploadPartition(p); err != nil && b.ctx.Err() == nil {
+				b.metrics.tierUploadErrors.Inc()
+				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
+			}
+		}
+		local += p.log.Size()
+	}
+	b.localBytes.Store(local)
+}
+
+// uploadPartition copies every closed segment of p that is wholly below
+// the high watermark and not yet in the bucket, oldest first; after each
+// one the manifest is published and only then may local retention delete
+// the local copy.
+func (b *Broker) uploadPartition(p *partition) error {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	defer cancel()
+	tp := p.bucketName()
+	m, err := b.tier.Manifest(ctx, tp)
+	if err != nil {
+		return err
+	}
+	p.setRemote(m)
+	if _, err := p.log.RollIfOlder(b.cfg.Tier.IdleUpload); err != nil {
+		return fmt.Errorf("roll idle segment: %w", err)
+	}
+	segs, err := p.log.ClosedSegments(m.EndOffset())
+	if err != nil {
+		return err
+	}
+	hw := p.highWatermark()
+	for _, seg := range segs {
+		if seg.EndOffset > hw {
+			break // only committed data goes up
+		}
+		if len(m.Segments) > 0 && seg.BaseOffset != m.EndOffset() {
+			return fmt.Errorf("local segment %d does not follow the bucket's end %d", seg.BaseOffset, m.EndOffset())
+		}
+		start := time.Now()
+		m, err = b.tier.Upload(ctx, tp, seg, p.leaderEpoch.Load())
+		if err != nil {
+			return err
+		}
+		p.setRemote(m)
+		b.metrics.tierUploads.Inc()
+		b.metrics.tierUploadBytes.Add(float64(seg.Size))
+		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
+	}
+	b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-m.EndOffset())
+	if err := p.log.Maintain(); err != nil {
+		return fmt.Errorf("local retention: %w", err)
+	}
+	return nil
+}
+
+// setRemote records what the bucket holds for p, and tells the log that
+// everything below its end may go under local retention.
+func (p *partition) setRemote(m *format.Manifest) {
+	defer p.remoteKnown.Store(true)
+	if len(m.Segments) == 0 {
+		p.remoteStart.Store(-1)
+		p.remoteEnd.Store(-1)
+		return
+	}
+	p.remoteStart.Store(m.LogStartOffset)
+	p.remoteEnd.Store(m.EndOffset())
+	p.log.SetTieredOffset(m.EndOffset())
+}
+
+// errRemoteUnknown answers reads and offset lookups of a tiered partition
+// whose manifest could not be read yet (the store is down at start-up):
+// retriable, so clients wait instead of being sent to the wrong offset.
+var errRemoteUnknown = fmt.Errorf("%w: the partition's state in the object store is not loaded yet", kerr.KafkaStorageError)
+
+// loadRemote reads p's manifest when p is opened, so that its log start is
+// right from the first request. On failure the upload loop tries again.
+func (b *Broker) loadRemote(p *partition) {
+	if !b.remoteEnabled(p) {
+		p.remoteKnown.Store(true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	m, err := b.tier.Manifest(ctx, p.bucketName())
+	if err != nil {
+		b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		return
+	}
+	p.setRemote(m)
+}
+
+// checkRemoteKnown fails requests that need the log start of a tiered
+// partition whose manifest is not loaded.
+func (b *Broker) checkRemoteKnown(p *partition) error {
+	if b.tier != nil && !p.remoteKnown.Load() && b.remoteEnabled(p) {
+		return errRemoteUnknown
+	}
+	return nil
+}
+
+// logStartOffset is the first offset a consumer can read, locally or from
+// the bucket.
+func (p *partition) logStartOffset() int64 {
+	local := p.log.StartOffset()
+	if rs := p.remoteStart.Load(); rs >= 0 && rs < local {
+		return rs
+	}
+	return local
+}
+
+// readRemote serves a fetch below the local log start from the bucket.
+func (b *Broker) readRemote(p *partition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	n := len(dst)
+	out, err := b.tier.Read(ctx, p.bucketName(), dst, offset, maxBytes)
+	b.metrics.tierReadBytes.Add(float64(len(out) - n))
+	return out, err
+}
+
+// readAt reads committed batches of p at offset, from the local log or,
+// below the local log start, from the bucket.
+func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int) ([]byte, error) {
+	if offset < p.log.StartOffset() {
+		if err := b.checkRemoteKnown(p); err != nil {
+			return dst, err
+		}
+	}
+	out, err := p.log.Read(dst, offset, hw, maxBytes)
+	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
+		return b.readRemote(p, dst, offset, maxBytes)
+	}
+	return out, err
+}
+
+// collectPass removes orphaned objects of the partitions this broker leads.
+func (b *Broker) collectPass() {
+	for _, p := range b.partitionList() {
+		if !b.remoteEnabled(p) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		n, err := b.tier.CollectOrphans(ctx, p.bucketName(), b.cfg.Tier.OrphanGrace)
+		cancel()
+		if err != nil && b.ctx.Err() == nil {
+			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
+		}
+		b.metrics.tierOrphansDeleted.Add(float64(n))
+	}
+}
+
+// deleteRemote removes a deleted topic's partition from the bucket.
+func (b *Broker) deleteRemote(p *partition) {
+	if b.tier == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := b.tier.DeletePartition(ctx, p.bucketName()); err != nil {
+		b.log.Warn("delete partition from the bucket", "topic", p.topic, "partition", p.index, "err", err)
+	}
+}
+
+// tierSegmentConfig adds the tiering settings of a topic to its log
+// config: a tiered log deletes locally only what is uploaded, bounded by
+// local.retention.* (-2: follow retention.*).
+func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string) segment.Config {
+	if b.tier == nil {
+		return cfg
+	}
+	if v, _ := b.topicConfigValue(configs, "remote.storage.enable"); v != "true" {
+		return cfg
+	}
+	num := func(key string) int64 {
+		v, _ := b.topicConfigValue(configs, key)
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	cfg.Tiered = true
+	cfg.LocalRetentionBytes = num("local.retention.bytes")
+	if cfg.LocalRetentionBytes == -2 {
+		cfg.LocalRetentionBytes = cfg.RetentionBytes
+	}
+	ms := num("local.retention.ms")
+	switch {
+	case ms == -2:
+		cfg.LocalRetentionMs = cfg.RetentionMs
+	case ms < 0:
+		cfg.LocalRetentionMs = -1
+	default:
+		cfg.LocalRetentionMs = time.Duration(ms) * time.Millisecond
+	}
+	return cfg
+}

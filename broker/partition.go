@@ -32,8 +32,8 @@ type partition struct {
 	// remoteKnown is set once the bucket's manifest has been read; until
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
-	startOffset            atomic.Int64
-	leaderEpoch            atomic.Int32
+	startOffset atomic.Int64
+	leaderEpoch atomic.Int32
 
 	// waitMu guards waiters: long-poll fetches that want to hear when the
 	// high watermark moves.

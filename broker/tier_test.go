@@ -2,8 +2,8 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -202,4 +202,3 @@ func TestTieredReplay(t *testing.T) {
 		})
 	}
 }
-

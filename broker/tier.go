@@ -177,6 +177,9 @@ func (b *Broker) uploadPartition(p *partition) error {
 		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
 	}
 	b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-m.EndOffset())
+	if err := b.applyRetention(ctx, p, m); err != nil {
+		return err
+	}
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
 	}
@@ -321,4 +324,44 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 		cfg.LocalRetentionMs = time.Duration(ms) * time.Millisecond
 	}
 	return cfg
+}
+
+// applyRetention enforces retention.bytes and retention.ms on the whole
+// log of a tiered partition: the bucket's oldest segments go first (the
+// manifest's log start moves; the objects follow after the orphan grace).
+func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) error {
+	if len(m.Segments) == 0 {
+		return nil
+	}
+	t, ok := b.topicByName(p.topic)
+	if !ok {
+		return nil
+	}
+	cfg := b.segmentConfig(t.Configs)
+	local := p.log.Size()
+	segs, err := p.log.ClosedSegments(0)
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		if s.EndOffset <= m.EndOffset() {
+			local -= s.Size // in the bucket too: counted there
+		}
+	}
+	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LocalBytes: max(local, 0)}
+	if r.Bytes < 0 && r.Age < 0 {
+		return nil
+	}
+	start, err := b.tier.ApplyRetention(ctx, p.bucketName(), r)
+	if err != nil {
+		return err
+	}
+	if start != m.LogStartOffset {
+		m, err = b.tier.Manifest(ctx, p.bucketName())
+		if err != nil {
+			return err
+		}
+		p.setRemote(m)
+	}
+	return nil
 }

@@ -54,10 +54,10 @@ func tieredBroker(t *testing.T, dir string, store objstore.Store, mutate ...func
 
 // produceKeyed writes n records of size bytes to topic, key = index, value
 // derived from the index, and returns once all are acknowledged.
-func produceKeyed(t *testing.T, b *Broker, topic string, n, size int) {
+func produceKeyed(t *testing.T, b *Broker, topic string, n, size int, opts ...kgo.Opt) {
 	t.Helper()
-	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
-		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.MaxBufferedRecords(16<<10))
+	cl := testClient(t, b, append([]kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2 * time.Millisecond),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.MaxBufferedRecords(16 << 10)}, opts...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

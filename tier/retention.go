@@ -1,0 +1,62 @@
+package tier
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"strata/tier/format"
+)
+
+// Retention bounds the whole log of a partition, bucket and local disk
+// together (retention.bytes and retention.ms); a negative bound is off.
+type Retention struct {
+	Bytes int64
+	Age   time.Duration
+	// LocalBytes is the size of the partition's log above what the bucket
+	// holds, which counts toward Bytes.
+	LocalBytes int64
+}
+
+// ApplyRetention advances tp's log start offset past the oldest remote
+// segments that the bounds no longer keep, and publishes the manifest that
+// says so. The objects themselves are deleted later by CollectOrphans,
+// after its grace period, so a reader holding the previous manifest never
+// finds an object missing. It returns the new log start offset.
+func (t *Tier) ApplyRetention(ctx context.Context, tp format.TopicPartition, r Retention) (int64, error) {
+	ps := t.state(tp)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	m, err := t.manifestLocked(ctx, tp, ps)
+	if err != nil {
+		return -1, err
+	}
+	if len(m.Segments) == 0 {
+		return m.LogStartOffset, nil
+	}
+	total := r.LocalBytes
+	for _, s := range m.Segments {
+		total += s.Size
+	}
+	cutoff := t.cfg.Now().Add(-r.Age).UnixMilli()
+	start := m.LogStartOffset
+	for _, s := range m.Segments {
+		bySize := r.Bytes >= 0 && total-s.Size >= r.Bytes
+		byAge := r.Age >= 0 && s.MaxTimestamp >= 0 && s.MaxTimestamp < cutoff
+		if !bySize && !byAge {
+			break
+		}
+		total -= s.Size
+		start = s.LastOffset + 1
+	}
+	if start == m.LogStartOffset {
+		return start, nil
+	}
+	next := m.WithLogStart(start)
+	if err := t.publish(ctx, next); err != nil {
+		return -1, fmt.Errorf("retention of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	ps.manifest = next
+	t.log.Info("retention advanced the log start", "topic", tp.Topic, "partition", tp.Partition, "logStartOffset", start)
+	return start, nil
+}

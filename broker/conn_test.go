@@ -1,0 +1,108 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestPipelinedRequestsAnsweredInOrder: the protocol requires responses on
+// a connection in request order; several requests written at once come
+// back with their correlation ids in the order sent.
+func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
+	b := testBroker(t, "")
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out []byte
+	reqs := []kmsg.Request{kmsg.NewPtrApiVersionsRequest(), kmsg.NewPtrMetadataRequest(), kmsg.NewPtrApiVersionsRequest(), kmsg.NewPtrDescribeClusterRequest(), kmsg.NewPtrMetadataRequest()}
+	for i, r := range reqs {
+		r.SetVersion(apis[r.Key()].max)
+		body := encodeRequest(r, int32(100+i))
+		out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	if _, err := c.Write(out); err != nil { // all at once
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(c)
+	for i := range reqs {
+		var size [4]byte
+		if _, err := io.ReadFull(rd, size[:]); err != nil {
+			t.Fatal(err)
+		}
+		resp := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(rd, resp); err != nil {
+			t.Fatal(err)
+		}
+		if corr := int32(binary.BigEndian.Uint32(resp)); corr != int32(100+i) {
+			t.Fatalf("response %d has correlation id %d, want %d", i, corr, 100+i)
+		}
+	}
+}
+
+// TestLongPollDoesNotBlockOthers: a fetch parked in its long poll holds
+// only its own connection; produce on another connection is answered at
+// once, and the parked fetch wakes as soon as the data is committed.
+func TestLongPollDoesNotBlockOthers(t *testing.T) {
+	b := testBroker(t, "")
+	prod := testClient(t, b, kgo.DefaultProduceTopic("poll"))
+	createTopic(t, kadmFor(prod), "poll", 1, nil)
+	topics, err := kadmFor(prod).ListTopics(context.Background(), "poll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcher := testClient(t, b)
+
+	fetched := make(chan time.Time, 1)
+	go func() {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis = 10_000
+		req.MinBytes = 1
+		req.MaxBytes = 1 << 20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = "poll", topics["poll"].ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.PartitionMaxBytes = 1 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), fetcher)
+		if err == nil && len(resp.Topics) == 1 && len(resp.Topics[0].Partitions[0].RecordBatches) > 0 {
+			fetched <- time.Now()
+		}
+		close(fetched)
+	}()
+	time.Sleep(300 * time.Millisecond) // let the fetch park
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("wake up")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	produced := time.Now()
+	if took := produced.Sub(start); took > 2*time.Second {
+		t.Fatalf("produce took %v while a fetch was parked", took)
+	}
+	select {
+	case at, ok := <-fetched:
+		if !ok {
+			t.Fatal("the parked fetch returned no records")
+		}
+		if wait := at.Sub(produced); wait > 2*time.Second {
+			t.Fatalf("the parked fetch woke %v after the produce", wait)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the parked fetch did not wake on new data")
+	}
+}

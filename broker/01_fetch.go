@@ -118,7 +118,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	var timer *time.Timer
 	for {
 		total, anyErr := b.readFetch(req.conn, parts, maxBytes)
-		if total >= minBytes || anyErr || wait <= 0 || total > 0 && minBytes <= 0 {
+		if total >= minBytes || anyErr || wait <= 0 {
 			break
 		}
 		if waiter == nil {

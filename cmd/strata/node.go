@@ -17,7 +17,11 @@ import (
 	"strata/cmd/internal/config"
 )
 
-func newDevCmd(stdout, stderr io.Writer) *cobra.Command {
+// defaultDevDataDir is where strata dev keeps its data, and where the tier
+// verbs look for a bucket directory when told nothing else.
+const defaultDevDataDir = "./strata-data"
+
+func newDevCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		dataDir    string
 		listen     string
@@ -28,36 +32,53 @@ func newDevCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "dev",
 		Short: "Run a single local node with development defaults",
 		Long: `Run a single Strata node for development: data in ./strata-data, the Kafka
-listener on 127.0.0.1:9092, topics created on first use. Once the node accepts
-connections it prints one line with the bootstrap address to stdout; logs go
-to stderr. Ctrl-C or SIGTERM shuts it down cleanly.`,
+listener on 127.0.0.1:9092, topics created on first use, closed segments
+tiered into the directory store ./strata-data/bucket (or the S3 bucket named
+by --s3-bucket; keys from STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY).
+Once the node accepts connections it prints one line with the bootstrap
+address to stdout; logs go to stderr. Ctrl-C or SIGTERM shuts it down
+cleanly.`,
 		Args: args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			level, err := config.ParseLevel(logLevel)
-			if err != nil {
-				return &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
-			}
-			if strings.EqualFold(httpListen, "off") {
-				httpListen = ""
-			}
-			cfg := broker.Config{
-				DataDir:           dataDir,
-				Listen:            listen,
-				HTTPListen:        httpListen,
-				AutoCreateTopics:  true,
-				DefaultPartitions: 1,
-				OffsetsPartitions: 3, // a laptop needs no 50 offsets partitions
-				Logger:            newLogger(stderr, level, "text"),
-			}
-			return runNode(cmd.Context(), "strata dev", cfg, stdout)
-		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", "./strata-data", "directory for the logs and the metadata")
+	f.StringVar(&dataDir, "data-dir", defaultDevDataDir, "directory for the logs, the metadata and the bucket directory")
 	f.StringVar(&listen, "listen", config.DefaultListen, "Kafka listener address (port 0 picks a free port)")
 	f.StringVar(&httpListen, "http-listen", config.DefaultHTTPListen, `metrics and health listener ("off" disables it)`)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	tierFlags := config.AddFlagsFor(f, false, "s3", "tier")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		level, err := config.ParseLevel(logLevel)
+		if err != nil {
+			return &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
+		}
+		c, _, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		return runNode(cmd.Context(), nodeRun{
+			name: "strata dev",
+			cfg:  devConfig(dataDir, listen, httpListen, newLogger(stderr, level, "text")),
+			s3:   c.S3,
+			tier: c.Tier,
+		}, stdout)
+	}
 	return cmd
+}
+
+// devConfig is the broker configuration of a development node.
+func devConfig(dataDir, listen, httpListen string, log *slog.Logger) broker.Config {
+	if strings.EqualFold(httpListen, "off") {
+		httpListen = ""
+	}
+	return broker.Config{
+		DataDir:           dataDir,
+		Listen:            listen,
+		HTTPListen:        httpListen,
+		AutoCreateTopics:  true,
+		DefaultPartitions: 1,
+		OffsetsPartitions: 3, // a laptop needs no 50 offsets partitions
+		Logger:            log,
+	}
 }
 
 func newServeCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
@@ -85,7 +106,7 @@ set. See docs/operations.md for the file format.`,
 		if err := cfg.WithDefaults().Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		return runNode(cmd.Context(), "strata serve", cfg, stdout)
+		return runNode(cmd.Context(), nodeRun{name: "strata serve", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
 	return cmd
 }
@@ -110,21 +131,43 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	}
 }
 
-// runNode starts a broker, announces its bootstrap address on out once it
-// accepts connections, and closes it on SIGINT or SIGTERM.
-func runNode(ctx context.Context, name string, cfg broker.Config, out io.Writer) error {
+// nodeRun is a node for runNode to run.
+type nodeRun struct {
+	name string        // "strata dev", shown on the bootstrap line
+	cfg  broker.Config // everything but the tier, which runNode opens
+	s3   config.S3
+	tier config.Tier
+	// announce, if set, prints more for the user after the bootstrap
+	// line (strata localstack: how to reach its S3 endpoint).
+	announce func(w io.Writer, bootstrap string)
+}
+
+// runNode opens the node's object store, starts a broker, announces its
+// bootstrap address on out once it accepts connections, and closes it on
+// SIGINT or SIGTERM.
+func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	cfg, where, err := withStore(ctx, r.cfg, r.s3, r.tier)
+	if err != nil {
+		return err
+	}
 	b, err := broker.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	line := fmt.Sprintf("%s: bootstrap %s (data in %s", name, b.AdvertisedAddr(), cfg.DataDir)
+	line := fmt.Sprintf("%s: bootstrap %s (data in %s", r.name, b.AdvertisedAddr(), cfg.DataDir)
+	if where != "" {
+		line += ", bucket " + where
+	}
 	if a := b.HTTPAddr(); a != nil {
 		line += fmt.Sprintf(", metrics http://%s/metrics", a)
 	}
 	fmt.Fprintln(out, line+")")
+	if r.announce != nil {
+		r.announce(out, b.AdvertisedAddr())
+	}
 
 	<-ctx.Done()
 	// Restore default signal handling: a second Ctrl-C during a slow

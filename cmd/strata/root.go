@@ -33,10 +33,12 @@ Start a single local node with 'strata dev'.`,
 		return &usageError{err: err, cmd: c.CommandPath()}
 	})
 	root.AddCommand(
-		newDevCmd(stdout, stderr),
+		newDevCmd(environ, stdout, stderr),
 		newServeCmd(environ, stdout, stderr),
 		newTopicCmd(environ, stdout),
 		newGroupCmd(environ, stdout),
+		newTierCmd(environ, stdout),
+		newLocalstackCmd(stdout, stderr),
 		newVersionCmd(stdout),
 		mount(loadtest.Command()),
 	)

@@ -44,6 +44,15 @@ func (a *admin) addFlags(cmd *cobra.Command, environ []string) {
 // ends within the timeout, and turns a failure to reach the cluster into
 // one line that says so.
 func (a *admin) do(ctx context.Context, f func(context.Context, *kadm.Client) error) error {
+	return a.doClient(ctx, func(ctx context.Context, cl *kgo.Client) error {
+		adm := kadm.NewClient(cl)
+		adm.SetTimeoutMillis(int32(min(a.timeout, time.Hour).Milliseconds()))
+		return f(ctx, adm)
+	})
+}
+
+// doClient is do for verbs that also send raw kmsg requests.
+func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Client) error) error {
 	seeds := strings.Split(a.bootstrap, ",")
 	for i := range seeds {
 		seeds[i] = strings.TrimSpace(seeds[i])
@@ -57,12 +66,10 @@ func (a *admin) do(ctx context.Context, f func(context.Context, *kadm.Client) er
 		return fmt.Errorf("--bootstrap %q: %w", a.bootstrap, err)
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	adm.SetTimeoutMillis(int32(min(a.timeout, time.Hour).Milliseconds()))
 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	err = f(ctx, adm)
+	err = f(ctx, cl)
 	switch {
 	case err == nil:
 		return nil

@@ -16,12 +16,13 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"strata/tier"
 )
 
 // Config is a node's resolved configuration. It has one nested section per
 // concern, mirroring the YAML file, so that later concerns (Raft addresses
-// and seed voters under Cluster, the object store under a Tier section) slot
-// in without renaming what exists.
+// and seed voters under Cluster) slot in without renaming what exists.
 type Config struct {
 	Node    Node
 	Cluster Cluster
@@ -29,6 +30,8 @@ type Config struct {
 	HTTP    HTTP
 	Topics  Topics
 	Storage Storage
+	S3      S3
+	Tier    Tier
 	Logging Logging
 }
 
@@ -69,6 +72,56 @@ type Storage struct {
 	FlushInterval time.Duration // storage.flush_interval; 0 leaves flushing to the OS
 }
 
+// S3 names the bucket of the cold tier. With no Bucket the tier uses the
+// local-directory store under the data directory (the embedded default).
+//
+// The keys have no YAML key and no flag: a flag shows in ps and in shell
+// history, and a config file is easily copied around. They come only from
+// STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY; both unset means the
+// default AWS credential chain. String and GoString redact them, so a
+// Config can be printed without leaking them.
+type S3 struct {
+	Endpoint  string // s3.endpoint: http(s) URL; empty means AWS S3
+	Bucket    string // s3.bucket: must exist
+	Prefix    string // s3.prefix: key prefix inside the bucket
+	Region    string // s3.region: empty means the AWS chain's, else us-east-1
+	PathStyle bool   // s3.path_style: endpoint/bucket/key addressing (MinIO)
+
+	AccessKey, SecretKey string // from the environment only
+}
+
+// String describes s with the keys redacted.
+func (s S3) String() string {
+	return fmt.Sprintf("{Endpoint:%q Bucket:%q Prefix:%q Region:%q PathStyle:%t AccessKey:%s SecretKey:%s}",
+		s.Endpoint, s.Bucket, s.Prefix, s.Region, s.PathStyle, redact(s.AccessKey), redact(s.SecretKey))
+}
+
+// GoString keeps %#v from printing the keys.
+func (s S3) GoString() string { return "config.S3" + s.String() }
+
+func redact(s string) string {
+	if s == "" {
+		return "<unset>"
+	}
+	return "<redacted>"
+}
+
+// Tier configures tiered storage: closed segments go to the object store
+// (S3 when a bucket is set, else the local directory store) and are read
+// back from it. See broker.TierConfig for what each knob does.
+type Tier struct {
+	Enabled         bool          // tier.enabled: false keeps every log wholly local
+	ChunkBytes      int64         // tier.chunk_bytes: size of remote-read ranged GETs
+	CacheBytes      int64         // tier.cache_bytes: bound of the on-disk chunk cache
+	ReadAhead       int           // tier.read_ahead: chunks fetched ahead of a sequential reader; 0 disables
+	ReadWorkers     int           // tier.read_workers: concurrent GETs of remote reads
+	UploadInterval  time.Duration // tier.upload_interval: how often closed segments are looked for
+	IdleUpload      time.Duration // tier.idle_upload: roll and upload an active segment older than this
+	OrphanGrace     time.Duration // tier.orphan_grace: age before an unreferenced object is deleted
+	CollectInterval time.Duration // tier.collect_interval: how often orphans are looked for
+	LocalDiskLimit  int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
+}
+
 // Logging configures the node's log output.
 type Logging struct {
 	Level  slog.Level // logging.level
@@ -92,6 +145,18 @@ func Defaults() Config {
 			MaxRequestBytes: defaultMaxRequestBytes,
 		},
 		HTTP: HTTP{Listen: DefaultHTTPListen},
+		S3:   S3{PathStyle: true},
+		Tier: Tier{
+			Enabled:         true,
+			ChunkBytes:      tier.DefaultChunkBytes,
+			CacheBytes:      tier.DefaultCacheBytes,
+			ReadAhead:       tier.DefaultReadAhead,
+			ReadWorkers:     tier.DefaultReadWorkers,
+			UploadInterval:  time.Second,
+			IdleUpload:      10 * time.Minute,
+			OrphanGrace:     time.Hour,
+			CollectInterval: 10 * time.Minute,
+		},
 		Topics: Topics{
 			AutoCreate:        true, // Kafka's auto.create.topics.enable default
 			DefaultPartitions: 1,    // Kafka's num.partitions default
@@ -101,10 +166,32 @@ func Defaults() Config {
 	}
 }
 
-// check reports settings that no source provided but that a node needs.
-func (c *Config) check() error {
-	if c.Node.DataDir == "" {
+// check reports settings that no source provided but that a node needs,
+// and settings that are each valid but do not fit together.
+func (c *Config) check(needDataDir bool) error {
+	if needDataDir && c.Node.DataDir == "" {
 		return fmt.Errorf("node.data_dir is not set (use --data-dir, %s or node.data_dir in the config file)", envName("data-dir"))
+	}
+	if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
+		set, unset := EnvS3AccessKey, EnvS3SecretKey
+		if c.S3.AccessKey == "" {
+			set, unset = unset, set
+		}
+		return fmt.Errorf("%s is set but %s is not (set both, or neither to use the AWS credential chain)", set, unset)
+	}
+	if !c.Tier.Enabled {
+		return nil
+	}
+	if c.S3.Bucket == "" {
+		for _, s := range []struct{ key, val string }{{"s3.endpoint", c.S3.Endpoint}, {"s3.prefix", c.S3.Prefix}, {"s3.region", c.S3.Region}} {
+			if s.val != "" {
+				return fmt.Errorf("%s is %q but s3.bucket is not set (use --s3-bucket, %s or s3.bucket in the config file)", s.key, s.val, envName("s3-bucket"))
+			}
+		}
+	}
+	// tier.Open refuses this too, but only once the node is half started.
+	if c.Tier.CacheBytes < 2*c.Tier.ChunkBytes {
+		return fmt.Errorf("tier.chunk_bytes %d is more than half of tier.cache_bytes %d (the chunk cache must hold two chunks)", c.Tier.ChunkBytes, c.Tier.CacheBytes)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -54,6 +55,23 @@ topics:
     segment.bytes: "1048576"
 storage:
   flush_interval: 2s
+s3:
+  endpoint: http://127.0.0.1:9000
+  bucket: events
+  prefix: prod
+  region: eu-west-1
+  path_style: false
+tier:
+  enabled: off
+  chunk_bytes: 4MiB
+  cache_bytes: 2GiB
+  read_ahead: 0
+  read_workers: 16
+  upload_interval: 5s
+  idle_upload: 1m
+  orphan_grace: 2h
+  collect_interval: 30m
+  local_disk_limit: 100GB
 logging:
   level: debug
   format: json
@@ -76,6 +94,12 @@ func TestFileSetsEverySetting(t *testing.T) {
 			"retention.ms": "1000", "segment.bytes": "1048576",
 		}},
 		Storage: Storage{FlushInterval: 2 * time.Second},
+		S3:      S3{Endpoint: "http://127.0.0.1:9000", Bucket: "events", Prefix: "prod", Region: "eu-west-1"},
+		Tier: Tier{
+			ChunkBytes: 4 << 20, CacheBytes: 2 << 30, ReadWorkers: 16,
+			UploadInterval: 5 * time.Second, IdleUpload: time.Minute, OrphanGrace: 2 * time.Hour,
+			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
+		},
 		Logging: Logging{Level: slog.LevelDebug, Format: "json"},
 	}
 	if !equal(cfg, want) {
@@ -196,6 +220,61 @@ func TestErrorsNameTheProblem(t *testing.T) {
 		args []string
 		want []string // substrings of the error
 	}{
+		{
+			name: "negative size in file",
+			yaml: "node:\n  data_dir: /d\ntier:\n  cache_bytes: -5\n",
+			want: []string{`strata.yaml:4: tier.cache_bytes: "-5" is negative`},
+		},
+		{
+			name: "size with an unknown unit",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_TIER_CHUNK_BYTES=8 megs"},
+			want: []string{`environment STRATA_TIER_CHUNK_BYTES: "8 megs" is not a size`},
+		},
+		{
+			name: "zero interval",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_TIER_UPLOAD_INTERVAL=0"},
+			want: []string{`STRATA_TIER_UPLOAD_INTERVAL: "0" is not a positive duration`},
+		},
+		{
+			name: "negative duration flag",
+			args: []string{"--data-dir", "/d", "--tier-idle-upload", "-1s"},
+			want: []string{`"--tier-idle-upload"`, `"-1s" is not a positive duration`},
+		},
+		{
+			name: "chunk larger than half the cache",
+			args: []string{"--data-dir", "/d", "--tier-chunk-bytes", "16MiB", "--tier-cache-bytes", "16MiB"},
+			want: []string{"tier.chunk_bytes 16777216 is more than half of tier.cache_bytes 16777216"},
+		},
+		{
+			name: "unknown tier key",
+			yaml: "node:\n  data_dir: /d\ntier:\n  chunk_size: 1MiB\n",
+			want: []string{"strata.yaml:4: unknown key tier.chunk_size"},
+		},
+		{
+			name: "key in a file",
+			yaml: "node:\n  data_dir: /d\ns3:\n  bucket: b\n  secret_key: hunter2\n",
+			want: []string{"strata.yaml:5: s3.secret_key: keys are never read from a file", "STRATA_S3_SECRET_KEY"},
+		},
+		{
+			name: "endpoint without a bucket",
+			args: []string{"--data-dir", "/d", "--s3-endpoint", "http://127.0.0.1:9000"},
+			want: []string{`s3.endpoint is "http://127.0.0.1:9000" but s3.bucket is not set`},
+		},
+		{
+			name: "endpoint that is not a URL",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_S3_ENDPOINT=127.0.0.1:9000"},
+			want: []string{`STRATA_S3_ENDPOINT: "127.0.0.1:9000" is not an http:// or https:// URL`},
+		},
+		{
+			name: "half a key pair",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_S3_SECRET_KEY=hunter2"},
+			want: []string{"STRATA_S3_SECRET_KEY is set but STRATA_S3_ACCESS_KEY is not"},
+		},
+		{
+			name: "bad tier switch",
+			args: []string{"--data-dir", "/d", "--tier", "sometimes"},
+			want: []string{`"sometimes" is not on or off`},
+		},
 		{
 			name: "bad integer in file",
 			yaml: "node:\n  data_dir: /d\ntopics:\n  default_partitions: abc\n",
@@ -326,6 +405,96 @@ func TestEnvNamesFollowFlags(t *testing.T) {
 	for _, name := range []string{"STRATA_NODE_ID", "STRATA_DATA_DIR", "STRATA_LISTEN", "STRATA_ADVERTISED_ADDR", "STRATA_HTTP_LISTEN"} {
 		if byEnv[name] == nil {
 			t.Errorf("%s is not a setting", name)
+		}
+	}
+}
+
+// TestTierDefaults pins the defaults a node tiers with when told nothing:
+// on, into the directory store (no bucket), path-style for when a bucket
+// is set, and the tier package's own read defaults.
+func TestTierDefaults(t *testing.T) {
+	cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Tier.Enabled || cfg.S3.Bucket != "" || !cfg.S3.PathStyle {
+		t.Errorf("tier %+v s3 %v", cfg.Tier, cfg.S3)
+	}
+	if cfg.Tier.ChunkBytes != 8<<20 || cfg.Tier.CacheBytes != 1<<30 || cfg.Tier.ReadAhead != 2 || cfg.Tier.ReadWorkers != 8 {
+		t.Errorf("read defaults %+v", cfg.Tier)
+	}
+}
+
+// TestS3KeysOnlyFromEnvironment checks that the keys come from their two
+// variables (and from nowhere else: there is no flag for them), and that
+// printing a Config does not show them.
+func TestS3KeysOnlyFromEnvironment(t *testing.T) {
+	const secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+	env := []string{"STRATA_DATA_DIR=/d", "STRATA_S3_BUCKET=b", "STRATA_S3_ACCESS_KEY=AKIAEXAMPLE", "STRATA_S3_SECRET_KEY=" + secret}
+	cfg, warnings, err := load(t, "", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("the key variables are reported as unknown: %v", warnings)
+	}
+	if cfg.S3.AccessKey != "AKIAEXAMPLE" || cfg.S3.SecretKey != secret || cfg.S3.Bucket != "b" {
+		t.Errorf("s3 %v", cfg.S3)
+	}
+	for _, f := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(f, cfg); strings.Contains(out, secret) || strings.Contains(out, "AKIAEXAMPLE") {
+			t.Errorf("%s of a Config shows a key: %s", f, out)
+		}
+	}
+	if _, _, err := load(t, "", env, "--s3-secret-key", "x"); err == nil {
+		t.Error("--s3-secret-key is accepted: keys must never be flags")
+	}
+}
+
+// TestAddFlagsFor checks the subsets strata dev and the tier verbs take,
+// and that FlagsOnly ignores the file and STRATA_* settings but not the
+// keys.
+func TestAddFlagsFor(t *testing.T) {
+	fs := pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	flags := AddFlagsFor(fs, false, "s3", "tier")
+	for _, name := range []string{"s3-endpoint", "s3-bucket", "s3-prefix", "s3-region", "s3-path-style", "tier", "tier-chunk-bytes", "tier-local-disk-limit"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("--%s missing", name)
+		}
+	}
+	for _, name := range []string{"config", "data-dir", "listen", "node-id"} {
+		if fs.Lookup(name) != nil {
+			t.Errorf("--%s defined", name)
+		}
+	}
+	if err := fs.Parse([]string{"--tier-read-ahead", "0", "--s3-bucket", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"STRATA_S3_BUCKET=ignored", "STRATA_TIER=off", "STRATA_CONFIG=/nonexistent", "STRATA_S3_ACCESS_KEY=a", "STRATA_S3_SECRET_KEY=s"}
+	cfg, _, err := Load(Sources{Env: env, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.S3.Bucket != "b" || !cfg.Tier.Enabled || cfg.Tier.ReadAhead != 0 || cfg.S3.SecretKey != "s" {
+		t.Errorf("s3 %v tier %+v", cfg.S3, cfg.Tier)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for raw, want := range map[string]int64{"0": 0, "1024": 1024, "8MiB": 8 << 20, "8 mib": 8 << 20, "1GB": 1e9, "2KiB": 2048, "3b": 3} {
+		if got, err := parseBytes(raw); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"", "MiB", "-1", "1.5GiB", "8 megs", "99999999999TiB"} {
+		if _, err := parseBytes(raw); err == nil {
+			t.Errorf("parseBytes(%q) accepted", raw)
+		}
+	}
+	for n, want := range map[int64]string{0: "0", 1000: "1000", 8 << 20: "8MiB", 1 << 30: "1GiB", 1536: "1536"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

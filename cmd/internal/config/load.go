@@ -18,6 +18,10 @@ const (
 	// EnvBootstrap is read by the admin commands, not by a node; Load
 	// knows it only so that it is not reported as unknown.
 	EnvBootstrap = "STRATA_BOOTSTRAP"
+	// EnvS3AccessKey and EnvS3SecretKey hold the object store's static
+	// keys. They are the only way to give keys: never a flag or a file.
+	EnvS3AccessKey = "STRATA_S3_ACCESS_KEY"
+	EnvS3SecretKey = "STRATA_S3_SECRET_KEY"
 )
 
 // Flags holds the settings given on a command line. AddFlags creates it;
@@ -34,15 +38,46 @@ type given struct {
 
 // AddFlags defines --config and one flag per setting on fs.
 func AddFlags(fs *pflag.FlagSet) *Flags {
+	return addFlags(fs, true, func(*setting) bool { return true })
+}
+
+// AddFlagsFor defines flags only for the settings under the given keys or
+// sections ("s3", "tier", "node.data_dir"): for commands that take a few
+// of a node's settings, such as strata dev (the object store and the tier)
+// or the tier inspection verbs (where the bucket is). withSources says the
+// command also reads the config file and the STRATA_* variables (Load
+// without FlagsOnly): it then gets --config, and each flag's help names its
+// variable.
+func AddFlagsFor(fs *pflag.FlagSet, withSources bool, keys ...string) *Flags {
+	return addFlags(fs, withSources, func(s *setting) bool {
+		for _, k := range keys {
+			if s.key == k || strings.HasPrefix(s.key, k+".") {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func addFlags(fs *pflag.FlagSet, withSources bool, want func(*setting) bool) *Flags {
 	f := &Flags{}
-	fs.StringVar(&f.configFile, "config", "", "YAML config file (env "+EnvConfig+")")
+	if withSources {
+		fs.StringVar(&f.configFile, "config", "", "YAML config file (env "+EnvConfig+")")
+	}
 	def := Defaults()
 	for _, s := range settings {
+		if !want(s) {
+			continue
+		}
 		v := &flagValue{flags: f, s: s}
 		if s.get != nil {
 			v.def = s.get(&def)
 		}
-		fl := fs.VarPF(v, s.flag, "", s.usage+" (env "+s.env()+")")
+		usage := s.usage
+		if withSources {
+			usage += " (env " + s.env() + ")"
+		}
+		fl := fs.VarPF(v, s.flag, "", usage)
 		if s.typ == "bool" {
 			fl.NoOptDefVal = "true"
 		}
@@ -83,6 +118,13 @@ type Sources struct {
 	Env []string
 	// Flags are the parsed command-line flags; nil means none.
 	Flags *Flags
+	// FlagsOnly ignores the config file and the STRATA_* setting
+	// variables: strata dev takes its settings from flags alone. The S3
+	// keys still come from Env, their only source.
+	FlagsOnly bool
+	// DataDirOptional accepts a configuration without node.data_dir, for
+	// commands that are not a node (the tier inspection verbs).
+	DataDirOptional bool
 }
 
 // Load builds a node's configuration from the defaults, the config file
@@ -94,8 +136,12 @@ type Sources struct {
 func Load(src Sources) (cfg Config, warnings []string, err error) {
 	cfg = Defaults()
 	env := parseEnviron(src.Env)
+	cfg.S3.AccessKey, cfg.S3.SecretKey = env[EnvS3AccessKey], env[EnvS3SecretKey]
 
 	path := env[EnvConfig]
+	if src.FlagsOnly {
+		path = ""
+	}
 	if src.Flags != nil && src.Flags.configFile != "" {
 		path = src.Flags.configFile
 	}
@@ -109,9 +155,11 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 		}
 	}
 
-	warnings, err = applyEnv(&cfg, env)
-	if err != nil {
-		return Config{}, nil, err
+	if !src.FlagsOnly {
+		warnings, err = applyEnv(&cfg, env)
+		if err != nil {
+			return Config{}, nil, err
+		}
 	}
 
 	if src.Flags != nil {
@@ -127,11 +175,14 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 			}
 		}
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.check(!src.FlagsOnly && !src.DataDirOptional); err != nil {
 		return Config{}, nil, err
 	}
 	return cfg, warnings, nil
 }
+
+// knownEnv are the STRATA_* variables that are not settings.
+var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true}
 
 func parseEnviron(environ []string) map[string]string {
 	m := make(map[string]string)
@@ -171,7 +222,7 @@ func applyEnv(cfg *Config, env map[string]string) ([]string, error) {
 	}
 	var warnings []string
 	for k := range env {
-		if strings.HasPrefix(k, "STRATA_") && byEnv[k] == nil && k != EnvConfig && k != EnvBootstrap {
+		if strings.HasPrefix(k, "STRATA_") && byEnv[k] == nil && !knownEnv[k] {
 			warnings = append(warnings, "ignoring unknown environment variable "+k)
 		}
 	}
@@ -259,6 +310,9 @@ func walk(cfg *Config, prefix string, m *yaml.Node) error {
 			if err := walk(cfg, key, vn); err != nil {
 				return err
 			}
+		case key == "s3.access_key" || key == "s3.secret_key":
+			return fmt.Errorf(":%d: %s: keys are never read from a file; set %s and %s, or leave both unset for the AWS credential chain",
+				kn.Line, key, EnvS3AccessKey, EnvS3SecretKey)
 		default:
 			return fmt.Errorf(":%d: unknown key %s%s", kn.Line, key, suggest(key))
 		}

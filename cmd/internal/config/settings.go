@@ -3,7 +3,9 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +104,101 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Storage.FlushInterval.String() },
 	},
 	{
+		key: "s3.endpoint", flag: "s3-endpoint", typ: "url", usage: "S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3)",
+		set: func(c *Config, raw string) error {
+			raw = strings.TrimSpace(raw)
+			if raw != "" {
+				u, err := url.Parse(raw)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q is not an http:// or https:// URL", raw)
+				}
+			}
+			c.S3.Endpoint = raw
+			return nil
+		},
+		get: func(c *Config) string { return c.S3.Endpoint },
+	},
+	{
+		key: "s3.bucket", flag: "s3-bucket", typ: "name", usage: "S3 bucket for the cold tier, which must exist (default: the directory store in <data-dir>/bucket)",
+		set: stringSetter(func(c *Config) *string { return &c.S3.Bucket }),
+		get: func(c *Config) string { return c.S3.Bucket },
+	},
+	{
+		key: "s3.prefix", flag: "s3-prefix", typ: "prefix", usage: "key prefix inside the bucket, so several clusters can share it",
+		set: stringSetter(func(c *Config) *string { return &c.S3.Prefix }),
+		get: func(c *Config) string { return c.S3.Prefix },
+	},
+	{
+		key: "s3.region", flag: "s3-region", typ: "region", usage: "S3 signing region (default: the AWS chain's, else us-east-1)",
+		set: stringSetter(func(c *Config) *string { return &c.S3.Region }),
+		get: func(c *Config) string { return c.S3.Region },
+	},
+	{
+		key: "s3.path_style", flag: "s3-path-style", typ: "bool", usage: "address the bucket as endpoint/bucket/key, as MinIO needs",
+		set: boolSetter(func(c *Config) *bool { return &c.S3.PathStyle }),
+		get: func(c *Config) string { return strconv.FormatBool(c.S3.PathStyle) },
+	},
+	{
+		key: "tier.enabled", flag: "tier", typ: "on|off", usage: "tier closed segments to the object store; off keeps every log wholly local",
+		set: func(c *Config, raw string) error {
+			switch strings.ToLower(strings.TrimSpace(raw)) {
+			case "on", "true", "1", "yes":
+				c.Tier.Enabled = true
+			case "off", "false", "0", "no":
+				c.Tier.Enabled = false
+			default:
+				return fmt.Errorf("%q is not on or off", raw)
+			}
+			return nil
+		},
+		get: func(c *Config) string { return map[bool]string{true: "on", false: "off"}[c.Tier.Enabled] },
+	},
+	{
+		key: "tier.chunk_bytes", flag: "tier-chunk-bytes", typ: "bytes", usage: "size of the ranged GETs that remote reads are made of",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.ChunkBytes }, 1),
+		get: func(c *Config) string { return formatBytes(c.Tier.ChunkBytes) },
+	},
+	{
+		key: "tier.cache_bytes", flag: "tier-cache-bytes", typ: "bytes", usage: "bound of the on-disk cache of remote chunks (at least two chunks)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.CacheBytes }, 1),
+		get: func(c *Config) string { return formatBytes(c.Tier.CacheBytes) },
+	},
+	{
+		key: "tier.read_ahead", flag: "tier-read-ahead", typ: "chunks", usage: "chunks fetched ahead of a sequential remote reader (0 disables read-ahead)",
+		set: intSetter(func(c *Config) *int { return &c.Tier.ReadAhead }, 0),
+		get: func(c *Config) string { return strconv.Itoa(c.Tier.ReadAhead) },
+	},
+	{
+		key: "tier.read_workers", flag: "tier-read-workers", typ: "int", usage: "concurrent GETs of remote reads, read-ahead included",
+		set: intSetter(func(c *Config) *int { return &c.Tier.ReadWorkers }, 1),
+		get: func(c *Config) string { return strconv.Itoa(c.Tier.ReadWorkers) },
+	},
+	{
+		key: "tier.upload_interval", flag: "tier-upload-interval", typ: "duration", usage: "how often partitions are checked for closed segments to upload",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.UploadInterval }),
+		get: func(c *Config) string { return c.Tier.UploadInterval.String() },
+	},
+	{
+		key: "tier.idle_upload", flag: "tier-idle-upload", typ: "duration", usage: "roll and upload an active segment older than this, so a quiet partition still reaches the bucket",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.IdleUpload }),
+		get: func(c *Config) string { return c.Tier.IdleUpload.String() },
+	},
+	{
+		key: "tier.orphan_grace", flag: "tier-orphan-grace", typ: "duration", usage: "age before an object no manifest references is deleted",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.OrphanGrace }),
+		get: func(c *Config) string { return c.Tier.OrphanGrace.String() },
+	},
+	{
+		key: "tier.collect_interval", flag: "tier-collect-interval", typ: "duration", usage: "how often orphaned objects are looked for",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.CollectInterval }),
+		get: func(c *Config) string { return c.Tier.CollectInterval.String() },
+	},
+	{
+		key: "tier.local_disk_limit", flag: "tier-local-disk-limit", typ: "bytes", usage: "local log bytes above which produce fails with a retriable error while uploads are behind (0: no limit)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.LocalDiskLimit }, 0),
+		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },
+	},
+	{
 		key: "logging.level", flag: "log-level", typ: "level", usage: "debug, info, warn or error",
 		set: func(c *Config, raw string) error {
 			l, err := ParseLevel(raw)
@@ -190,6 +287,95 @@ func int32Setter(field func(*Config) *int32, min int32) func(*Config, string) er
 			return fmt.Errorf("%q is less than %d", raw, min)
 		}
 		*field(c) = int32(n)
+		return nil
+	}
+}
+
+// intSetter parses an int of at least min.
+func intSetter(field func(*Config) *int, min int) func(*Config, string) error {
+	return func(c *Config, raw string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", raw)
+		}
+		if n < min {
+			return fmt.Errorf("%q is less than %d", raw, min)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// byteUnits are the size suffixes parseBytes accepts, in lower case: IEC
+// binary units and SI decimal ones, so "8MiB" and "8MB" mean what they say.
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+}
+
+// parseBytes parses a non-negative size: a number of bytes, or an integer
+// followed by a unit (8MiB, 1GiB, 500MB).
+func parseBytes(raw string) (int64, error) {
+	s := strings.TrimSpace(raw)
+	i := 0
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		i++
+	}
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if err != nil || !ok {
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB, GB...)", raw)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%q is negative", raw)
+	}
+	if n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%q is too large", raw)
+	}
+	return n * unit, nil
+}
+
+// formatBytes prints n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// bytesSetter parses a size of at least min bytes.
+func bytesSetter(field func(*Config) *int64, min int64) func(*Config, string) error {
+	return func(c *Config, raw string) error {
+		n, err := parseBytes(raw)
+		if err != nil {
+			return err
+		}
+		if n < min {
+			return fmt.Errorf("%q is less than %d", raw, min)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// positiveDurationSetter parses a duration above zero: a zero interval
+// would be a busy loop, and the broker reads zero as "default".
+func positiveDurationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, raw string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration (e.g. 500ms, 1s, 5m)", raw)
+		}
+		*field(c) = d
 		return nil
 	}
 }

@@ -1,0 +1,676 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/cmd/internal/config"
+	"strata/tier/format"
+	"strata/tier/objstore"
+)
+
+// The tier verbs read the bucket directly, as a third party would
+// (docs/bucket-format.md): the manifests are the truth about what the
+// bucket holds, so the verbs work on a bucket whose broker is gone. Only
+// the broker's offsets (status) and a topic's id (ls, when not given) come
+// through the Kafka protocol.
+
+// bucket says where the tier verbs find the bucket: the same settings a
+// node takes (--data-dir for the directory store, --s3-* and the
+// STRATA_S3_* keys for S3), from flags, STRATA_* variables or the node's
+// config file.
+type bucket struct {
+	environ []string
+	flags   *config.Flags
+}
+
+func (b *bucket) open(ctx context.Context) (objstore.Store, error) {
+	c, _, err := config.Load(config.Sources{Env: b.environ, Flags: b.flags, DataDirOptional: true})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return openExistingStore(ctx, c.S3, c.Node.DataDir)
+}
+
+func newTierCmd(environ []string, stdout io.Writer) *cobra.Command {
+	a := &admin{}
+	b := &bucket{environ: environ}
+	cmd := &cobra.Command{
+		Use:   "tier",
+		Short: "Inspect and check the cold tier (the bucket)",
+		Long: `Inspect tiered storage. The bucket is found like a node finds it: --data-dir
+for the directory store (<data-dir>/bucket; default ./strata-data), or
+--s3-bucket and the other --s3-* flags, STRATA_S3_* variables or the node's
+config file (--config) for S3, with the keys in STRATA_S3_ACCESS_KEY and
+STRATA_S3_SECRET_KEY or the AWS credential chain.`,
+	}
+	a.addFlags(cmd, environ)
+	b.flags = config.AddFlagsFor(cmd.PersistentFlags(), true, "node.data_dir", "s3")
+	cmd.AddCommand(
+		newTierStatusCmd(a, b, stdout),
+		newTierLsCmd(a, b, stdout),
+		newTierVerifyCmd(b, stdout),
+	)
+	asGroup(cmd)
+	return cmd
+}
+
+// partitionStatus is one row of `tier status`. Remote offsets are nil when
+// the bucket holds nothing of the partition.
+type partitionStatus struct {
+	Topic       string `json:"topic"`
+	Partition   int32  `json:"partition"`
+	LocalStart  int64  `json:"local_start"`
+	LocalEnd    int64  `json:"local_end"`
+	RemoteStart *int64 `json:"remote_start"`
+	RemoteEnd   *int64 `json:"remote_end"`
+	Segments    int    `json:"segments"`
+	Bytes       int64  `json:"bytes"`
+	UploadLag   int64  `json:"upload_lag"`
+	Error       string `json:"error,omitempty"`
+}
+
+func newTierStatusCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [TOPIC...]",
+		Short: "Show each partition's local and remote offsets, segments in the bucket and upload lag",
+		Long: `Show, per partition, the local log's start and end (ListOffsets earliest-local
+and latest), the bucket's start and end (earliest, and latest-tiered + 1),
+the segments and bytes the partition's manifest lists, and the upload lag:
+records at or above the remote end (the whole log when nothing is uploaded).
+Without topics, every topic but the internal ones.`,
+		Args: args(cobra.ArbitraryArgs),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			st, err := b.open(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("tier status: %w", err)
+			}
+			var rows []partitionStatus
+			var ids map[string][16]byte
+			err = a.doClient(cmd.Context(), func(ctx context.Context, cl *kgo.Client) error {
+				rows, ids, err = partitionOffsets(ctx, cl, a.timeout, topics)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("tier status: %w", err)
+			}
+			for i := range rows {
+				r := &rows[i]
+				if r.Error != "" {
+					continue
+				}
+				tp := format.TopicPartition{Topic: r.Topic, TopicID: ids[r.Topic], Partition: r.Partition}
+				m, _, err := readManifest(cmd.Context(), st, tp)
+				if err != nil {
+					r.Error = err.Error()
+					continue
+				}
+				if m != nil {
+					r.Segments = len(m.Segments)
+					for _, s := range m.Segments {
+						r.Bytes += s.Size
+					}
+				}
+			}
+			if asJSON {
+				return writeJSON(stdout, rows)
+			}
+			tw := newTable(stdout)
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOCAL-START\tLOCAL-END\tREMOTE-START\tREMOTE-END\tSEGMENTS\tBYTES\tUPLOAD-LAG")
+			for _, r := range rows {
+				if r.Error != "" {
+					fmt.Fprintf(tw, "%s\t%d\terror: %s\n", r.Topic, r.Partition, r.Error)
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%d\n", r.Topic, r.Partition, r.LocalStart, r.LocalEnd,
+					optOffset(r.RemoteStart), optOffset(r.RemoteEnd), r.Segments, humanBytes(r.Bytes), r.UploadLag)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+// partitionOffsets lists the topics (all non-internal ones if none are
+// named) and asks their leaders for the four offsets of `tier status`.
+func partitionOffsets(ctx context.Context, cl *kgo.Client, timeout time.Duration, topics []string) ([]partitionStatus, map[string][16]byte, error) {
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(int32(min(timeout, time.Hour).Milliseconds()))
+	tds, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, nil, err
+	}
+	fails := failures{verb: "topic"}
+	ids := make(map[string][16]byte)
+	var rows []partitionStatus
+	for _, name := range tds.Names() {
+		td := tds[name]
+		if td.Err != nil {
+			fails.add(name, td.Err)
+			continue
+		}
+		ids[name] = td.ID
+		for _, p := range td.Partitions.Numbers() {
+			rows = append(rows, partitionStatus{Topic: name, Partition: p})
+		}
+	}
+	for _, name := range topics {
+		if _, ok := tds[name]; !ok {
+			fails.add(name, kerr.UnknownTopicOrPartition)
+		}
+	}
+	if err := fails.err(); err != nil {
+		return nil, nil, err
+	}
+	// One request per position: a request may not name a partition twice.
+	const (
+		latest, earliest, earliestLocal, latestTiered = -1, -2, -4, -5
+	)
+	got := make(map[int64]map[tpKey]int64)
+	for _, ts := range []int64{latest, earliest, earliestLocal, latestTiered} {
+		offs, err := listOffsets(ctx, cl, rows, ts)
+		if err != nil {
+			return nil, nil, err
+		}
+		got[ts] = offs
+	}
+	for i := range rows {
+		r := &rows[i]
+		k := tpKey{r.Topic, r.Partition}
+		var missing []string
+		get := func(ts int64, name string) int64 {
+			o, ok := got[ts][k]
+			if !ok {
+				missing = append(missing, name)
+			}
+			return o
+		}
+		r.LocalEnd = get(latest, "latest")
+		r.LocalStart = get(earliestLocal, "earliest-local")
+		start := get(earliest, "earliest")
+		tiered := get(latestTiered, "latest-tiered")
+		if len(missing) > 0 {
+			r.Error = "no " + strings.Join(missing, ", ") + " offset from the leader"
+			continue
+		}
+		r.UploadLag = r.LocalEnd - start
+		if tiered >= 0 {
+			end := tiered + 1
+			r.RemoteStart, r.RemoteEnd = &start, &end
+			r.UploadLag = r.LocalEnd - end
+		}
+	}
+	return rows, ids, nil
+}
+
+type tpKey struct {
+	topic     string
+	partition int32
+}
+
+// listOffsets sends ListOffsets for every row at timestamp ts. The client
+// routes each partition to its leader and merges the answers. A partition
+// that answers with an error is left out of the result.
+func listOffsets(ctx context.Context, cl *kgo.Client, rows []partitionStatus, ts int64) (map[tpKey]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	byTopic := make(map[string]int)
+	for _, r := range rows {
+		i, ok := byTopic[r.Topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[r.Topic] = i
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = r.Topic
+			req.Topics = append(req.Topics, t)
+		}
+		p := kmsg.NewListOffsetsRequestTopicPartition()
+		p.Partition = r.Partition
+		p.Timestamp = ts
+		p.CurrentLeaderEpoch = -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	out := make(map[tpKey]int64)
+	if len(req.Topics) == 0 {
+		return out, nil
+	}
+	for _, shard := range cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			return nil, fmt.Errorf("ListOffsets(%d): %w", ts, shard.Err)
+		}
+		for _, t := range shard.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode == 0 {
+					out[tpKey{t.Topic, p.Partition}] = p.Offset
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// readManifest reads tp's current manifest, the lexically largest key under
+// its manifests prefix, and returns it with its key; nil if the bucket
+// holds no manifest of tp.
+func readManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (*format.Manifest, string, error) {
+	var newest string
+	err := st.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
+		if _, err := format.ParseManifestKey(a.Key); err == nil {
+			newest = a.Key // List is in key order
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	if newest == "" {
+		return nil, "", nil
+	}
+	m, err := getManifest(ctx, st, newest)
+	if err != nil {
+		return nil, "", err
+	}
+	if m.TopicPartition != tp {
+		return nil, "", fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+	}
+	return m, newest, nil
+}
+
+func getManifest(ctx context.Context, st objstore.Store, key string) (*format.Manifest, error) {
+	rc, err := st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return nil, fmt.Errorf("get manifest %s: %w", key, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("get manifest %s: %w", key, err)
+	}
+	m, err := format.DecodeManifest(raw)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// listedSegment is one segment of `tier ls --json`.
+type listedSegment struct {
+	BaseOffset     int64  `json:"base_offset"`
+	LastOffset     int64  `json:"last_offset"`
+	Records        int64  `json:"records"`
+	FirstTimestamp int64  `json:"first_timestamp"`
+	MaxTimestamp   int64  `json:"max_timestamp"`
+	Size           int64  `json:"size"`
+	LeaderEpoch    int32  `json:"leader_epoch"`
+	CRC32C         string `json:"crc32c"`
+	Key            string `json:"key"`
+}
+
+type listedManifest struct {
+	Topic          string          `json:"topic"`
+	Partition      int32           `json:"partition"`
+	TopicID        string          `json:"topic_id"`
+	Manifest       string          `json:"manifest"`
+	LeaderEpoch    int32           `json:"leader_epoch"`
+	Seq            int64           `json:"seq"`
+	LogStartOffset int64           `json:"log_start_offset"`
+	EndOffset      int64           `json:"end_offset"`
+	Segments       []listedSegment `json:"segments"`
+}
+
+func newTierLsCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
+	var (
+		asJSON  bool
+		topicID string
+	)
+	cmd := &cobra.Command{
+		Use:   "ls TOPIC PARTITION",
+		Short: "List a partition's remote segments from its current manifest",
+		Long: `List the segments of a partition's current manifest in the bucket: offsets,
+record count, timestamps, size, the leader epoch that uploaded each, and its
+object key, with the remote log start offset. The topic id, part of every
+key, comes from --topic-id (base64 as Kafka tools print it, or 32 hex
+digits), else from the broker, else (no broker answering) from the bucket
+when it holds a single topic of that name.`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			topic := argv[0]
+			p, err := strconv.ParseInt(argv[1], 10, 32)
+			if err != nil || p < 0 {
+				return &usageError{err: fmt.Errorf("partition %q is not a partition number", argv[1]), cmd: cmd.CommandPath()}
+			}
+			tp := format.TopicPartition{Topic: topic, Partition: int32(p)}
+			if topicID != "" {
+				if tp.TopicID, err = parseTopicID(topicID); err != nil {
+					return &usageError{err: fmt.Errorf("--topic-id: %w", err), cmd: cmd.CommandPath()}
+				}
+			}
+			st, err := b.open(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("tier ls: %w", err)
+			}
+			if topicID == "" {
+				if tp.TopicID, err = findTopicID(cmd.Context(), a, st, tp); err != nil {
+					return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
+				}
+			}
+			m, key, err := readManifest(cmd.Context(), st, tp)
+			if err != nil {
+				return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
+			}
+			if m == nil {
+				return fmt.Errorf("tier ls %s %d: no manifest in the bucket under %s (nothing uploaded yet?)", topic, p, tp.ManifestsPrefix())
+			}
+			out := listedManifest{
+				Topic: topic, Partition: tp.Partition, TopicID: hex.EncodeToString(tp.TopicID[:]), Manifest: key,
+				LeaderEpoch: m.LeaderEpoch, Seq: m.Seq, LogStartOffset: m.LogStartOffset, EndOffset: m.EndOffset(),
+				Segments: make([]listedSegment, 0, len(m.Segments)),
+			}
+			var total int64
+			for _, s := range m.Segments {
+				out.Segments = append(out.Segments, listedSegment{
+					BaseOffset: s.BaseOffset, LastOffset: s.LastOffset, Records: s.RecordCount,
+					FirstTimestamp: s.FirstTimestamp, MaxTimestamp: s.MaxTimestamp, Size: s.Size,
+					LeaderEpoch: s.LeaderEpoch, CRC32C: fmt.Sprintf("%08x", s.CRC), Key: s.Key,
+				})
+				total += s.Size
+			}
+			if asJSON {
+				return writeJSON(stdout, out)
+			}
+			fmt.Fprintf(stdout, "%s-%d (topic id %s), manifest %s\n", topic, p, out.TopicID, key)
+			fmt.Fprintf(stdout, "remote log start %d, end %d, %s, %s\n\n", m.LogStartOffset, m.EndOffset(),
+				plural(len(m.Segments), "segment"), humanBytes(total))
+			tw := newTable(stdout)
+			fmt.Fprintln(tw, "BASE\tLAST\tRECORDS\tFIRST-TIMESTAMP\tMAX-TIMESTAMP\tSIZE\tEPOCH\tKEY")
+			for _, s := range out.Segments {
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", s.BaseOffset, s.LastOffset, optCount(s.Records),
+					timestamp(s.FirstTimestamp), timestamp(s.MaxTimestamp), s.Size, s.LeaderEpoch, s.Key)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().StringVar(&topicID, "topic-id", "", "the topic's id, to read a bucket without a broker")
+	return cmd
+}
+
+// parseTopicID accepts a topic id as Kafka's tools print it (22 characters
+// of unpadded base64url) or as the bucket keys spell it (32 hex digits).
+func parseTopicID(s string) ([16]byte, error) {
+	var id [16]byte
+	if b, err := hex.DecodeString(s); err == nil && len(b) == 16 {
+		copy(id[:], b)
+		return id, nil
+	}
+	if b, err := base64.RawURLEncoding.DecodeString(s); err == nil && len(b) == 16 {
+		copy(id[:], b)
+		return id, nil
+	}
+	return id, fmt.Errorf("%q is neither 32 hex digits nor a 22-character base64 topic id", s)
+}
+
+// findTopicID asks the broker for tp's topic id and, if no broker answers,
+// looks for the topic in the bucket, which can only decide when it holds
+// one topic of that name (a topic deleted and re-created has two ids).
+func findTopicID(ctx context.Context, a *admin, st objstore.Store, tp format.TopicPartition) ([16]byte, error) {
+	var id [16]byte
+	brokerErr := a.do(ctx, func(ctx context.Context, adm *kadm.Client) error {
+		tds, err := adm.ListTopics(ctx, tp.Topic)
+		if err != nil {
+			return err
+		}
+		td, ok := tds[tp.Topic]
+		switch {
+		case !ok:
+			return kerr.UnknownTopicOrPartition
+		case td.Err != nil:
+			return td.Err
+		}
+		id = td.ID
+		return nil
+	})
+	if brokerErr == nil {
+		return id, nil
+	}
+	// Every key of the partition lies under <h>/<topic>-<id>/<partition>/,
+	// and <h> depends only on the topic name and the partition.
+	found := make(map[[16]byte]bool)
+	err := st.List(ctx, tp.HashPrefix()+"/", func(a objstore.Attrs) error {
+		if k, err := format.ParseManifestKey(a.Key); err == nil && k.Topic == tp.Topic && k.Partition == tp.Partition {
+			found[k.TopicID] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return id, fmt.Errorf("topic id: broker: %v; bucket: %w", brokerErr, err)
+	}
+	switch len(found) {
+	case 1:
+		for k := range found {
+			id = k
+		}
+		return id, nil
+	case 0:
+		return id, fmt.Errorf("topic id: broker: %v; and the bucket holds no manifest of %s-%d", brokerErr, tp.Topic, tp.Partition)
+	}
+	ids := make([]string, 0, len(found))
+	for k := range found {
+		ids = append(ids, hex.EncodeToString(k[:]))
+	}
+	sort.Strings(ids)
+	return id, fmt.Errorf("topic id: broker: %v; and the bucket holds %s-%d under several topic ids (%s): choose one with --topic-id",
+		brokerErr, tp.Topic, tp.Partition, strings.Join(ids, ", "))
+}
+
+func newTierVerifyCmd(b *bucket, stdout io.Writer) *cobra.Command {
+	var parallel int
+	cmd := &cobra.Command{
+		Use:   "verify [TOPIC...]",
+		Short: "Download every object the manifests reference and check it against its checksums",
+		Long: `Read the current manifest of every partition in the bucket (or of the named
+topics' partitions), download every segment object it references and check
+the object's size and CRC-32C, each part's CRC-32C and the footer against
+the manifest. It needs only the bucket, no broker. Prints one line per
+failure and a summary; exits with status 1 if anything failed.`,
+		Args: args(cobra.ArbitraryArgs),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			if parallel < 1 {
+				return &usageError{err: fmt.Errorf("--parallel %d: must be at least 1", parallel), cmd: cmd.CommandPath()}
+			}
+			ctx := cmd.Context()
+			st, err := b.open(ctx)
+			if err != nil {
+				return fmt.Errorf("tier verify: %w", err)
+			}
+			return verifyBucket(ctx, st, topics, parallel, stdout)
+		},
+	}
+	cmd.Flags().IntVar(&parallel, "parallel", 4, "objects downloaded at once")
+	return cmd
+}
+
+// verifyBucket is `tier verify`. Listing the whole bucket finds every
+// partition with no broker's help (the keys name the partition), and also
+// the segment objects no current manifest references: orphans, normal
+// after a crash between upload and manifest, deleted by the collector after
+// the grace period.
+func verifyBucket(ctx context.Context, st objstore.Store, topics []string, parallel int, w io.Writer) error {
+	want := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		want[t] = true
+	}
+	newest := make(map[format.TopicPartition]string)
+	objects := make(map[string]bool) // segment objects seen
+	err := st.List(ctx, "", func(a objstore.Attrs) error {
+		if k, err := format.ParseManifestKey(a.Key); err == nil && (len(want) == 0 || want[k.Topic]) {
+			newest[k.TopicPartition] = a.Key // List is in key order
+		} else if k, err := format.ParseSegmentKey(a.Key); err == nil && (len(want) == 0 || want[k.Topic]) {
+			objects[a.Key] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tier verify: list the bucket: %w", err)
+	}
+	for t := range want {
+		found := false
+		for tp := range newest {
+			found = found || tp.Topic == t
+		}
+		if !found {
+			return fmt.Errorf("tier verify: the bucket holds no manifest of topic %s", t)
+		}
+	}
+	tps := make([]format.TopicPartition, 0, len(newest))
+	for tp := range newest {
+		tps = append(tps, tp)
+	}
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i].Topic != tps[j].Topic {
+			return tps[i].Topic < tps[j].Topic
+		}
+		if tps[i].Partition != tps[j].Partition {
+			return tps[i].Partition < tps[j].Partition
+		}
+		return bytes.Compare(tps[i].TopicID[:], tps[j].TopicID[:]) < 0
+	})
+
+	var (
+		segs         []format.RemoteSegment
+		failed       int
+		checked      int
+		checkedBytes int64
+	)
+	fail := func(key string, err error) {
+		failed++
+		// format's errors name the segment themselves; say it once.
+		msg := strings.TrimPrefix(oneLine(err.Error()), "segment "+key+": ")
+		fmt.Fprintf(w, "FAIL %s: %s\n", key, msg)
+	}
+	for _, tp := range tps {
+		key := newest[tp]
+		m, err := getManifest(ctx, st, key)
+		if err == nil && m.TopicPartition != tp {
+			err = fmt.Errorf("%w: describes %s-%d", format.ErrCorrupt, m.Topic, m.Partition)
+		}
+		if err != nil {
+			fail(key, err)
+			continue
+		}
+		segs = append(segs, m.Segments...)
+	}
+	results := verifyObjects(ctx, st, segs, parallel)
+	for i, s := range segs {
+		checked++
+		checkedBytes += s.Size
+		delete(objects, s.Key)
+		if err := results[i]; err != nil {
+			fail(s.Key, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tier verify: %w", err)
+	}
+	summary := fmt.Sprintf("checked %s (%s) in %s", plural(checked, "segment"), humanBytes(checkedBytes), plural(len(tps), "partition"))
+	if len(objects) > 0 {
+		summary += fmt.Sprintf("; %s no manifest references (orphans, deleted after the grace period)", plural(len(objects), "object"))
+	}
+	if failed > 0 {
+		fmt.Fprintf(w, "%s: %d FAILED\n", summary, failed)
+		return fmt.Errorf("tier verify: %s (see the FAIL lines)", plural(failed, "failure"))
+	}
+	fmt.Fprintf(w, "%s: all good\n", summary)
+	return nil
+}
+
+// verifyObjects downloads and checks segs, at most parallel at a time,
+// and returns each one's result at its index.
+func verifyObjects(ctx context.Context, st objstore.Store, segs []format.RemoteSegment, parallel int) []error {
+	results := make([]error, len(segs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(parallel, len(segs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = verifyObject(ctx, st, segs[i])
+			}
+		}()
+	}
+	for i := range segs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+func verifyObject(ctx context.Context, st objstore.Store, s format.RemoteSegment) error {
+	rc, err := st.GetRange(ctx, s.Key, 0, -1)
+	if err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return errors.New("object missing from the bucket")
+		}
+		return err
+	}
+	defer rc.Close()
+	return s.VerifyObject(rc)
+}
+
+// optCount prints a count the format may not know (-1).
+func optCount(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func optOffset(o *int64) string {
+	if o == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*o, 10)
+}
+
+// timestamp prints Unix milliseconds as UTC; negative means none (Kafka's
+// -1 for a batch without timestamps).
+func timestamp(ms int64) string {
+	if ms < 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// humanBytes prints a size with a binary unit and one decimal.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 )
 
 // S3 defaults; see S3Config.
@@ -176,6 +177,9 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 		// reads ranges and verifies its own per-part CRCs instead. (Some
 		// servers even send the full object's checksum with a range.)
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		// The SDK's own logger writes free-form lines to stderr (e.g. an
+		// IMDS fallback warning); our errors carry what matters instead.
+		config.WithLogger(logging.Nop{}),
 	}
 	if cfg.Region != "" {
 		opts = append(opts, config.WithRegion(cfg.Region))

@@ -157,47 +157,17 @@ func (t *Tier) manifestLocked(ctx context.Context, tp format.TopicPartition, ps 
 	return m, nil
 }
 
-// loadManifest reads the newest manifest of tp from the bucket: the
-// lexicographically largest key, which is the highest (epoch, seq).
+// loadManifest reads the newest manifest of tp from the bucket, or an
+// empty one when there is none.
 func (t *Tier) loadManifest(ctx context.Context, tp format.TopicPartition) (*format.Manifest, error) {
-	var newest string
-	err := t.store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			newest = a.Key // List is in key order
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
-	}
-	if newest == "" {
-		return &format.Manifest{TopicPartition: tp}, nil
-	}
-	raw, err := t.getAll(ctx, newest)
+	m, ok, err := ReadManifest(ctx, t.store, tp)
 	if err != nil {
 		return nil, err
 	}
-	m, err := format.DecodeManifest(raw)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", newest, err)
-	}
-	if m.TopicPartition != tp {
-		return nil, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+	if !ok {
+		return &format.Manifest{TopicPartition: tp}, nil
 	}
 	return m, nil
-}
-
-func (t *Tier) getAll(ctx context.Context, key string) ([]byte, error) {
-	rc, err := t.store.GetRange(ctx, key, 0, -1)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
-	}
-	return b, nil
 }
 
 // Upload copies one closed segment to the bucket as a single object, then

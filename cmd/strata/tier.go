@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/cmd/internal/config"
+	"strata/tier"
 	"strata/tier/format"
 	"strata/tier/objstore"
 )
@@ -267,48 +268,14 @@ func listOffsets(ctx context.Context, cl *kgo.Client, rows []partitionStatus, ts
 	return out, nil
 }
 
-// readManifest reads tp's current manifest, the lexically largest key under
-// its manifests prefix, and returns it with its key; nil if the bucket
-// holds no manifest of tp.
+// readManifest reads tp's current manifest and returns it with its key;
+// nil if the bucket holds no manifest of tp.
 func readManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (*format.Manifest, string, error) {
-	var newest string
-	err := st.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			newest = a.Key // List is in key order
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
-	}
-	if newest == "" {
-		return nil, "", nil
-	}
-	m, err := getManifest(ctx, st, newest)
-	if err != nil {
+	m, ok, err := tier.ReadManifest(ctx, st, tp)
+	if err != nil || !ok {
 		return nil, "", err
 	}
-	if m.TopicPartition != tp {
-		return nil, "", fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
-	}
-	return m, newest, nil
-}
-
-func getManifest(ctx context.Context, st objstore.Store, key string) (*format.Manifest, error) {
-	rc, err := st.GetRange(ctx, key, 0, -1)
-	if err != nil {
-		return nil, fmt.Errorf("get manifest %s: %w", key, err)
-	}
-	defer rc.Close()
-	raw, err := io.ReadAll(rc)
-	if err != nil {
-		return nil, fmt.Errorf("get manifest %s: %w", key, err)
-	}
-	m, err := format.DecodeManifest(raw)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", key, err)
-	}
-	return m, nil
+	return m, m.Key(), nil
 }
 
 // listedSegment is one segment of `tier ls --json`.
@@ -568,7 +535,7 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 	}
 	for _, tp := range tps {
 		key := newest[tp]
-		m, err := getManifest(ctx, st, key)
+		m, err := tier.GetManifest(ctx, st, key)
 		if err == nil && m.TopicPartition != tp {
 			err = fmt.Errorf("%w: describes %s-%d", format.ErrCorrupt, m.Topic, m.Partition)
 		}

@@ -107,7 +107,7 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 			off, found, ok, err := b.tier.OffsetForTimestamp(ctx, p.bucketName(), ts)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, topic, rp.Partition, err)
+				return fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, topic, rp.Partition, storageError(err))
 			}
 			if ok && off < hw {
 				sp.Timestamp, sp.Offset = found, off

@@ -45,9 +45,10 @@ func parsePartitionDir(name string) (topic string, id [16]byte, index int32, ok 
 }
 
 type wantedPartition struct {
-	id      [16]byte
-	epoch   int32
-	configs map[string]string
+	id       [16]byte
+	epoch    int32
+	configs  map[string]string
+	internal bool
 }
 
 // reconcileLoop re-runs reconcile whenever the metadata changes.
@@ -79,7 +80,7 @@ func (b *Broker) reconcile() error {
 	for _, t := range st.Topics {
 		for _, p := range t.Partitions {
 			if slices.Contains(p.Replicas, b.cfg.NodeID) {
-				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs}
+				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs, internal: t.Internal}
 			}
 		}
 	}
@@ -111,12 +112,12 @@ func (b *Broker) reconcile() error {
 	// Open new partitions and apply config changes to open ones.
 	for key, w := range want {
 		if p := b.partition(key.topic, key.partition); p != nil {
-			p.log.SetConfig(b.segmentConfig(w.configs))
+			p.log.SetConfig(b.segmentConfig(w.configs, w.internal))
 			p.leaderEpoch.Store(w.epoch)
 			continue
 		}
 		dir := filepath.Join(b.logsDir, partitionDir(key.topic, w.id, key.partition))
-		l, err := segment.Open(dir, b.segmentConfig(w.configs))
+		l, err := segment.Open(dir, b.segmentConfig(w.configs, w.internal))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
 			continue

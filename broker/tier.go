@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -89,17 +90,29 @@ func (p *partition) bucketName() format.TopicPartition {
 	return format.TopicPartition{Topic: p.topic, TopicID: p.topicID, Partition: p.index}
 }
 
-// remoteEnabled reports whether p's topic tiers (remote.storage.enable).
+// remoteEnabled reports whether p's topic tiers.
 func (b *Broker) remoteEnabled(p *partition) bool {
 	if b.tier == nil {
 		return false
 	}
 	t, ok := b.topicByName(p.topic)
-	if !ok {
+	return ok && b.tiers(t.Configs, t.Internal)
+}
+
+// tiers reports whether a topic with these configs goes to the cold tier:
+// remote.storage.enable, and a delete-only cleanup policy. Compacted topics
+// (and the internal ones, which are compacted) stay local until
+// compaction runs on the cold tier: their readers, the group coordinator
+// among them, need every live key, not a retention window.
+func (b *Broker) tiers(configs map[string]string, internal bool) bool {
+	if b.tier == nil || internal {
 		return false
 	}
-	v, _ := b.topicConfigValue(t.Configs, "remote.storage.enable")
-	return v == "true"
+	if v, _ := b.topicConfigValue(configs, "remote.storage.enable"); v != "true" {
+		return false
+	}
+	policy, _ := b.topicConfigValue(configs, "cleanup.policy")
+	return !strings.Contains(policy, "compact")
 }
 
 // tierLoop uploads closed segments of the partitions this broker leads,
@@ -248,7 +261,17 @@ func (b *Broker) readRemote(p *partition, dst []byte, offset int64, maxBytes int
 	n := len(dst)
 	out, err := b.tier.Read(ctx, p.bucketName(), dst, offset, maxBytes)
 	b.metrics.tierReadBytes.Add(float64(len(out) - n))
-	return out, err
+	return out, storageError(err)
+}
+
+// storageError marks a failure to reach the object store as
+// KAFKA_STORAGE_ERROR, which clients retry; out-of-range and corruption
+// keep their own meaning.
+func storageError(err error) error {
+	if err == nil || errors.Is(err, segment.ErrOffsetOutOfRange) || errors.Is(err, segment.ErrCorruptSegment) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
 }
 
 // readAt reads committed batches of p at offset, from the local log or,
@@ -297,11 +320,8 @@ func (b *Broker) deleteRemote(p *partition) {
 // tierSegmentConfig adds the tiering settings of a topic to its log
 // config: a tiered log deletes locally only what is uploaded, bounded by
 // local.retention.* (-2: follow retention.*).
-func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string) segment.Config {
-	if b.tier == nil {
-		return cfg
-	}
-	if v, _ := b.topicConfigValue(configs, "remote.storage.enable"); v != "true" {
+func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string, internal bool) segment.Config {
+	if !b.tiers(configs, internal) {
 		return cfg
 	}
 	num := func(key string) int64 {
@@ -337,7 +357,7 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 	if !ok {
 		return nil
 	}
-	cfg := b.segmentConfig(t.Configs)
+	cfg := b.segmentConfig(t.Configs, t.Internal)
 	local := p.log.Size()
 	segs, err := p.log.ClosedSegments(0)
 	if err != nil {

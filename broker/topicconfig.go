@@ -94,7 +94,7 @@ const (
 )
 
 // segmentConfig turns a topic's configs into the log's settings.
-func (b *Broker) segmentConfig(configs map[string]string) segment.Config {
+func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment.Config {
 	num := func(key string) int64 {
 		v, _ := b.topicConfigValue(configs, key)
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -127,7 +127,7 @@ func (b *Broker) segmentConfig(configs map[string]string) segment.Config {
 	if cfg.IndexIntervalBytes == 0 {
 		cfg.IndexIntervalBytes = 1 // every batch
 	}
-	return b.tierSegmentConfig(cfg, configs)
+	return b.tierSegmentConfig(cfg, configs, internal)
 }
 
 func longAtLeast(min int64) func(string) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -227,6 +228,11 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	buf := getBuf()
 	defer putBuf(buf)
 	out := (*buf)[:0]
+	if req.conn.scratch != nil {
+		// A fetch response is its record bytes plus a little framing:
+		// size the buffer once instead of growing it while encoding.
+		out = slices.Grow(out, len(*req.conn.scratch)+16<<10)
+	}
 	out = append(out, 0, 0, 0, 0)
 	out = binary.BigEndian.AppendUint32(out, uint32(req.corr))
 	if resp.IsFlexible() && resp.Key() != int16(kmsg.ApiVersions) {

@@ -114,6 +114,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	minBytes := int(r.MinBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 
+	b.prefetchRemote(parts)
 	var waiter chan struct{}
 	var timer *time.Timer
 	for {

@@ -385,3 +385,17 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 	}
 	return nil
 }
+
+// prefetchRemote starts the bucket reads of every partition of a fetch
+// that is below its local log start, so that their GETs run side by side
+// on the tier's worker pool while the fetch reads partitions in order.
+func (b *Broker) prefetchRemote(parts []*fetchPart) {
+	if b.tier == nil {
+		return
+	}
+	for _, fp := range parts {
+		if fp.p != nil && !fp.errorDone && fp.offset < fp.p.log.StartOffset() && fp.offset < fp.p.remoteEnd.Load() {
+			b.tier.Prefetch(fp.p.bucketName(), fp.offset)
+		}
+	}
+}

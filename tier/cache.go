@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,11 @@ type chunkCache struct {
 		entries map[chunkKey]*list.Element // of *chunkEntry
 		lru     list.List                  // front: most recently used
 		size    int64                      // bytes of the cached chunks
-		flights map[chunkKey]*flight       // downloads under way
+		// reserved counts chunks being downloaded: room is made for them
+		// before their bytes reach the disk, so the files in the cache
+		// directory never add up to more than the limit.
+		reserved int64
+		flights  map[chunkKey]*flight // downloads under way
 	}
 	// Counters for tests and metrics.
 	hits, misses, evictions atomic.Int64
@@ -64,6 +69,10 @@ type flight struct {
 	done chan struct{}
 	err  error
 }
+
+// copyBufs are the buffers chunk downloads copy through: large, so a chunk
+// costs a handful of read and write calls rather than hundreds.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 func newChunkCache(store objstore.Store, dir string, chunk, limit int64, ahead, workers int) (*chunkCache, error) {
 	// A restarted broker starts cold: whatever is left from before may be
@@ -93,21 +102,23 @@ func (c *chunkCache) cachedBytes() int64 {
 	return c.mu.size
 }
 
-// readAt reads n bytes at off of object (whose size is objSize) into a new
-// slice, through the cache. limitOff bounds read-ahead: chunks past it
-// (the end of the object's log part) are never prefetched.
-func (c *chunkCache) readAt(ctx context.Context, object string, objSize, off, n, limitOff int64) ([]byte, error) {
+// readAt appends n bytes at off of object (whose size is objSize) to dst,
+// through the cache. limitOff bounds read-ahead: chunks past it (the end of
+// the object's log part) are never prefetched.
+func (c *chunkCache) readAt(ctx context.Context, dst []byte, object string, objSize, off, n, limitOff int64) ([]byte, error) {
 	if off < 0 || n < 0 || off+n > objSize {
-		return nil, fmt.Errorf("read %s [%d, %d): outside the %d-byte object", object, off, off+n, objSize)
+		return dst, fmt.Errorf("read %s [%d, %d): outside the %d-byte object", object, off, off+n, objSize)
 	}
-	out := make([]byte, n)
+	base := len(dst)
+	dst = slices.Grow(dst, int(n))[:base+int(n)]
+	out := dst[base:]
 	for done := int64(0); done < n; {
 		pos := off + done
 		idx := pos / c.chunk
 		within := pos - idx*c.chunk
 		want := min(n-done, c.chunk-within)
 		if err := c.readChunk(ctx, chunkKey{object, idx}, objSize, within, out[done:done+want]); err != nil {
-			return nil, err
+			return dst[:base], err
 		}
 		done += want
 	}
@@ -117,7 +128,7 @@ func (c *chunkCache) readAt(ctx context.Context, object string, objSize, off, n,
 			c.prefetch(chunkKey{object, next}, objSize)
 		}
 	}
-	return out, nil
+	return dst, nil
 }
 
 // readChunk fills p from the chunk at offset within, downloading the chunk
@@ -184,6 +195,17 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 	}
 }
 
+// prefetchRange starts background downloads of the chunks covering
+// [off, off+n) of object.
+func (c *chunkCache) prefetchRange(object string, objSize, off, n int64) {
+	if n <= 0 {
+		return
+	}
+	for idx := off / c.chunk; idx*c.chunk < min(off+n, objSize); idx++ {
+		c.prefetch(chunkKey{object, idx}, objSize)
+	}
+}
+
 // prefetch starts a background download of key unless it is cached or
 // already coming.
 func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
@@ -224,6 +246,13 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) err
 	}
 	start := key.index * c.chunk
 	n := min(c.chunk, objSize-start)
+	c.reserve(n)
+	inserted := false
+	defer func() {
+		if !inserted {
+			c.unreserve(n)
+		}
+	}()
 	rc, err := c.store.GetRange(ctx, key.object, start, n)
 	if err != nil {
 		return fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
@@ -235,7 +264,9 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) err
 	if err != nil {
 		return fmt.Errorf("chunk cache: %w", err)
 	}
-	written, err := io.Copy(tmp, rc)
+	bp := copyBufs.Get().(*[]byte)
+	written, err := io.CopyBuffer(tmp, rc, *bp)
+	copyBufs.Put(bp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -250,22 +281,42 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) err
 		return fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
 	}
 	c.insert(&chunkEntry{key: key, path: path, size: n})
+	inserted = true
 	return nil
 }
 
-// insert adds a downloaded chunk and evicts least recently used chunks
-// until the cache is within its limit again (Config guarantees the limit
-// holds at least two chunks).
-func (c *chunkCache) insert(e *chunkEntry) {
+// reserve makes room for an n-byte chunk about to be downloaded, evicting
+// least recently used chunks.
+func (c *chunkCache) reserve(n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.mu.size+e.size > c.limit && c.mu.lru.Len() > 0 {
+	c.evictLocked(n)
+	c.mu.reserved += n
+}
+
+func (c *chunkCache) unreserve(n int64) {
+	c.mu.Lock()
+	c.mu.reserved -= n
+	c.mu.Unlock()
+}
+
+// evictLocked removes least recently used chunks until n more bytes fit.
+func (c *chunkCache) evictLocked(n int64) {
+	for c.mu.size+c.mu.reserved+n > c.limit && c.mu.lru.Len() > 0 {
 		victim := c.mu.lru.Remove(c.mu.lru.Back()).(*chunkEntry)
 		delete(c.mu.entries, victim.key)
 		c.mu.size -= victim.size
 		os.Remove(victim.path)
 		c.evictions.Add(1)
 	}
+}
+
+// insert turns a downloaded chunk's reservation into a cache entry.
+func (c *chunkCache) insert(e *chunkEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.reserved -= e.size
+	c.evictLocked(e.size) // only if the limit shrank under us; normally a no-op
 	c.mu.entries[e.key] = c.mu.lru.PushFront(e)
 	c.mu.size += e.size
 }

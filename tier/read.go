@@ -11,6 +11,11 @@ import (
 	"strata/tier/format"
 )
 
+// windowBufs hold the bucket bytes a read parses before copying whole
+// batches out, so replaying history does not allocate (and zero) a fresh
+// window per fetch.
+var windowBufs = sync.Pool{New: func() any { b := make([]byte, 0, minReadWindow); return &b }}
+
 // minReadWindow is the least the reader asks the cache for at once, so
 // that small fetches of small batches do not cost a cache round trip per
 // batch.
@@ -45,9 +50,20 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	}
 	logEnd := rs.Log.End()
 	start := len(dst)
+	wb := windowBufs.Get().(*[]byte)
+	defer windowBufs.Put(wb)
+	// A sequential reader crosses into the next segment soon: warm its
+	// index and first chunks now, so the crossing costs no waiting.
+	ahead := int64(t.cfg.ReadAhead) * t.cfg.ChunkBytes
+	if pos+int64(maxBytes)+ahead >= logEnd {
+		if next, ok := m.Find(rs.LastOffset + 1); ok {
+			t.prefetchSegment(next, 0)
+		}
+	}
 	for pos < logEnd {
 		want := min(max(int64(maxBytes-(len(dst)-start)), minReadWindow), logEnd-pos)
-		window, err := t.cache.readAt(ctx, rs.Key, rs.Size, pos, want, logEnd)
+		window, err := t.cache.readAt(ctx, (*wb)[:0], rs.Key, rs.Size, pos, want, logEnd)
+		*wb = window[:0]
 		if err != nil {
 			return dst, err
 		}
@@ -70,7 +86,8 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			if pos+int64(h.Size()) > logEnd {
 				return dst, fmt.Errorf("%w: %s: batch at %d runs past the log", segment.ErrCorruptSegment, rs.Key, pos)
 			}
-			batch, err := t.cache.readAt(ctx, rs.Key, rs.Size, pos, int64(h.Size()), logEnd)
+			batch, err := t.cache.readAt(ctx, (*wb)[:0], rs.Key, rs.Size, pos, int64(h.Size()), logEnd)
+			*wb = batch[:0]
 			if err != nil {
 				return dst, err
 			}
@@ -238,4 +255,49 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 		}
 	}
 	return b, nil
+}
+
+// Prefetch warms the cache for a read of tp at offset without waiting: the
+// segment's index and the chunks a sequential reader needs next are
+// fetched on the tier's worker pool. A fetch that reads several remote
+// partitions calls it for all of them first, so their GETs overlap instead
+// of queueing behind one another.
+func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
+	ps := t.state(tp)
+	ps.mu.Lock()
+	m := ps.manifest
+	ps.mu.Unlock()
+	if m == nil {
+		return // not loaded yet: the read itself will load it
+	}
+	rs, ok := m.Find(offset)
+	if !ok {
+		return
+	}
+	t.cache.wg.Add(1)
+	go func() {
+		defer t.cache.wg.Done()
+		index, err := t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
+		if err != nil {
+			return
+		}
+		pos, err := format.LookupOffset(index, rs.BaseOffset, offset)
+		if err != nil {
+			return
+		}
+		t.prefetchSegment(rs, pos)
+	}()
+}
+
+// prefetchSegment warms rs's index and the ReadAhead chunks from pos.
+func (t *Tier) prefetchSegment(rs format.RemoteSegment, pos int64) {
+	if pos == 0 {
+		t.cache.wg.Add(1)
+		go func() {
+			defer t.cache.wg.Done()
+			t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
+		}()
+	}
+	n := min(int64(max(t.cfg.ReadAhead, 1))*t.cfg.ChunkBytes, rs.Log.End()-pos)
+	t.cache.prefetchRange(rs.Key, rs.Size, pos, n)
 }

@@ -32,7 +32,8 @@ type Config struct {
 	// the background for a sequential reader (default 2).
 	ReadAhead int
 	// ReadWorkers bounds concurrent GETs of remote reads, read-ahead
-	// included (default 8).
+	// included (default 8; at most CacheBytes/ChunkBytes, since each
+	// download in flight reserves its chunk's room in the cache).
 	ReadWorkers int
 	// Logger receives upload and collection reports; nil discards them.
 	Logger *slog.Logger
@@ -104,6 +105,9 @@ func Open(cfg Config) (*Tier, error) {
 	if cfg.CacheBytes < 2*cfg.ChunkBytes {
 		return nil, fmt.Errorf("tier: chunk cache of %d bytes cannot hold two %d-byte chunks", cfg.CacheBytes, cfg.ChunkBytes)
 	}
+	// Every download in flight holds a chunk's worth of the cache, so the
+	// cache bounds the GETs that may run at once.
+	cfg.ReadWorkers = int(min(int64(cfg.ReadWorkers), cfg.CacheBytes/cfg.ChunkBytes))
 	cache, err := newChunkCache(cfg.Store, cfg.CacheDir, cfg.ChunkBytes, cfg.CacheBytes, cfg.ReadAhead, cfg.ReadWorkers)
 	if err != nil {
 		return nil, err

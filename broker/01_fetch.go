@@ -148,7 +148,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	for _, fp := range parts {
 		// Never nil: before v12 nil encodes as length -1, which
 		// librdkafka refuses; Kafka always sends an empty record set.
-		fp.resp.RecordBatches = (*req.conn.scratch)[fp.start:fp.end:fp.end]
+		fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
 		b.metrics.countError(kmsg.Fetch, fp.resp.ErrorCode)
 	}
 	return resp, nil
@@ -182,10 +182,7 @@ func checkLeaderEpoch(p *partition, epoch int32) error {
 // returns the bytes read and whether any partition has an error (which
 // ends a long poll, as in Kafka).
 func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int, anyErr bool) {
-	if c.scratch == nil {
-		c.scratch = getBuf()
-	}
-	buf := (*c.scratch)[:0]
+	buf := c.scratch[:0]
 	first := true
 	for _, fp := range parts {
 		if fp.errorDone {
@@ -234,7 +231,7 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 			first = false
 		}
 	}
-	*c.scratch = buf
+	c.scratch = buf
 	return total, anyErr
 }
 

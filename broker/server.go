@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -90,22 +89,18 @@ type conn struct {
 	// a time, and no handler keeps a reference to it after its response is
 	// written.
 	body []byte
-	// scratch backs a fetch response's record bytes until the response is
-	// written; it comes from bufPool and goes back after the write, so idle
-	// connections do not pin large buffers.
-	scratch *[]byte
+	// scratch holds a fetch response's record bytes and out the encoded
+	// response, both reused from one request to the next: a consumer's
+	// connection fetches over and over, and reusing its buffers spares
+	// allocating and zeroing megabytes per fetch. Buffers that grew past
+	// retainBytes are dropped after use, so one huge fetch does not pin its
+	// memory.
+	scratch []byte
+	out     []byte
 }
 
-// bufPool holds the large buffers of fetch responses and response
-// encoding, shared by all connections.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
-
-func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
-
-func putBuf(b *[]byte) {
-	*b = (*b)[:0]
-	bufPool.Put(b)
-}
+// retainBytes bounds the buffers a connection keeps between requests.
+const retainBytes = 64 << 20
 
 var errFrameTooLarge = errors.New("frame larger than the maximum request size")
 
@@ -225,14 +220,9 @@ func decodeRequest(body []byte, c *conn) (*request, error) {
 // always use header v0 (KIP-511), so a client that sent a version we do not
 // know can still read the answer.
 func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
-	buf := getBuf()
-	defer putBuf(buf)
-	out := (*buf)[:0]
-	if req.conn.scratch != nil {
-		// A fetch response is its record bytes plus a little framing:
-		// size the buffer once instead of growing it while encoding.
-		out = slices.Grow(out, len(*req.conn.scratch)+16<<10)
-	}
+	// A fetch response is its record bytes plus a little framing: size
+	// the buffer once instead of growing it while encoding.
+	out := slices.Grow(c.out[:0], len(c.scratch)+16<<10)
 	out = append(out, 0, 0, 0, 0)
 	out = binary.BigEndian.AppendUint32(out, uint32(req.corr))
 	if resp.IsFlexible() && resp.Key() != int16(kmsg.ApiVersions) {
@@ -240,10 +230,13 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	}
 	out = resp.AppendTo(out)
 	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
-	*buf = out
-	if req.conn.scratch != nil {
-		putBuf(req.conn.scratch)
-		req.conn.scratch = nil
+	c.out = out
+	if cap(c.out) > retainBytes {
+		c.out = nil
+	}
+	c.scratch = c.scratch[:0]
+	if cap(c.scratch) > retainBytes {
+		c.scratch = nil
 	}
 	c.b.metrics.bytesOut.Add(float64(len(out)))
 	_, err := c.w.Write(out)

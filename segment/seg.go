@@ -376,6 +376,9 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit 
 	if valid == first {
 		return fail(stop)
 	}
+	if first == 0 {
+		return dst[:n0+int(valid)], true, nil
+	}
 	n := copy(dst[n0:], dst[n0+int(first):n0+int(valid)])
 	return dst[:n0+n], true, nil
 }

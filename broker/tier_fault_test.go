@@ -71,8 +71,11 @@ func TestTieredUploadUnderFaults(t *testing.T) {
 				errs := consumeExactlyOnceTolerant(t, b, "faults", n, size)
 				fails, stalls := faulty.Injected()
 				t.Logf("injected %d failures and %d stalls; consumer saw %d fetch errors", fails, stalls, errs)
-				if fails == 0 || stalls == 0 {
-					t.Fatalf("injected %d failures and %d stalls: the test exercised nothing", fails, stalls)
+				// Which calls fail or stall depends on timing; failures are
+				// frequent enough to be certain, stalls (3%) only at full
+				// size.
+				if fails == 0 || stalls == 0 && !testing.Short() {
+					t.Fatalf("injected %d failures and %d stalls: the test exercised too little", fails, stalls)
 				}
 				want := uploadedEnds(t, b, "faults", partitions)
 				// Quiesce the uploader before looking at the bucket.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -182,7 +183,13 @@ func checkLeaderEpoch(p *partition, epoch int32) error {
 // returns the bytes read and whether any partition has an error (which
 // ends a long poll, as in Kafka).
 func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int, anyErr bool) {
-	buf := c.scratch[:0]
+	// Size the buffer for the most this fetch may return, once, rather
+	// than growing it batch by batch (each growth copies and zeroes).
+	most := 0
+	for _, fp := range parts {
+		most += max(fp.maxBytes, 0)
+	}
+	buf := slices.Grow(c.scratch[:0], min(most, maxBytes, retainBytes))
 	first := true
 	for _, fp := range parts {
 		if fp.errorDone {

@@ -99,8 +99,11 @@ type conn struct {
 	out     []byte
 }
 
-// retainBytes bounds the buffers a connection keeps between requests.
-const retainBytes = 64 << 20
+// retainBytes bounds the buffers a connection keeps between requests: a
+// consumer's connection holds about twice its fetch size (fetch.max.bytes
+// is 50 MiB by default in Kafka clients, and the partitions' limits sum to
+// less for most consumers).
+const retainBytes = 128 << 20
 
 var errFrameTooLarge = errors.New("frame larger than the maximum request size")
 

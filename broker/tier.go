@@ -306,15 +306,22 @@ func (b *Broker) collectPass() {
 }
 
 // deleteRemote removes a deleted topic's partition from the bucket.
+//
+// It runs in the background: DeleteTopics answers once the metadata and
+// the local logs are gone, and a slow or unreachable store does not hold
+// the request (objects it could not delete are reported and stay, outside
+// any manifest).
 func (b *Broker) deleteRemote(p *partition) {
 	if b.tier == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-	defer cancel()
-	if err := b.tier.DeletePartition(ctx, p.bucketName()); err != nil {
-		b.log.Warn("delete partition from the bucket", "topic", p.topic, "partition", p.index, "err", err)
-	}
+	b.goFunc(func() {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		defer cancel()
+		if err := b.tier.DeletePartition(ctx, p.bucketName()); err != nil {
+			b.log.Warn("delete partition from the bucket", "topic", p.topic, "partition", p.index, "err", err)
+		}
+	})
 }
 
 // tierSegmentConfig adds the tiering settings of a topic to its log

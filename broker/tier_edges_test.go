@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,5 +200,41 @@ func TestRemoteReadChecksCRC(t *testing.T) {
 	_, err = b.readRemote(p, nil, 0, 1<<20)
 	if code := errorCode(err); code != kerr.KafkaStorageError.Code {
 		t.Fatalf("remote read of a damaged object: %v (code %d), want KAFKA_STORAGE_ERROR", err, code)
+	}
+}
+
+// TestDeleteTopicDeletesBucketObjects: deleting a tiered topic removes its
+// history from the bucket too, and a topic re-created under the same name
+// starts empty (its objects live under the new topic id).
+func TestDeleteTopicDeletesBucketObjects(t *testing.T) {
+	store := tierStores[0].open(t)
+	b := tieredBroker(t, "", store)
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "doomed", 2, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "doomed", 200, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "doomed", 2)
+	count := func() int {
+		n := 0
+		store.List(context.Background(), "", func(a objstore.Attrs) error {
+			if strings.Contains(a.Key, "/doomed-") {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	if count() == 0 {
+		t.Fatal("nothing uploaded")
+	}
+	if _, err := adm.DeleteTopics(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the bucket to forget the topic", func() bool { return count() == 0 })
+	createTopic(t, adm, "doomed", 1, nil)
+	if off, _ := listOffsetV(t, testClient(t, b), "doomed", -2); off != 0 {
+		t.Fatalf("re-created topic starts at %d", off)
+	}
+	if end, _ := listOffsetV(t, testClient(t, b), "doomed", -1); end != 0 {
+		t.Fatalf("re-created topic ends at %d: it sees the old data", end)
 	}
 }

@@ -298,7 +298,6 @@ func (b *Broker) maintenanceLoop() {
 				if err := p.log.Maintain(); err != nil {
 					b.log.Error("log maintenance", "topic", p.topic, "partition", p.index, "err", err)
 				}
-				p.updateStartOffset()
 			}
 		case <-flush:
 			for _, p := range b.partitionList() {

@@ -32,7 +32,6 @@ type partition struct {
 	// remoteKnown is set once the bucket's manifest has been read; until
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
-	startOffset atomic.Int64
 	leaderEpoch atomic.Int32
 
 	// waitMu guards waiters: long-poll fetches that want to hear when the
@@ -46,7 +45,6 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 	p.leaderEpoch.Store(epoch)
 	p.remoteStart.Store(-1)
 	p.remoteEnd.Store(-1)
-	p.startOffset.Store(log.StartOffset())
 	// Everything recovered from disk was acknowledged by this node alone, so
 	// it is all committed.
 	p.hw.Store(log.EndOffset())
@@ -71,10 +69,6 @@ func (p *partition) advanceHighWatermark() {
 		}
 	}
 	p.wake()
-}
-
-func (p *partition) updateStartOffset() {
-	p.startOffset.Store(p.log.StartOffset())
 }
 
 // wake tells every waiting fetch that the high watermark moved. Waiter

@@ -124,12 +124,7 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 			return fmt.Errorf("%w: min.insync.replicas=%d but the ISR has 1 replica", kerr.NotEnoughReplicas, minISR)
 		}
 	}
-	p.appendMu.Lock()
-	info, err := p.log.Append(rp.Records, p.leaderEpoch.Load())
-	if err == nil {
-		p.advanceHighWatermark()
-	}
-	p.appendMu.Unlock()
+	info, err := p.append(rp.Records)
 	if err != nil {
 		return fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
 	}
@@ -137,7 +132,6 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 	sp.LogStartOffset = info.LogStartOffset
 	if !info.Duplicate {
 		b.metrics.recordsIn.Add(float64(info.Records))
-		b.metrics.setLogEnd(topic, rp.Partition, info.LastOffset+1)
 	}
 	return nil
 }

@@ -130,19 +130,13 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 	if p == nil {
 		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
 	}
-	p.appendMu.Lock()
-	info, err := p.log.Append(batch, p.leaderEpoch.Load())
-	if err == nil {
-		p.advanceHighWatermark()
-	}
-	p.appendMu.Unlock()
+	info, err := p.append(batch)
 	if err != nil {
 		if errors.Is(err, segment.ErrClosed) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
 		}
 		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
 	}
-	b.metrics.setLogEnd(offsetsTopic, partition, info.LastOffset+1)
 	if p.highWatermark() > info.LastOffset {
 		return info.BaseOffset, nil
 	}

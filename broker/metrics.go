@@ -116,8 +116,8 @@ func (m *metrics) countError(key kmsg.Key, code int16) {
 	m.errors.WithLabelValues(kmsg.NameForKey(int16(key)), strconv.Itoa(int(code))).Inc()
 }
 
-func (m *metrics) setLogEnd(topic string, partition int32, leo int64) {
-	m.logEnd.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(leo))
+func (m *metrics) logEndGauge(topic string, partition int32) prometheus.Gauge {
+	return m.logEnd.WithLabelValues(topic, strconv.Itoa(int(partition)))
 }
 
 func (m *metrics) setUploadLag(topic string, partition int32, lag int64) {

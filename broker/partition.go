@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"strata/segment"
 )
 
@@ -19,6 +21,9 @@ type partition struct {
 	topicID [16]byte
 	index   int32
 	log     *segment.Log
+	// logEnd is this partition's strata_log_end_offset series, looked up
+	// once rather than by label on every append.
+	logEnd prometheus.Gauge
 
 	// appendMu serialises appends with their high-watermark advance, so the
 	// high watermark never covers a batch still being written and acks=all
@@ -40,8 +45,9 @@ type partition struct {
 	waiters map[chan struct{}]struct{}
 }
 
-func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log) *partition {
-	p := &partition{topic: topic, topicID: id, index: index, log: log, waiters: make(map[chan struct{}]struct{})}
+func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log, logEnd prometheus.Gauge) *partition {
+	p := &partition{topic: topic, topicID: id, index: index, log: log, logEnd: logEnd, waiters: make(map[chan struct{}]struct{})}
+	logEnd.Set(float64(log.EndOffset()))
 	p.leaderEpoch.Store(epoch)
 	p.remoteStart.Store(-1)
 	p.remoteEnd.Store(-1)
@@ -49,6 +55,21 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 	// it is all committed.
 	p.hw.Store(log.EndOffset())
 	return p
+}
+
+// append writes records to the log and advances the high watermark over
+// them. It is the one way in for producers and the group coordinator.
+func (p *partition) append(records []byte) (segment.AppendInfo, error) {
+	p.appendMu.Lock()
+	info, err := p.log.Append(records, p.leaderEpoch.Load())
+	if err == nil {
+		p.advanceHighWatermark()
+	}
+	p.appendMu.Unlock()
+	if err == nil && !info.Duplicate {
+		p.logEnd.Set(float64(info.LastOffset + 1))
+	}
+	return info, err
 }
 
 // highWatermark is the offset below which records are committed and

@@ -122,7 +122,7 @@ func (b *Broker) reconcile() error {
 			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
 			continue
 		}
-		p := newPartition(key.topic, w.id, key.partition, w.epoch, l)
+		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, b.metrics.logEndGauge(key.topic, key.partition))
 		b.loadRemote(p)
 		b.mu.Lock()
 		if b.mu.closed {
@@ -132,7 +132,6 @@ func (b *Broker) reconcile() error {
 		}
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
-		b.metrics.setLogEnd(p.topic, p.index, l.EndOffset())
 	}
 
 	errs = append(errs, b.removeStaleDirs(want))

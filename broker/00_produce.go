@@ -3,7 +3,6 @@ package broker
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -111,7 +110,8 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 	if err := checkBatchKinds(rp.Records); err != nil {
 		return err
 	}
-	if t, ok := b.topicByName(topic); ok && t.Internal {
+	settings := p.settings.Load()
+	if settings.internal {
 		return fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
@@ -120,7 +120,7 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 	if acks == -1 {
 		// One replica is in sync: this one. Replication will make the ISR
 		// size real; the check is already where it belongs.
-		if minISR := b.minInsyncReplicas(topic); minISR > 1 {
+		if minISR := settings.minISR; minISR > 1 {
 			return fmt.Errorf("%w: min.insync.replicas=%d but the ISR has 1 replica", kerr.NotEnoughReplicas, minISR)
 		}
 	}
@@ -134,19 +134,6 @@ func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, 
 		b.metrics.recordsIn.Add(float64(info.Records))
 	}
 	return nil
-}
-
-func (b *Broker) minInsyncReplicas(topic string) int {
-	t, ok := b.topicByName(topic)
-	if !ok {
-		return 1
-	}
-	v, _ := b.topicConfigValue(t.Configs, "min.insync.replicas")
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 1
-	}
-	return n
 }
 
 // checkBatchKinds refuses batches a client may not write here: control

@@ -161,6 +161,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.removeStaleDirs(b.wanted(b.meta.State())); err != nil {
+		b.log.Warn("remove logs of deleted topics", "err", err)
+	}
 	if err := b.startGroups(ctx); err != nil {
 		b.Close()
 		return nil, err

@@ -30,6 +30,10 @@ type partition struct {
 	// waits are answered in order.
 	appendMu sync.Mutex
 
+	// settings are what the topic's configs decide for this partition,
+	// derived once per config change rather than on every request.
+	settings atomic.Pointer[partitionSettings]
+
 	hw atomic.Int64
 	// remoteStart and remoteEnd bound what the bucket holds, [start, end);
 	// both -1 while nothing is uploaded.
@@ -45,8 +49,18 @@ type partition struct {
 	waiters map[chan struct{}]struct{}
 }
 
-func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log, logEnd prometheus.Gauge) *partition {
+// partitionSettings are a partition's topic configs, resolved.
+type partitionSettings struct {
+	configs  map[string]string // as in the metadata, to notice changes
+	log      segment.Config
+	tiered   bool // copied to the cold tier
+	minISR   int  // min.insync.replicas
+	internal bool // only the broker writes to it
+}
+
+func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log, s *partitionSettings, logEnd prometheus.Gauge) *partition {
 	p := &partition{topic: topic, topicID: id, index: index, log: log, logEnd: logEnd, waiters: make(map[chan struct{}]struct{})}
+	p.settings.Store(s)
 	logEnd.Set(float64(log.EndOffset()))
 	p.leaderEpoch.Store(epoch)
 	p.remoteStart.Store(-1)

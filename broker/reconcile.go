@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,14 +77,7 @@ func (b *Broker) reconcile() error {
 	defer b.reconcileMu.Unlock()
 
 	st := b.meta.State()
-	want := make(map[tp]wantedPartition)
-	for _, t := range st.Topics {
-		for _, p := range t.Partitions {
-			if slices.Contains(p.Replicas, b.cfg.NodeID) {
-				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs, internal: t.Internal}
-			}
-		}
-	}
+	want := b.wanted(st)
 
 	// Drop partitions whose topic is gone or was re-created under a new id.
 	var drop []*partition
@@ -112,17 +106,24 @@ func (b *Broker) reconcile() error {
 	// Open new partitions and apply config changes to open ones.
 	for key, w := range want {
 		if p := b.partition(key.topic, key.partition); p != nil {
-			p.log.SetConfig(b.segmentConfig(w.configs, w.internal))
+			// Metadata changes (a producer-id block, another topic) leave
+			// most partitions' configs alone; only changed ones are reapplied.
+			if !maps.Equal(p.settings.Load().configs, w.configs) {
+				s := b.settingsFor(w.configs, w.internal)
+				p.log.SetConfig(s.log)
+				p.settings.Store(s)
+			}
 			p.leaderEpoch.Store(w.epoch)
 			continue
 		}
+		s := b.settingsFor(w.configs, w.internal)
 		dir := filepath.Join(b.logsDir, partitionDir(key.topic, w.id, key.partition))
-		l, err := segment.Open(dir, b.segmentConfig(w.configs, w.internal))
+		l, err := segment.Open(dir, s.log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
 			continue
 		}
-		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, b.metrics.logEndGauge(key.topic, key.partition))
+		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
 		b.loadRemote(p)
 		b.mu.Lock()
 		if b.mu.closed {
@@ -133,14 +134,26 @@ func (b *Broker) reconcile() error {
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
 	}
-
-	errs = append(errs, b.removeStaleDirs(want))
 	return errors.Join(errs...)
+}
+
+// wanted lists the partitions of st that this node hosts.
+func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
+	want := make(map[tp]wantedPartition)
+	for _, t := range st.Topics {
+		for _, p := range t.Partitions {
+			if slices.Contains(p.Replicas, b.cfg.NodeID) {
+				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs, internal: t.Internal}
+			}
+		}
+	}
+	return want
 }
 
 // removeStaleDirs deletes log directories that no current topic owns: a
 // topic deleted while this node was down, or an older incarnation of a
-// re-created topic.
+// re-created topic. It runs once at start-up; while the broker runs,
+// reconcile deletes the logs of partitions it drops itself.
 func (b *Broker) removeStaleDirs(want map[tp]wantedPartition) error {
 	entries, err := os.ReadDir(b.logsDir)
 	if err != nil {

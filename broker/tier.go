@@ -92,11 +92,7 @@ func (p *partition) bucketName() format.TopicPartition {
 
 // remoteEnabled reports whether p's topic tiers.
 func (b *Broker) remoteEnabled(p *partition) bool {
-	if b.tier == nil {
-		return false
-	}
-	t, ok := b.topicByName(p.topic)
-	return ok && b.tiers(t.Configs, t.Internal)
+	return b.tier != nil && p.settings.Load().tiered
 }
 
 // tiers reports whether a topic with these configs goes to the cold tier:
@@ -360,11 +356,7 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 	if len(m.Segments) == 0 {
 		return nil
 	}
-	t, ok := b.topicByName(p.topic)
-	if !ok {
-		return nil
-	}
-	cfg := b.segmentConfig(t.Configs, t.Internal)
+	cfg := p.settings.Load().log
 	local := p.log.Size()
 	segs, err := p.log.ClosedSegments(0)
 	if err != nil {

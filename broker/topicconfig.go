@@ -93,6 +93,23 @@ const (
 	configSourceDefault      int8 = 5
 )
 
+// settingsFor resolves a topic's configs for one of its partitions.
+func (b *Broker) settingsFor(configs map[string]string, internal bool) *partitionSettings {
+	s := &partitionSettings{
+		configs:  configs,
+		log:      b.segmentConfig(configs, internal),
+		tiered:   b.tiers(configs, internal),
+		minISR:   1,
+		internal: internal,
+	}
+	if v, _ := b.topicConfigValue(configs, "min.insync.replicas"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			s.minISR = n
+		}
+	}
+	return s
+}
+
 // segmentConfig turns a topic's configs into the log's settings.
 func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment.Config {
 	num := func(key string) int64 {

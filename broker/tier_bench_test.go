@@ -82,7 +82,8 @@ func BenchmarkTier(b *testing.B) {
 	n := *tierBenchMB << 20 / valueSize
 	before := metrics.Counts()
 	t0 := time.Now()
-	tierBenchProduce(b, br, "history", n, valueSize)
+	produceKeyed(b, br, "history", n, valueSize, kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(8<<10), kgo.ProducerBatchMaxBytes(1<<20))
 	benchWaitUploaded(b, br, "history", partitions)
 	upload := metrics.Counts().Sub(before)
 	b.Logf("fixture: %d records of %d bytes produced and uploaded in %v", n, valueSize, time.Since(t0).Round(time.Millisecond))
@@ -173,33 +174,6 @@ func BenchmarkTier(b *testing.B) {
 			b.ReportMetric(float64(pct(during, 99).Microseconds())/1000, "replay-p99-ms")
 		}
 	})
-}
-
-// tierBenchProduce writes n records of size bytes to topic, key = index.
-func tierBenchProduce(tb testing.TB, b *Broker, topic string, n, size int) {
-	cl := testClient(tb, b, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.MaxBufferedRecords(8<<10), kgo.ProducerBatchMaxBytes(1<<20))
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	var once sync.Once
-	var perr error
-	for i := range n {
-		v := make([]byte, size)
-		fillValue(v, uint64(i))
-		wg.Add(1)
-		cl.Produce(ctx, &kgo.Record{Key: binary.BigEndian.AppendUint64(nil, uint64(i)), Value: v}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				once.Do(func() { perr = err })
-			}
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	if perr != nil {
-		tb.Fatalf("produce: %v", perr)
-	}
 }
 
 // benchWaitUploaded waits until every closed segment of topic is in the

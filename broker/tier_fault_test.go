@@ -189,41 +189,12 @@ func checkBucket(t *testing.T, store objstore.Store, ends map[format.TopicPartit
 // It returns how many fetch errors reached the client.
 func consumeExactlyOnceTolerant(t *testing.T, b *Broker, topic string, n, size int) (fetchErrs int) {
 	t.Helper()
-	cl := testClient(t, b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(16<<20))
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	seen := make([]bool, n)
-	last := map[int32]int64{}
-	want := make([]byte, size)
-	for got := 0; got < n; {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("consumed %d of %d", got, n)
+	consumeChecked(t, b, topic, n, size, func(tp string, p int32, err error) {
+		if fetchErrs == 0 {
+			t.Errorf("fetch %s-%d: %v (a failing object store must give a retriable error, e.g. KAFKA_STORAGE_ERROR)", tp, p, err)
 		}
-		fs.EachError(func(tp string, p int32, err error) {
-			if fetchErrs == 0 {
-				t.Errorf("fetch %s-%d: %v (a failing object store must give a retriable error, e.g. KAFKA_STORAGE_ERROR)", tp, p, err)
-			}
-			fetchErrs++
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			i := binary.BigEndian.Uint64(r.Key)
-			if i >= uint64(n) || seen[i] {
-				t.Fatalf("record %d unexpected or consumed twice", i)
-			}
-			seen[i] = true
-			got++
-			if prev, ok := last[r.Partition]; ok && r.Offset != prev+1 {
-				t.Fatalf("partition %d: offset %d after %d", r.Partition, r.Offset, prev)
-			}
-			last[r.Partition] = r.Offset
-			fillValue(want, i)
-			if string(r.Value) != string(want) {
-				t.Fatalf("record %d differs", i)
-			}
-		})
-	}
+		fetchErrs++
+	})
 	return fetchErrs
 }
 

@@ -54,7 +54,7 @@ func tieredBroker(t *testing.T, dir string, store objstore.Store, mutate ...func
 
 // produceKeyed writes n records of size bytes to topic, key = index, value
 // derived from the index, and returns once all are acknowledged.
-func produceKeyed(t *testing.T, b *Broker, topic string, n, size int, opts ...kgo.Opt) {
+func produceKeyed(t testing.TB, b *Broker, topic string, n, size int, opts ...kgo.Opt) {
 	t.Helper()
 	cl := testClient(t, b, append([]kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2 * time.Millisecond),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.MaxBufferedRecords(16 << 10)}, opts...)...)
@@ -85,6 +85,14 @@ func produceKeyed(t *testing.T, b *Broker, topic string, n, size int, opts ...kg
 // records 0..n-1 each arrive once, byte-identical, in per-partition order.
 func consumeExactlyOnce(t *testing.T, b *Broker, topic string, n, size int) {
 	t.Helper()
+	consumeChecked(t, b, topic, n, size, func(tp string, p int32, err error) { t.Fatalf("fetch %s-%d: %v", tp, p, err) })
+}
+
+// consumeChecked is consumeExactlyOnce with the fetch errors the client
+// reports handed to onErr; the consumer goes on after them (a failed fetch
+// is retried at the same offset).
+func consumeChecked(t *testing.T, b *Broker, topic string, n, size int, onErr func(topic string, partition int32, err error)) {
+	t.Helper()
 	cl := testClient(t, b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(16<<20))
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -97,7 +105,7 @@ func consumeExactlyOnce(t *testing.T, b *Broker, topic string, n, size int) {
 		if ctx.Err() != nil {
 			t.Fatalf("consumed %d of %d", got, n)
 		}
-		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("fetch %s-%d: %v", tp, p, err) })
+		fs.EachError(onErr)
 		fs.EachRecord(func(r *kgo.Record) {
 			i := binary.BigEndian.Uint64(r.Key)
 			if i >= uint64(n) || seen[i] {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -57,4 +58,15 @@ func errMessage(err error) *string {
 	}
 	s := err.Error()
 	return &s
+}
+
+// storageError marks a failure to reach the object store, at the tier
+// boundary where that is known, as
+// KAFKA_STORAGE_ERROR, which clients retry; out-of-range and corruption
+// keep their own meaning.
+func storageError(err error) error {
+	if err == nil || errors.Is(err, segment.ErrOffsetOutOfRange) || errors.Is(err, segment.ErrCorruptSegment) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
 }

@@ -260,16 +260,6 @@ func (b *Broker) readRemote(p *partition, dst []byte, offset int64, maxBytes int
 	return out, storageError(err)
 }
 
-// storageError marks a failure to reach the object store as
-// KAFKA_STORAGE_ERROR, which clients retry; out-of-range and corruption
-// keep their own meaning.
-func storageError(err error) error {
-	if err == nil || errors.Is(err, segment.ErrOffsetOutOfRange) || errors.Is(err, segment.ErrCorruptSegment) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
-}
-
 // readAt reads committed batches of p at offset, from the local log or,
 // below the local log start, from the bucket.
 func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int) ([]byte, error) {

@@ -60,10 +60,10 @@ func errMessage(err error) *string {
 	return &s
 }
 
-// storageError marks a failure to reach the object store, at the tier
-// boundary where that is known, as
+// storageError marks a failure to reach the object store as
 // KAFKA_STORAGE_ERROR, which clients retry; out-of-range and corruption
-// keep their own meaning.
+// keep their own meaning. It is applied at the tier boundary, the one place
+// that knows an error came from the store.
 func storageError(err error) error {
 	if err == nil || errors.Is(err, segment.ErrOffsetOutOfRange) || errors.Is(err, segment.ErrCorruptSegment) {
 		return err

@@ -100,12 +100,9 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 
 // produceTo appends one partition's batches and fills in sp.
 func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) error {
-	p := b.partition(topic, rp.Partition)
-	if p == nil {
-		if t, ok := b.topicByName(topic); ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
-			return kerr.NotLeaderForPartition
-		}
-		return kerr.UnknownTopicOrPartition
+	p, err := b.hosted(topic, rp.Partition)
+	if err != nil {
+		return err
 	}
 	if err := checkBatchKinds(rp.Records); err != nil {
 		return err

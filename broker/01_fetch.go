@@ -92,12 +92,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			parts = append(parts, fp)
 			err := topicErr
 			if err == nil {
-				if fp.p = b.partition(name, rp.Partition); fp.p == nil {
-					err = kerr.UnknownTopicOrPartition
-					if t, ok := st.Topics[name]; ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
-						err = kerr.NotLeaderForPartition
-					}
-				}
+				fp.p, err = b.hosted(name, rp.Partition)
 			}
 			if err == nil {
 				err = checkLeaderEpoch(fp.p, fp.epoch)

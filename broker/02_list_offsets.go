@@ -68,12 +68,9 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 }
 
 func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, sp *kmsg.ListOffsetsResponseTopicPartition) error {
-	p := b.partition(topic, rp.Partition)
-	if p == nil {
-		if t, ok := b.topicByName(topic); ok && rp.Partition >= 0 && int(rp.Partition) < len(t.Partitions) {
-			return kerr.NotLeaderForPartition
-		}
-		return kerr.UnknownTopicOrPartition
+	p, err := b.hosted(topic, rp.Partition)
+	if err != nil {
+		return err
 	}
 	if err := checkLeaderEpoch(p, rp.CurrentLeaderEpoch); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
 	"strata/meta"
@@ -320,6 +321,19 @@ func (b *Broker) partitionList() []*partition {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// hosted returns the partition this node hosts, or the error a client
+// should see: NOT_LEADER_OR_FOLLOWER for a partition that exists elsewhere
+// (or is not open yet), UNKNOWN_TOPIC_OR_PARTITION otherwise.
+func (b *Broker) hosted(topic string, index int32) (*partition, error) {
+	if p := b.partition(topic, index); p != nil {
+		return p, nil
+	}
+	if t, ok := b.topicByName(topic); ok && index >= 0 && int(index) < len(t.Partitions) {
+		return nil, kerr.NotLeaderForPartition
+	}
+	return nil, kerr.UnknownTopicOrPartition
 }
 
 // partition returns the partition this node hosts, or nil.

@@ -23,10 +23,11 @@ type TierConfig struct {
 	// Store is the object store closed segments go to (already prefixed
 	// and decorated by the caller).
 	Store objstore.Store
-	// ChunkBytes, CacheBytes, ReadAhead and ReadWorkers shape remote reads
-	// (see tier.Config); zero takes the tier package's defaults.
-	ChunkBytes, CacheBytes int64
-	ReadAhead, ReadWorkers int
+	// ChunkBytes, MemoryBytes, CacheBytes, ReadAhead and ReadWorkers shape
+	// remote reads (see tier.Config); zero takes the tier package's
+	// defaults.
+	ChunkBytes, MemoryBytes, CacheBytes int64
+	ReadAhead, ReadWorkers              int
 	// UploadInterval is how often hosted partitions are checked for closed
 	// segments to upload (default 1s).
 	UploadInterval time.Duration
@@ -73,6 +74,7 @@ func (b *Broker) openTier() error {
 		Store:       b.cfg.Tier.Store,
 		CacheDir:    filepath.Join(b.cfg.DataDir, "tier-cache"),
 		ChunkBytes:  b.cfg.Tier.ChunkBytes,
+		MemoryBytes: b.cfg.Tier.MemoryBytes,
 		CacheBytes:  b.cfg.Tier.CacheBytes,
 		ReadAhead:   b.cfg.Tier.ReadAhead,
 		ReadWorkers: b.cfg.Tier.ReadWorkers,

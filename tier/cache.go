@@ -19,38 +19,69 @@ import (
 	"strata/tier/objstore"
 )
 
-// chunkCache keeps fixed-size chunks of remote objects on local disk, so a
-// consumer replaying history costs one ranged GET per chunk, not one per
-// fetch. Chunks are downloaded on a worker pool of their own (at most
-// workers GETs at once, shared by reads and read-ahead), and the cache
-// never holds more than limit bytes: inserting a chunk evicts the least
-// recently used ones first.
+// chunkCache keeps fixed-size chunks of remote objects, so a consumer
+// replaying history costs one ranged GET per chunk, not one per fetch.
+// Chunks are downloaded on a worker pool of their own (at most workers GETs
+// at once, shared by reads and read-ahead).
+//
+// It has two levels, each with a strict bound and least recently used
+// eviction:
+//
+//   - memory (memLimit bytes): every download lands here, and the read that
+//     asked for it and the read-ahead chunks a sequential consumer needs
+//     next are served from here.
+//   - disk (limit bytes): a chunk is written here the second time it has
+//     to be downloaded, that is, when it was evicted from memory and is
+//     wanted again. A one-pass replay, where each chunk is read once and
+//     then never again, writes nothing to the local disk; such writes
+//     would be pure cost, and would compete with the hot tier's appends
+//     for the disk. A range read again and again (a consumer that
+//     rewinds, groups replaying the same window at different times) has
+//     proved it is read twice and stays on disk after that.
+//
+// Chunks evicted from memory while not on disk are remembered by key only
+// (the ghosts), so their second download can be recognised.
 type chunkCache struct {
-	store   objstore.Store
-	dir     string
-	chunk   int64
-	limit   int64
-	ahead   int
-	workers chan struct{} // semaphore of concurrent GETs
+	store    objstore.Store
+	dir      string
+	chunk    int64
+	limit    int64 // bound of the disk level
+	memLimit int64 // bound of the memory level
+	ahead    int
+	workers  chan struct{} // semaphore of concurrent GETs
 
-	// ctx bounds read-ahead downloads; Close cancels it and waits.
+	// ctx bounds read-ahead downloads and disk writes; close cancels it
+	// and waits for them.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
-		entries map[chunkKey]*list.Element // of *chunkEntry
-		lru     list.List                  // front: most recently used
-		size    int64                      // bytes of the cached chunks
-		// reserved counts chunks being downloaded: room is made for them
+		mem     map[chunkKey]*list.Element // of *memChunk
+		memLRU  list.List                  // front: most recently used
+		memSize int64
+		// memReserved counts chunks being downloaded: room is made for
+		// them before the GET, so memory never holds more than memLimit.
+		memReserved int64
+
+		disk     map[chunkKey]*list.Element // of *diskChunk
+		diskLRU  list.List
+		diskSize int64
+		// diskReserved counts chunks being written: room is made for them
 		// before their bytes reach the disk, so the files in the cache
 		// directory never add up to more than the limit.
-		reserved int64
-		flights  map[chunkKey]*flight // downloads under way
+		diskReserved int64
+
+		ghosts   map[chunkKey]*list.Element // of chunkKey
+		ghostLRU list.List
+		ghostCap int
+
+		flights map[chunkKey]*flight // downloads under way
 	}
-	// Counters for tests and metrics.
-	hits, misses, evictions atomic.Int64
+	// Counters for tests and metrics: reads served from either level,
+	// downloads for reads, disk evictions, and chunks written to disk.
+	hits, misses, evictions, admissions atomic.Int64
 }
 
 type chunkKey struct {
@@ -58,23 +89,30 @@ type chunkKey struct {
 	index  int64
 }
 
-type chunkEntry struct {
+type memChunk struct {
+	key chunkKey
+	// data is never written after the download: readers copy from it
+	// without the lock, and an evicted chunk is simply dropped.
+	data []byte
+}
+
+type diskChunk struct {
 	key  chunkKey
 	path string
 	size int64
 }
 
-// flight is one download; waiters block on done and then read err.
+// flight is one download; waiters block on done and then read data, or
+// err. Handing them the bytes directly, rather than through the memory
+// level, serves the reads that caused a download even when memory is so
+// contended that the chunk is evicted again at once.
 type flight struct {
 	done chan struct{}
+	data []byte
 	err  error
 }
 
-// copyBufs are the buffers chunk downloads copy through: large, so a chunk
-// costs a handful of read and write calls rather than hundreds.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
-
-func newChunkCache(store objstore.Store, dir string, chunk, limit int64, ahead, workers int) (*chunkCache, error) {
+func newChunkCache(store objstore.Store, dir string, chunk, limit, memLimit int64, ahead, workers int) (*chunkCache, error) {
 	// A restarted broker starts cold: whatever is left from before may be
 	// half-written, and the bucket has it all anyway.
 	if err := os.RemoveAll(dir); err != nil {
@@ -83,23 +121,61 @@ func newChunkCache(store objstore.Store, dir string, chunk, limit int64, ahead, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("chunk cache %s: %w", dir, err)
 	}
-	c := &chunkCache{store: store, dir: dir, chunk: chunk, limit: limit, ahead: ahead, workers: make(chan struct{}, workers)}
+	c := &chunkCache{store: store, dir: dir, chunk: chunk, limit: limit, memLimit: memLimit, ahead: ahead, workers: make(chan struct{}, workers)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.mu.entries = make(map[chunkKey]*list.Element)
+	c.mu.mem = make(map[chunkKey]*list.Element)
+	c.mu.disk = make(map[chunkKey]*list.Element)
+	c.mu.ghosts = make(map[chunkKey]*list.Element)
+	// Remember about twice as many chunks as the disk holds: a chunk
+	// wanted again within that distance is worth keeping on disk.
+	c.mu.ghostCap = int(max(16, 2*limit/chunk))
 	c.mu.flights = make(map[chunkKey]*flight)
 	return c, nil
 }
 
 func (c *chunkCache) close() {
+	// Under the lock, so that no background task is started (wg.Add)
+	// after Wait has begun.
+	c.mu.Lock()
 	c.cancel()
+	c.mu.Unlock()
 	c.wg.Wait()
 }
 
-// cachedBytes is the total size of the cached chunks.
+// goBackgroundLocked runs f as a background task unless the cache is
+// closing. The caller holds c.mu.
+func (c *chunkCache) goBackgroundLocked(f func()) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// goBackground is goBackgroundLocked for callers without the lock.
+func (c *chunkCache) goBackground(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.goBackgroundLocked(f)
+}
+
+// cachedBytes is the total size of the chunks on disk.
 func (c *chunkCache) cachedBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.size
+	return c.mu.diskSize
+}
+
+// memBytes is the total size of the chunks in memory, downloads under way
+// included.
+func (c *chunkCache) memBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.memSize + c.mu.memReserved
 }
 
 // readAt appends n bytes at off of object (whose size is objSize) to dst,
@@ -132,13 +208,17 @@ func (c *chunkCache) readAt(ctx context.Context, dst []byte, object string, objS
 }
 
 // readChunk fills p from the chunk at offset within, downloading the chunk
-// if it is not cached. A chunk evicted between lookup and open is fetched
-// again.
+// if it is not cached. A chunk evicted from disk between lookup and open
+// is looked up again.
 func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, within int64, p []byte) error {
 	for attempt := 0; ; attempt++ {
-		path, err := c.ensure(ctx, key, objSize, attempt == 0)
+		data, path, err := c.ensure(ctx, key, objSize, attempt == 0)
 		if err != nil {
 			return err
+		}
+		if data != nil {
+			copy(p, data[within:])
+			return nil
 		}
 		f, err := os.Open(path)
 		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
@@ -156,43 +236,47 @@ func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, withi
 	}
 }
 
-// ensure returns the path of a cached chunk, downloading it (or waiting for
-// the download under way) if needed.
-func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, count bool) (string, error) {
-	for {
-		c.mu.Lock()
-		if el, ok := c.mu.entries[key]; ok {
-			c.mu.lru.MoveToFront(el)
-			path := el.Value.(*chunkEntry).path
-			c.mu.Unlock()
-			if count {
-				c.hits.Add(1)
-			}
-			return path, nil
-		}
-		fl, inFlight := c.mu.flights[key]
-		if !inFlight {
-			fl = &flight{done: make(chan struct{})}
-			c.mu.flights[key] = fl
-		}
+// ensure returns a cached chunk: its bytes when it is in memory, else the
+// path of its file. It downloads the chunk (or waits for the download
+// under way) if neither level has it.
+func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, count bool) ([]byte, string, error) {
+	c.mu.Lock()
+	if el, ok := c.mu.mem[key]; ok {
+		c.mu.memLRU.MoveToFront(el)
+		data := el.Value.(*memChunk).data
 		c.mu.Unlock()
-		if !inFlight {
-			if count {
-				c.misses.Add(1)
-			}
-			c.download(ctx, key, objSize, fl)
+		if count {
+			c.hits.Add(1)
 		}
-		select {
-		case <-fl.done:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-		if fl.err != nil {
-			return "", fl.err
-		}
-		// Loop: the chunk is in the cache now (unless already evicted,
-		// which the next round handles).
+		return data, "", nil
 	}
+	if el, ok := c.mu.disk[key]; ok {
+		c.mu.diskLRU.MoveToFront(el)
+		path := el.Value.(*diskChunk).path
+		c.mu.Unlock()
+		if count {
+			c.hits.Add(1)
+		}
+		return nil, path, nil
+	}
+	fl, inFlight := c.mu.flights[key]
+	if !inFlight {
+		fl = &flight{done: make(chan struct{})}
+		c.mu.flights[key] = fl
+	}
+	c.mu.Unlock()
+	if !inFlight {
+		if count {
+			c.misses.Add(1)
+		}
+		c.download(ctx, key, objSize, fl)
+	}
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	return fl.data, "", fl.err
 }
 
 // prefetchRange starts background downloads of the chunks covering
@@ -210,113 +294,167 @@ func (c *chunkCache) prefetchRange(object string, objSize, off, n int64) {
 // already coming.
 func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
 	c.mu.Lock()
-	_, cached := c.mu.entries[key]
+	defer c.mu.Unlock()
+	_, inMem := c.mu.mem[key]
+	_, onDisk := c.mu.disk[key]
 	_, inFlight := c.mu.flights[key]
-	if cached || inFlight || c.ctx.Err() != nil {
-		c.mu.Unlock()
+	if inMem || onDisk || inFlight {
 		return
 	}
 	fl := &flight{done: make(chan struct{})}
 	c.mu.flights[key] = fl
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		c.download(c.ctx, key, objSize, fl)
-	}()
+	if !c.goBackgroundLocked(func() { c.download(c.ctx, key, objSize, fl) }) {
+		delete(c.mu.flights, key)
+	}
 }
 
-// download fetches one chunk with a ranged GET into the cache and ends the
-// flight.
+// download fetches one chunk with a ranged GET into memory and ends the
+// flight; a chunk downloaded for the second time is then also written to
+// disk, in the background.
 func (c *chunkCache) download(ctx context.Context, key chunkKey, objSize int64, fl *flight) {
-	err := c.fetch(ctx, key, objSize)
+	data, err := c.fetch(ctx, key, objSize)
 	c.mu.Lock()
 	delete(c.mu.flights, key)
 	c.mu.Unlock()
-	fl.err = err
+	fl.data, fl.err = data, err
 	close(fl.done)
 }
 
-func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) error {
+// fetch GETs one chunk into memory, with its room reserved first, and
+// puts it in the memory level. It holds a worker until then, so that
+// reservations never add up to more than the workers' chunks.
+func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) ([]byte, error) {
 	select {
 	case c.workers <- struct{}{}:
 		defer func() { <-c.workers }()
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	start := key.index * c.chunk
 	n := min(c.chunk, objSize-start)
-	c.reserve(n)
-	inserted := false
-	defer func() {
-		if !inserted {
-			c.unreserve(n)
-		}
-	}()
-	rc, err := c.store.GetRange(ctx, key.object, start, n)
+	c.mu.Lock()
+	c.evictMemLocked(n)
+	c.mu.memReserved += n
+	c.mu.Unlock()
+	data, err := c.get(ctx, key.object, start, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.memReserved -= n
 	if err != nil {
-		return fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
+		return nil, fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
+	}
+	c.evictMemLocked(n) // only if the limit shrank under us; normally a no-op
+	c.mu.mem[key] = c.mu.memLRU.PushFront(&memChunk{key: key, data: data})
+	c.mu.memSize += n
+	if el, seen := c.mu.ghosts[key]; seen {
+		c.mu.ghostLRU.Remove(el)
+		delete(c.mu.ghosts, key)
+		c.goBackgroundLocked(func() { c.admit(key, data) })
+	}
+	return data, nil
+}
+
+func (c *chunkCache) get(ctx context.Context, object string, start, n int64) ([]byte, error) {
+	rc, err := c.store.GetRange(ctx, object, start, n)
+	if err != nil {
+		return nil, err
 	}
 	defer rc.Close()
+	data := make([]byte, n)
+	if _, err := io.ReadFull(rc, data); err != nil {
+		return nil, err
+	}
+	// A store that sends more than it was asked for is broken.
+	var extra [1]byte
+	if m, _ := rc.Read(extra[:]); m != 0 {
+		return nil, fmt.Errorf("got more than %d bytes", n)
+	}
+	return data, nil
+}
+
+// admit writes a chunk to the disk level. It is best effort: a chunk that
+// cannot be written is simply downloaded again when it is next wanted.
+func (c *chunkCache) admit(key chunkKey, data []byte) {
+	n := int64(len(data))
+	c.mu.Lock()
+	if _, ok := c.mu.disk[key]; ok || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.evictDiskLocked(n)
+	c.mu.diskReserved += n
+	c.mu.Unlock()
+	path, err := c.writeChunk(key, data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.diskReserved -= n
+	if err != nil {
+		return
+	}
+	if _, ok := c.mu.disk[key]; ok {
+		return // cannot happen (one download per key at a time), but harmless
+	}
+	c.evictDiskLocked(n) // only if the limit shrank under us; normally a no-op
+	c.mu.disk[key] = c.mu.diskLRU.PushFront(&diskChunk{key: key, path: path, size: n})
+	c.mu.diskSize += n
+	c.admissions.Add(1)
+}
+
+func (c *chunkCache) writeChunk(key chunkKey, data []byte) (string, error) {
 	sum := sha256.Sum256([]byte(key.object))
 	path := filepath.Join(c.dir, hex.EncodeToString(sum[:12])+"-"+strconv.FormatInt(key.index, 10))
 	tmp, err := os.CreateTemp(c.dir, ".chunk-*")
 	if err != nil {
-		return fmt.Errorf("chunk cache: %w", err)
+		return "", err
 	}
-	bp := copyBufs.Get().(*[]byte)
-	written, err := io.CopyBuffer(tmp, rc, *bp)
-	copyBufs.Put(bp)
+	_, err = tmp.Write(data)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil && written != n {
-		err = fmt.Errorf("got %d bytes, want %d", written, n)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
-		return fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
+		return "", err
 	}
-	c.insert(&chunkEntry{key: key, path: path, size: n})
-	inserted = true
-	return nil
+	return path, nil
 }
 
-// reserve makes room for an n-byte chunk about to be downloaded, evicting
-// least recently used chunks.
-func (c *chunkCache) reserve(n int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.evictLocked(n)
-	c.mu.reserved += n
+// evictMemLocked drops least recently used chunks from memory until n more
+// bytes fit. A dropped chunk that is not on disk becomes a ghost.
+func (c *chunkCache) evictMemLocked(n int64) {
+	for c.mu.memSize+c.mu.memReserved+n > c.memLimit && c.mu.memLRU.Len() > 0 {
+		victim := c.mu.memLRU.Remove(c.mu.memLRU.Back()).(*memChunk)
+		delete(c.mu.mem, victim.key)
+		c.mu.memSize -= int64(len(victim.data))
+		if _, onDisk := c.mu.disk[victim.key]; !onDisk {
+			c.rememberLocked(victim.key)
+		}
+	}
 }
 
-func (c *chunkCache) unreserve(n int64) {
-	c.mu.Lock()
-	c.mu.reserved -= n
-	c.mu.Unlock()
+// rememberLocked adds key to the ghosts, forgetting the oldest beyond
+// their capacity.
+func (c *chunkCache) rememberLocked(key chunkKey) {
+	if el, ok := c.mu.ghosts[key]; ok {
+		c.mu.ghostLRU.MoveToFront(el)
+		return
+	}
+	c.mu.ghosts[key] = c.mu.ghostLRU.PushFront(key)
+	for c.mu.ghostLRU.Len() > c.mu.ghostCap {
+		delete(c.mu.ghosts, c.mu.ghostLRU.Remove(c.mu.ghostLRU.Back()).(chunkKey))
+	}
 }
 
-// evictLocked removes least recently used chunks until n more bytes fit.
-func (c *chunkCache) evictLocked(n int64) {
-	for c.mu.size+c.mu.reserved+n > c.limit && c.mu.lru.Len() > 0 {
-		victim := c.mu.lru.Remove(c.mu.lru.Back()).(*chunkEntry)
-		delete(c.mu.entries, victim.key)
-		c.mu.size -= victim.size
+// evictDiskLocked removes least recently used chunks from disk until n
+// more bytes fit.
+func (c *chunkCache) evictDiskLocked(n int64) {
+	for c.mu.diskSize+c.mu.diskReserved+n > c.limit && c.mu.diskLRU.Len() > 0 {
+		victim := c.mu.diskLRU.Remove(c.mu.diskLRU.Back()).(*diskChunk)
+		delete(c.mu.disk, victim.key)
+		c.mu.diskSize -= victim.size
 		os.Remove(victim.path)
 		c.evictions.Add(1)
 	}
-}
-
-// insert turns a downloaded chunk's reservation into a cache entry.
-func (c *chunkCache) insert(e *chunkEntry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mu.reserved -= e.size
-	c.evictLocked(e.size) // only if the limit shrank under us; normally a no-op
-	c.mu.entries[e.key] = c.mu.lru.PushFront(e)
-	c.mu.size += e.size
 }

@@ -274,9 +274,7 @@ func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
 	if !ok {
 		return
 	}
-	t.cache.wg.Add(1)
-	go func() {
-		defer t.cache.wg.Done()
+	t.cache.goBackground(func() {
 		index, err := t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
 		if err != nil {
 			return
@@ -286,17 +284,15 @@ func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
 			return
 		}
 		t.prefetchSegment(rs, pos)
-	}()
+	})
 }
 
 // prefetchSegment warms rs's index and the ReadAhead chunks from pos.
 func (t *Tier) prefetchSegment(rs format.RemoteSegment, pos int64) {
 	if pos == 0 {
-		t.cache.wg.Add(1)
-		go func() {
-			defer t.cache.wg.Done()
+		t.cache.goBackground(func() {
 			t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
-		}()
+		})
 	}
 	n := min(int64(max(t.cfg.ReadAhead, 1))*t.cfg.ChunkBytes, rs.Log.End()-pos)
 	t.cache.prefetchRange(rs.Key, rs.Size, pos, n)

@@ -25,15 +25,20 @@ type Config struct {
 	// ChunkBytes is the size of the ranged GETs remote reads are made of
 	// (default 8 MiB).
 	ChunkBytes int64
+	// MemoryBytes bounds the chunks held in memory, downloads under way
+	// included (default 256 MiB; at least two chunks). Every download
+	// lands there first.
+	MemoryBytes int64
 	// CacheBytes bounds the chunk cache on disk (default 1 GiB; at least two
-	// chunks).
+	// chunks). A chunk is written to disk the second time it has to be
+	// downloaded, so one-pass replays cost no local disk writes.
 	CacheBytes int64
 	// ReadAhead is how many chunks past the one being read are fetched in
 	// the background for a sequential reader (default 2).
 	ReadAhead int
 	// ReadWorkers bounds concurrent GETs of remote reads, read-ahead
-	// included (default 8; at most CacheBytes/ChunkBytes, since each
-	// download in flight reserves its chunk's room in the cache).
+	// included (default 8; at most MemoryBytes/ChunkBytes, since each
+	// download in flight reserves its chunk's room in memory).
 	ReadWorkers int
 	// Logger receives upload and collection reports; nil discards them.
 	Logger *slog.Logger
@@ -45,6 +50,7 @@ type Config struct {
 const (
 	DefaultChunkBytes  = 8 << 20
 	DefaultCacheBytes  = 1 << 30
+	DefaultMemoryBytes = 256 << 20
 	DefaultReadAhead   = 2
 	DefaultReadWorkers = 8
 	// indexCacheBytes bounds the remote offset and time indexes kept in
@@ -58,6 +64,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.MemoryBytes <= 0 {
+		c.MemoryBytes = DefaultMemoryBytes
 	}
 	if c.ReadAhead < 0 {
 		c.ReadAhead = 0
@@ -105,10 +114,13 @@ func Open(cfg Config) (*Tier, error) {
 	if cfg.CacheBytes < 2*cfg.ChunkBytes {
 		return nil, fmt.Errorf("tier: chunk cache of %d bytes cannot hold two %d-byte chunks", cfg.CacheBytes, cfg.ChunkBytes)
 	}
-	// Every download in flight holds a chunk's worth of the cache, so the
-	// cache bounds the GETs that may run at once.
-	cfg.ReadWorkers = int(min(int64(cfg.ReadWorkers), cfg.CacheBytes/cfg.ChunkBytes))
-	cache, err := newChunkCache(cfg.Store, cfg.CacheDir, cfg.ChunkBytes, cfg.CacheBytes, cfg.ReadAhead, cfg.ReadWorkers)
+	if cfg.MemoryBytes < 2*cfg.ChunkBytes {
+		return nil, fmt.Errorf("tier: chunk memory of %d bytes cannot hold two %d-byte chunks", cfg.MemoryBytes, cfg.ChunkBytes)
+	}
+	// Every download in flight holds a chunk's worth of memory, so the
+	// memory bound bounds the GETs that may run at once.
+	cfg.ReadWorkers = int(min(int64(cfg.ReadWorkers), cfg.MemoryBytes/cfg.ChunkBytes))
+	cache, err := newChunkCache(cfg.Store, cfg.CacheDir, cfg.ChunkBytes, cfg.CacheBytes, cfg.MemoryBytes, cfg.ReadAhead, cfg.ReadWorkers)
 	if err != nil {
 		return nil, err
 	}

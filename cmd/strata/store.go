@@ -125,6 +125,7 @@ func tierConfig(c config.Tier, store objstore.Store) broker.TierConfig {
 	return broker.TierConfig{
 		Store:           store,
 		ChunkBytes:      c.ChunkBytes,
+		MemoryBytes:     c.MemoryBytes,
 		CacheBytes:      c.CacheBytes,
 		ReadAhead:       readAhead,
 		ReadWorkers:     c.ReadWorkers,

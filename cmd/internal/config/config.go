@@ -112,6 +112,7 @@ func redact(s string) string {
 type Tier struct {
 	Enabled         bool          // tier.enabled: false keeps every log wholly local
 	ChunkBytes      int64         // tier.chunk_bytes: size of remote-read ranged GETs
+	MemoryBytes     int64         // tier.memory_bytes: bound of the chunks held in memory
 	CacheBytes      int64         // tier.cache_bytes: bound of the on-disk chunk cache
 	ReadAhead       int           // tier.read_ahead: chunks fetched ahead of a sequential reader; 0 disables
 	ReadWorkers     int           // tier.read_workers: concurrent GETs of remote reads
@@ -149,6 +150,7 @@ func Defaults() Config {
 		Tier: Tier{
 			Enabled:         true,
 			ChunkBytes:      tier.DefaultChunkBytes,
+			MemoryBytes:     tier.DefaultMemoryBytes,
 			CacheBytes:      tier.DefaultCacheBytes,
 			ReadAhead:       tier.DefaultReadAhead,
 			ReadWorkers:     tier.DefaultReadWorkers,
@@ -192,6 +194,9 @@ func (c *Config) check(needDataDir bool) error {
 	// tier.Open refuses this too, but only once the node is half started.
 	if c.Tier.CacheBytes < 2*c.Tier.ChunkBytes {
 		return fmt.Errorf("tier.chunk_bytes %d is more than half of tier.cache_bytes %d (the chunk cache must hold two chunks)", c.Tier.ChunkBytes, c.Tier.CacheBytes)
+	}
+	if c.Tier.MemoryBytes < 2*c.Tier.ChunkBytes {
+		return fmt.Errorf("tier.chunk_bytes %d is more than half of tier.memory_bytes %d (chunk memory must hold two chunks)", c.Tier.ChunkBytes, c.Tier.MemoryBytes)
 	}
 	return nil
 }

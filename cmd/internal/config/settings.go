@@ -159,7 +159,12 @@ var settings = []*setting{
 		get: func(c *Config) string { return formatBytes(c.Tier.ChunkBytes) },
 	},
 	{
-		key: "tier.cache_bytes", flag: "tier-cache-bytes", typ: "bytes", usage: "bound of the on-disk cache of remote chunks (at least two chunks)",
+		key: "tier.memory_bytes", flag: "tier-memory-bytes", typ: "bytes", usage: "bound of the remote chunks held in memory, where every download lands (at least two chunks)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.MemoryBytes }, 1),
+		get: func(c *Config) string { return formatBytes(c.Tier.MemoryBytes) },
+	},
+	{
+		key: "tier.cache_bytes", flag: "tier-cache-bytes", typ: "bytes", usage: "bound of the on-disk cache of remote chunks, which keeps those downloaded twice (at least two chunks)",
 		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.CacheBytes }, 1),
 		get: func(c *Config) string { return formatBytes(c.Tier.CacheBytes) },
 	},

@@ -173,18 +173,25 @@ func checkLeaderEpoch(p *partition, epoch int32) error {
 	return nil
 }
 
+// fetchHeadroom is room in a fetch's buffer beyond its byte limit for one
+// batch read and then cut back: the default max.message.bytes.
+const fetchHeadroom = 1<<20 + 12
+
 // readFetch reads every partition's committed bytes into the connection's
 // scratch buffer, honouring the response and partition byte limits. It
 // returns the bytes read and whether any partition has an error (which
 // ends a long poll, as in Kafka).
 func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int, anyErr bool) {
 	// Size the buffer for the most this fetch may return, once, rather
-	// than growing it batch by batch (each growth copies and zeroes).
+	// than growing it batch by batch (each growth copies and zeroes the
+	// whole response so far). A read past the limit returns its first
+	// batch whole, to be cut back below when it is not the fetch's first;
+	// the headroom keeps that batch from growing the buffer.
 	most := 0
 	for _, fp := range parts {
 		most += max(fp.maxBytes, 0)
 	}
-	buf := slices.Grow(c.scratch[:0], min(most, maxBytes, retainBytes))
+	buf := slices.Grow(c.scratch[:0], min(most, maxBytes, retainBytes)+fetchHeadroom)
 	first := true
 	for _, fp := range parts {
 		if fp.errorDone {

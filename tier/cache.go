@@ -41,6 +41,11 @@ import (
 //
 // Chunks evicted from memory while not on disk are remembered by key only
 // (the ghosts), so their second download can be recognised.
+//
+// Memory chunks are reference counted and their buffers recycled: a
+// replay streams its whole history through the memory level, and fresh
+// buffers for every chunk would cost a page fault per 4 KiB and the
+// garbage collector's time.
 type chunkCache struct {
 	store    objstore.Store
 	dir      string
@@ -78,6 +83,8 @@ type chunkCache struct {
 		ghostCap int
 
 		flights map[chunkKey]*flight // downloads under way
+
+		free [][]byte // recycled chunk buffers, at most maxFree
 	}
 	// Counters for tests and metrics: reads served from either level,
 	// downloads for reads, disk evictions, and chunks written to disk.
@@ -91,9 +98,17 @@ type chunkKey struct {
 
 type memChunk struct {
 	key chunkKey
-	// data is never written after the download: readers copy from it
-	// without the lock, and an evicted chunk is simply dropped.
+	// data is never written while refs > 0: readers use it without the
+	// lock.
 	data []byte
+	// refs counts the chunk's users (guarded by chunkCache.mu): one for
+	// being in the memory level, one per reader or disk write holding
+	// it. The buffer is recycled when it drops to zero.
+	refs int
+	// used says a reader has had the chunk (guarded by chunkCache.mu);
+	// a chunk read ahead and evicted before anyone read it is no
+	// evidence that it is wanted twice.
+	used bool
 }
 
 type diskChunk struct {
@@ -102,14 +117,16 @@ type diskChunk struct {
 	size int64
 }
 
-// flight is one download; waiters block on done and then read data, or
-// err. Handing them the bytes directly, rather than through the memory
-// level, serves the reads that caused a download even when memory is so
-// contended that the chunk is evicted again at once.
+// flight is one download; waiters block on done and then take chunk, on
+// which the download holds a reference for each of them, or err. Handing
+// them the chunk directly, rather than through the memory level, serves
+// the reads that caused a download even when memory is so contended that
+// the chunk is evicted again at once.
 type flight struct {
-	done chan struct{}
-	data []byte
-	err  error
+	done    chan struct{}
+	waiters int // guarded by chunkCache.mu
+	chunk   *memChunk
+	err     error
 }
 
 func newChunkCache(store objstore.Store, dir string, chunk, limit, memLimit int64, ahead, workers int) (*chunkCache, error) {
@@ -198,13 +215,62 @@ func (c *chunkCache) readAt(ctx context.Context, dst []byte, object string, objS
 		}
 		done += want
 	}
+	c.readAhead(object, objSize, off, n, limitOff)
+	return dst, nil
+}
+
+// view returns the n bytes at off of object. When they lie within one
+// chunk that is in memory (or is downloaded now), they are a slice of the
+// cached chunk, valid until release is called; otherwise they are read
+// into *buf, which grows as needed.
+func (c *chunkCache) view(ctx context.Context, buf *[]byte, object string, objSize, off, n, limitOff int64) (data []byte, release func(), err error) {
+	if off < 0 || n < 0 || off+n > objSize {
+		return nil, nil, fmt.Errorf("read %s [%d, %d): outside the %d-byte object", object, off, off+n, objSize)
+	}
+	idx := off / c.chunk
+	if within := off - idx*c.chunk; n > 0 && within+n <= c.chunk {
+		mc, path, err := c.ensure(ctx, chunkKey{object, idx}, objSize, true)
+		if err == nil && mc != nil {
+			c.readAhead(object, objSize, off, n, limitOff)
+			return mc.data[within : within+n], func() { c.release(mc) }, nil
+		}
+		if err == nil {
+			*buf = slices.Grow((*buf)[:0], int(n))[:n]
+			if err = readFile(path, within, *buf); err == nil {
+				c.readAhead(object, objSize, off, n, limitOff)
+				return *buf, func() {}, nil
+			}
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, err
+		}
+		// Evicted from disk under us: the copying read looks again.
+	}
+	out, err := c.readAt(ctx, (*buf)[:0], object, objSize, off, n, limitOff)
+	*buf = out[:0]
+	return out, func() {}, err
+}
+
+// readAhead starts downloads of the chunks a sequential reader of [off,
+// off+n) needs next, up to limitOff.
+func (c *chunkCache) readAhead(object string, objSize, off, n, limitOff int64) {
 	last := (off + max(n, 1) - 1) / c.chunk
 	for i := int64(1); i <= int64(c.ahead); i++ {
 		if next := last + i; next*c.chunk < min(limitOff, objSize) {
 			c.prefetch(chunkKey{object, next}, objSize)
 		}
 	}
-	return dst, nil
+}
+
+// readFile fills p from the chunk file at path, at offset within.
+func readFile(path string, within int64, p []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.ReadAt(p, within)
+	return err
 }
 
 // readChunk fills p from the chunk at offset within, downloading the chunk
@@ -212,23 +278,19 @@ func (c *chunkCache) readAt(ctx context.Context, dst []byte, object string, objS
 // is looked up again.
 func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, within int64, p []byte) error {
 	for attempt := 0; ; attempt++ {
-		data, path, err := c.ensure(ctx, key, objSize, attempt == 0)
+		mc, path, err := c.ensure(ctx, key, objSize, attempt == 0)
 		if err != nil {
 			return err
 		}
-		if data != nil {
-			copy(p, data[within:])
+		if mc != nil {
+			copy(p, mc.data[within:])
+			c.release(mc)
 			return nil
 		}
-		f, err := os.Open(path)
+		err = readFile(path, within, p)
 		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
 			continue // evicted under us
 		}
-		if err != nil {
-			return fmt.Errorf("chunk cache: %w", err)
-		}
-		_, err = f.ReadAt(p, within)
-		f.Close()
 		if err != nil {
 			return fmt.Errorf("chunk cache: read %s chunk %d: %w", key.object, key.index, err)
 		}
@@ -236,19 +298,22 @@ func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, withi
 	}
 }
 
-// ensure returns a cached chunk: its bytes when it is in memory, else the
-// path of its file. It downloads the chunk (or waits for the download
-// under way) if neither level has it.
-func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, count bool) ([]byte, string, error) {
+// ensure returns a cached chunk: when it is in memory, the chunk with a
+// reference the caller must release; else the path of its file. It
+// downloads the chunk (or waits for the download under way) if neither
+// level has it.
+func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, count bool) (*memChunk, string, error) {
 	c.mu.Lock()
 	if el, ok := c.mu.mem[key]; ok {
 		c.mu.memLRU.MoveToFront(el)
-		data := el.Value.(*memChunk).data
+		mc := el.Value.(*memChunk)
+		mc.refs++
+		mc.used = true
 		c.mu.Unlock()
 		if count {
 			c.hits.Add(1)
 		}
-		return data, "", nil
+		return mc, "", nil
 	}
 	if el, ok := c.mu.disk[key]; ok {
 		c.mu.diskLRU.MoveToFront(el)
@@ -264,6 +329,7 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 		fl = &flight{done: make(chan struct{})}
 		c.mu.flights[key] = fl
 	}
+	fl.waiters++
 	c.mu.Unlock()
 	if !inFlight {
 		if count {
@@ -274,9 +340,36 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 	select {
 	case <-fl.done:
 	case <-ctx.Done():
+		// The reference the download takes for us is never released:
+		// the buffer goes to the garbage collector instead of back to
+		// the free list.
 		return nil, "", ctx.Err()
 	}
-	return fl.data, "", fl.err
+	return fl.chunk, "", fl.err
+}
+
+// release drops a reference to mc taken by ensure.
+func (c *chunkCache) release(mc *memChunk) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unrefLocked(mc)
+}
+
+func (c *chunkCache) unrefLocked(mc *memChunk) {
+	if mc.refs--; mc.refs == 0 && int64(cap(mc.data)) == c.chunk && len(c.mu.free) < cap(c.workers) {
+		c.mu.free = append(c.mu.free, mc.data[:0])
+	}
+}
+
+// bufferLocked returns an n-byte buffer for a download, recycled when
+// one is free.
+func (c *chunkCache) bufferLocked(n int64) []byte {
+	if k := len(c.mu.free); k > 0 {
+		b := c.mu.free[k-1]
+		c.mu.free = c.mu.free[:k-1]
+		return b[:n]
+	}
+	return make([]byte, n, c.chunk)
 }
 
 // prefetchRange starts background downloads of the chunks covering
@@ -301,6 +394,14 @@ func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
 	if inMem || onDisk || inFlight {
 		return
 	}
+	// When memory is full and its least recently used chunk is itself
+	// read-ahead nobody has read yet, more read-ahead would only push out
+	// chunks that are about to be wanted: the reader will ask in time.
+	if c.mu.memSize+c.mu.memReserved+c.chunk > c.memLimit {
+		if back := c.mu.memLRU.Back(); back == nil || !back.Value.(*memChunk).used {
+			return
+		}
+	}
 	fl := &flight{done: make(chan struct{})}
 	c.mu.flights[key] = fl
 	if !c.goBackgroundLocked(func() { c.download(c.ctx, key, objSize, fl) }) {
@@ -312,22 +413,25 @@ func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
 // flight; a chunk downloaded for the second time is then also written to
 // disk, in the background.
 func (c *chunkCache) download(ctx context.Context, key chunkKey, objSize int64, fl *flight) {
-	data, err := c.fetch(ctx, key, objSize)
-	c.mu.Lock()
-	delete(c.mu.flights, key)
-	c.mu.Unlock()
-	fl.data, fl.err = data, err
+	mc, err := c.fetch(ctx, key, objSize, fl)
+	fl.chunk, fl.err = mc, err
 	close(fl.done)
 }
 
-// fetch GETs one chunk into memory, with its room reserved first, and
-// puts it in the memory level. It holds a worker until then, so that
-// reservations never add up to more than the workers' chunks.
-func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) ([]byte, error) {
+// fetch GETs one chunk into memory, with its room reserved first, puts it
+// in the memory level and ends its flight, taking a reference for each of
+// the flight's waiters (in the same critical section, so that the chunk
+// cannot be evicted and its buffer reused in between). It holds a worker
+// until then, so that reservations never add up to more than the workers'
+// chunks.
+func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl *flight) (*memChunk, error) {
 	select {
 	case c.workers <- struct{}{}:
 		defer func() { <-c.workers }()
 	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.mu.flights, key)
+		c.mu.Unlock()
 		return nil, ctx.Err()
 	}
 	start := key.index * c.chunk
@@ -335,46 +439,58 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64) ([]
 	c.mu.Lock()
 	c.evictMemLocked(n)
 	c.mu.memReserved += n
+	buf := c.bufferLocked(n)
 	c.mu.Unlock()
-	data, err := c.get(ctx, key.object, start, n)
+	err := c.get(ctx, key.object, start, buf)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.mu.flights, key)
 	c.mu.memReserved -= n
 	if err != nil {
+		if int64(cap(buf)) == c.chunk && len(c.mu.free) < cap(c.workers) {
+			c.mu.free = append(c.mu.free, buf[:0])
+		}
 		return nil, fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
 	}
 	c.evictMemLocked(n) // only if the limit shrank under us; normally a no-op
-	c.mu.mem[key] = c.mu.memLRU.PushFront(&memChunk{key: key, data: data})
+	mc := &memChunk{key: key, data: buf, refs: 1 + fl.waiters, used: fl.waiters > 0}
+	c.mu.mem[key] = c.mu.memLRU.PushFront(mc)
 	c.mu.memSize += n
 	if el, seen := c.mu.ghosts[key]; seen {
 		c.mu.ghostLRU.Remove(el)
 		delete(c.mu.ghosts, key)
-		c.goBackgroundLocked(func() { c.admit(key, data) })
+		mc.refs++
+		if !c.goBackgroundLocked(func() { c.admit(mc) }) {
+			mc.refs--
+		}
 	}
-	return data, nil
+	return mc, nil
 }
 
-func (c *chunkCache) get(ctx context.Context, object string, start, n int64) ([]byte, error) {
-	rc, err := c.store.GetRange(ctx, object, start, n)
+// get fills buf from object at start with one ranged GET.
+func (c *chunkCache) get(ctx context.Context, object string, start int64, buf []byte) error {
+	rc, err := c.store.GetRange(ctx, object, start, int64(len(buf)))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rc.Close()
-	data := make([]byte, n)
-	if _, err := io.ReadFull(rc, data); err != nil {
-		return nil, err
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return err
 	}
 	// A store that sends more than it was asked for is broken.
 	var extra [1]byte
 	if m, _ := rc.Read(extra[:]); m != 0 {
-		return nil, fmt.Errorf("got more than %d bytes", n)
+		return fmt.Errorf("got more than %d bytes", len(buf))
 	}
-	return data, nil
+	return nil
 }
 
-// admit writes a chunk to the disk level. It is best effort: a chunk that
-// cannot be written is simply downloaded again when it is next wanted.
-func (c *chunkCache) admit(key chunkKey, data []byte) {
+// admit writes a chunk to the disk level and releases the reference the
+// caller took for it. It is best effort: a chunk that cannot be written
+// is simply downloaded again when it is next wanted.
+func (c *chunkCache) admit(mc *memChunk) {
+	defer c.release(mc)
+	key, data := mc.key, mc.data
 	n := int64(len(data))
 	c.mu.Lock()
 	if _, ok := c.mu.disk[key]; ok || c.ctx.Err() != nil {
@@ -428,9 +544,10 @@ func (c *chunkCache) evictMemLocked(n int64) {
 		victim := c.mu.memLRU.Remove(c.mu.memLRU.Back()).(*memChunk)
 		delete(c.mu.mem, victim.key)
 		c.mu.memSize -= int64(len(victim.data))
-		if _, onDisk := c.mu.disk[victim.key]; !onDisk {
+		if _, onDisk := c.mu.disk[victim.key]; !onDisk && victim.used {
 			c.rememberLocked(victim.key)
 		}
+		c.unrefLocked(victim)
 	}
 }
 

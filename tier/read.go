@@ -62,12 +62,21 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	}
 	for pos < logEnd {
 		want := min(max(int64(maxBytes-(len(dst)-start)), minReadWindow), logEnd-pos)
-		window, err := t.cache.readAt(ctx, (*wb)[:0], rs.Key, rs.Size, pos, want, logEnd)
-		*wb = window[:0]
+		// Within one chunk the window is the cached chunk itself, not a
+		// copy of it.
+		if rest := t.cfg.ChunkBytes - pos%t.cfg.ChunkBytes; rest >= minReadWindow {
+			want = min(want, rest)
+		}
+		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, want, logEnd)
 		if err != nil {
 			return dst, err
 		}
 		used, done, err := appendBatches(&dst, start, window, offset, maxBytes)
+		var h segment.BatchHeader
+		if err == nil && used == 0 {
+			h, err = segment.ParseBatchHeader(window)
+		}
+		release()
 		if err != nil {
 			if len(dst) > start {
 				return dst, nil
@@ -76,10 +85,6 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		}
 		if used == 0 {
 			// The next batch is larger than the window: read it whole.
-			h, err := segment.ParseBatchHeader(window)
-			if err != nil {
-				return dst, fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos, err)
-			}
 			if len(dst) > start && len(dst)-start+h.Size() > maxBytes {
 				break
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -153,6 +154,8 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	procs := broker.RaiseProcs()
+	cfg.Logger.Debug("scheduler", "gomaxprocs", procs, "cpus", runtime.NumCPU())
 	b, err := broker.Start(ctx, cfg)
 	if err != nil {
 		return err

@@ -6,61 +6,93 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/localstack"
+	"strata/segment"
 	"strata/tier"
 	"strata/tier/format"
 	"strata/tier/objstore"
 )
 
-var tierBenchMB = flag.Int("tier-bench-mb", 512, "MB of history BenchmarkTier produces and replays from the bucket")
+var tierBenchMB = flag.Int("tier-bench-mb", 1024, "MB of history BenchmarkTier produces and replays from the bucket")
 
 // BenchmarkTier measures the cold tier against the issue-4 targets, on one
-// bucket served by the in-process S3 server (objects on disk):
+// bucket served by the in-process S3 server (objects on disk), or by the
+// S3 that STRATA_S3_* name:
 //
-//   - cold-replay/strata: a consumer from the earliest offset reads the
-//     history that is only in the bucket, through a broker restarted with
-//     a cold chunk cache; cold-replay/raw: parallel ranged GETs of the
-//     same bytes (same chunk size, ReadWorkers at once) from the same
-//     server. Target: strata >= 80% of raw.
+//   - cold-replay/strata: a franz-go consumer from the earliest offset
+//     reads the history that is only in the bucket, through a broker
+//     restarted with a cold chunk cache. cold-replay/strata-wire: the same
+//     with a bare Kafka-protocol consumer that discards what it fetches.
+//     cold-replay/raw: parallel ranged GETs of the same bytes (same chunk
+//     size, ReadWorkers at once) from the same server, discarded. Target:
+//     strata >= 80% of raw.
+//   - local-replay/strata and local-replay/strata-wire: the same consumers
+//     reading the same amount of history kept wholly on local disk (in the
+//     page cache): the ceiling of any replay through a broker on this
+//     machine. With the CPU time each mode costs per GiB, this bounds what
+//     a cold replay can reach when the S3 server, the broker and the
+//     consumer share the machine's cores.
 //   - the object-store requests of uploading and of replaying, from
-//     objstore.Metrics (PUTs per segment, GETs per GB).
-//   - hot-latency: end-to-end latency of a long-poll consumer tailing a
-//     hot topic (a producer at 500 records/s) with and without a
-//     concurrent cold replay of the history.
+//     objstore.Metrics (PUTs per segment, GETs per GiB).
+//   - hot-latency: produce-to-consume latency of a long-poll consumer
+//     tailing a hot topic (a producer at 500 records/s), idle and during
+//     each kind of replay.
 //
-// Run with -benchtime=Nx: each iteration of a cold-replay sub-benchmark
-// replays the whole history once. The fixture (producing and uploading
-// the history) is built once per run, outside the timings.
+// The broker's GOMAXPROCS floor (RaiseProcs) applies, as in the strata
+// binary; set GOMAXPROCS to measure without it. Run with -benchtime=Nx:
+// each iteration of a replay sub-benchmark replays the whole history once.
+// The fixture (producing and uploading the history) is built once per
+// run, outside the timings.
 //
-//	go test ./broker -run '^$' -bench BenchmarkTier -benchtime=3x -tier-bench-mb=512
+//	go test ./broker -run '^$' -bench BenchmarkTier -benchtime=5x
 func BenchmarkTier(b *testing.B) {
 	const (
 		partitions = 6
 		valueSize  = 4096
 		chunkBytes = tier.DefaultChunkBytes
-		workers    = tier.DefaultReadWorkers
 	)
 	// 16 MiB segments, or smaller for a small -tier-bench-mb so that each
 	// partition still has several segments in the bucket.
 	segBytes := min(16<<20, *tierBenchMB<<20/partitions/4)
+	workers := tier.DefaultReadWorkers
+	b.Logf("GOMAXPROCS %d on %d CPUs", RaiseProcs(), runtime.NumCPU())
+	// The testing package sets GOMAXPROCS (to -cpu) for every
+	// sub-benchmark; each raises it again, as the strata binary does.
 	ctx := context.Background()
 	dir := b.TempDir()
-	s3, stop, err := localstack.StartS3(ctx, filepath.Join(dir, "s3"), "bench")
-	if err != nil {
-		b.Fatal(err)
+	// The S3 named by STRATA_S3_* (e.g. `strata localstack s3` in a
+	// process of its own, or MinIO), else the in-process server.
+	s3, external := localstack.FromEnv()
+	if !external {
+		var stop func() error
+		var err error
+		s3, stop, err = localstack.StartS3(ctx, filepath.Join(dir, "s3"), "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer stop()
 	}
-	defer stop()
 	rawStore, err := objstore.NewS3(ctx, s3.Config())
 	if err != nil {
 		b.Fatal(err)
+	}
+	if external {
+		if rawStore, err = objstore.WithPrefix(rawStore, fmt.Sprintf("bench-%d", time.Now().UnixNano())); err != nil {
+			b.Fatal(err)
+		}
 	}
 	metrics := objstore.NewMetrics()
 	store := objstore.WithMetrics(rawStore, metrics)
@@ -110,70 +142,156 @@ func BenchmarkTier(b *testing.B) {
 	}
 	b.Logf("history in the bucket: %d segments, %.1f MiB of log bytes", len(segs), float64(logBytes)/(1<<20))
 
-	var strataMBs, rawMBs []float64
-	b.Run("cold-replay/strata", func(b *testing.B) {
-		b.SetBytes(logBytes)
-		for range b.N {
-			b.StopTimer()
-			br := start() // empty chunk cache
-			ends := remoteEnds(b, br, "history", partitions)
-			before := metrics.Counts()
-			b.StartTimer()
-			t0 := time.Now()
-			replayTo(b, br, "history", ends)
-			el := time.Since(t0)
-			b.StopTimer()
-			replay := metrics.Counts().Sub(before)
-			strataMBs = append(strataMBs, float64(logBytes)/(1<<20)/el.Seconds())
-			gb := float64(logBytes) / (1 << 30)
-			b.Logf("replay: %.0f MiB/s; %d GETs (%.0f per GiB, floor %.0f chunk GETs per GiB), %.1f MiB read, %d LISTs",
-				strataMBs[len(strataMBs)-1], replay[objstore.OpGet].Requests, float64(replay[objstore.OpGet].Requests)/gb,
-				float64(1<<30)/chunkBytes, float64(replay[objstore.OpGet].Bytes)/(1<<20), replay[objstore.OpList].Requests)
-			if err := br.Close(); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		b.ReportMetric(medianOf(strataMBs), "median-MiB/s")
+	// The same history kept wholly local (remote.storage.enable=false),
+	// in the page cache: what the same consumers get from a broker when
+	// no bucket is involved, the ceiling for any cold replay.
+	br = start()
+	createTopic(b, testAdmin(b, br), "history-local", partitions, map[string]*string{
+		"segment.bytes":         ptr(fmt.Sprint(segBytes)),
+		"remote.storage.enable": ptr("false"),
 	})
-	b.Run("cold-replay/raw", func(b *testing.B) {
-		b.SetBytes(logBytes)
-		for range b.N {
-			t0 := time.Now()
-			parallelGets(b, rawStore, segs, chunkBytes, workers)
-			rawMBs = append(rawMBs, float64(logBytes)/(1<<20)/time.Since(t0).Seconds())
-			b.Logf("raw: %.0f MiB/s", rawMBs[len(rawMBs)-1])
-		}
-		b.ReportMetric(medianOf(rawMBs), "median-MiB/s")
-	})
-	if len(strataMBs) > 0 && len(rawMBs) > 0 {
-		b.Logf("cold replay: strata %.0f MiB/s, raw %.0f MiB/s (medians of %d and %d runs): %.0f%% of raw",
-			medianOf(strataMBs), medianOf(rawMBs), len(strataMBs), len(rawMBs), 100*medianOf(strataMBs)/medianOf(rawMBs))
+	produceKeyed(b, br, "history-local", n, valueSize, kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(8<<10), kgo.ProducerBatchMaxBytes(1<<20))
+	localEnds := map[int32]int64{}
+	var localBytes int64
+	for i := range int32(partitions) {
+		p := br.partition("history-local", i)
+		localEnds[i] = p.highWatermark()
+		localBytes += p.log.Size()
+	}
+	if err := br.Close(); err != nil {
+		b.Fatal(err)
 	}
 
+	type consumer func(testing.TB, *Broker, string, map[int32]int64)
+	speed, cpu := map[string][]float64{}, map[string][]float64{} // MiB/s, CPU seconds per GiB
+	// measure runs f once and records its speed and the CPU time the
+	// whole process (S3 server, broker and clients) spent per GiB.
+	measure := func(b *testing.B, name string, bytes int64, f func()) {
+		t0, c0 := time.Now(), processCPU()
+		b.StartTimer()
+		f()
+		b.StopTimer()
+		el, used := time.Since(t0), processCPU()-c0
+		speed[name] = append(speed[name], float64(bytes)/(1<<20)/el.Seconds())
+		cpu[name] = append(cpu[name], used.Seconds()/(float64(bytes)/(1<<30)))
+		b.Logf("%s: %.0f MiB/s, %.2f CPU seconds per GiB (%.2f cores busy)", name,
+			speed[name][len(speed[name])-1], cpu[name][len(cpu[name])-1], used.Seconds()/el.Seconds())
+	}
+	replay := func(name, topic string, bytes int64, consume consumer) {
+		b.Run(name, func(b *testing.B) {
+			RaiseProcs()
+			b.SetBytes(bytes)
+			b.StopTimer()
+			for range b.N {
+				br := start() // empty chunk cache
+				ends := localEnds
+				if topic == "history" {
+					ends = remoteEnds(b, br, topic, partitions)
+				}
+				before := metrics.Counts()
+				measure(b, name, bytes, func() { consume(b, br, topic, ends) })
+				if got := metrics.Counts().Sub(before); got[objstore.OpGet].Requests > 0 {
+					gb := float64(bytes) / (1 << 30)
+					b.Logf("  %d GETs (%.0f per GiB, floor %.0f chunk GETs per GiB), %.1f MiB read, %d LISTs",
+						got[objstore.OpGet].Requests, float64(got[objstore.OpGet].Requests)/gb,
+						float64(1<<30)/chunkBytes, float64(got[objstore.OpGet].Bytes)/(1<<20), got[objstore.OpList].Requests)
+				}
+				if err := br.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(medianOf(speed[name]), "median-MiB/s")
+		})
+	}
+	replay("cold-replay/strata", "history", logBytes, replayTo)
+	replay("cold-replay/strata-wire", "history", logBytes, wireReplayTo)
+	replay("local-replay/strata", "history-local", localBytes, replayTo)
+	replay("local-replay/strata-wire", "history-local", localBytes, wireReplayTo)
+	b.Run("cold-replay/raw", func(b *testing.B) {
+		RaiseProcs()
+		b.SetBytes(logBytes)
+		b.StopTimer()
+		for range b.N {
+			measure(b, "raw", logBytes, func() { parallelGets(b, rawStore, segs, chunkBytes, workers) })
+		}
+		b.ReportMetric(medianOf(speed["raw"]), "median-MiB/s")
+	})
+	if raw := medianOf(speed["raw"]); raw > 0 {
+		b.Logf("median speed, least CPU: %-24s %5.0f MiB/s, %.2f CPU s/GiB (%d runs)", "raw GETs", raw, slices.Min(cpu["raw"]), len(speed["raw"]))
+		for _, name := range []string{"cold-replay/strata", "cold-replay/strata-wire", "local-replay/strata", "local-replay/strata-wire"} {
+			if len(speed[name]) > 0 {
+				b.Logf("                         %-24s %5.0f MiB/s, %.2f CPU s/GiB (%d runs): %3.0f%% of raw", name,
+					medianOf(speed[name]), slices.Min(cpu[name]), len(speed[name]), 100*medianOf(speed[name])/raw)
+			}
+		}
+		for _, c := range []string{"strata", "strata-wire"} {
+			cold, local := medianOf(speed["cold-replay/"+c]), medianOf(speed["local-replay/"+c])
+			if cold == 0 || local == 0 {
+				continue
+			}
+			// A cold replay does the raw reader's work (the S3 server
+			// and the GETs) and the local replay's (serving the bytes
+			// to the consumer), on the same cores: with the least CPU
+			// each was seen to need, it cannot beat this.
+			bound := float64(runtime.NumCPU()) / (slices.Min(cpu["raw"]) + slices.Min(cpu["local-replay/"+c])) * 1024
+			b.Logf("  %s: cold replay at %.0f%% of local replay; the CPU bound of a cold replay on %d cores is %.0f MiB/s, %.0f%% of raw",
+				c, 100*cold/local, runtime.NumCPU(), bound, 100*bound/raw)
+		}
+	}
+
+	// The hot consumer's latency alone, then during a replay of the
+	// history: from the bucket (cold) and, for comparison, the same
+	// bytes from local disk, with either consumer.
 	b.Run("hot-latency", func(b *testing.B) {
+		RaiseProcs()
+		lat := map[string][]time.Duration{}
 		for range b.N {
 			br := start()
-			ends := remoteEnds(b, br, "history", partitions)
-			idle := hotLatencies(b, br, "hot", 5*time.Second, nil)
-			var replayed time.Duration
-			during := hotLatencies(b, br, "hot", 0, func() {
-				t0 := time.Now()
-				replayTo(b, br, "history", ends)
-				replayed = time.Since(t0)
-			})
+			coldEnds := remoteEnds(b, br, "history", partitions)
+			lat["idle"] = append(lat["idle"], hotLatencies(b, br, "hot", 5*time.Second, nil)...)
+			for _, r := range []struct {
+				name    string
+				topic   string
+				ends    map[int32]int64
+				consume consumer
+			}{
+				{"cold-replay/strata", "history", coldEnds, replayTo},
+				{"local-replay/strata", "history-local", localEnds, replayTo},
+				{"cold-replay/strata-wire", "history", coldEnds, wireReplayTo},
+				{"local-replay/strata-wire", "history-local", localEnds, wireReplayTo},
+			} {
+				var replayed time.Duration
+				during := hotLatencies(b, br, "hot", 0, func() {
+					t0 := time.Now()
+					r.consume(b, br, r.topic, r.ends)
+					replayed = time.Since(t0)
+				})
+				lat[r.name] = append(lat[r.name], during...)
+				b.Logf("hot consumer during a %v %s: p50 %v p99 %v max %v (%d records)", replayed.Round(time.Millisecond), r.name,
+					pct(during, 50), pct(during, 99), pct(during, 100), len(during))
+				if r.name == "cold-replay/strata" {
+					// The chunk cache is warm now; start cold again.
+					if err := br.Close(); err != nil {
+						b.Fatal(err)
+					}
+					br = start()
+				}
+			}
 			if err := br.Close(); err != nil {
 				b.Fatal(err)
 			}
-			b.Logf("hot consumer: idle p50 %v p99 %v max %v (%d records); during a %v cold replay p50 %v p99 %v max %v (%d records)",
-				pct(idle, 50), pct(idle, 99), pct(idle, 100), len(idle), replayed.Round(time.Millisecond),
-				pct(during, 50), pct(during, 99), pct(during, 100), len(during))
-			b.ReportMetric(float64(pct(idle, 50).Microseconds())/1000, "idle-p50-ms")
-			b.ReportMetric(float64(pct(idle, 99).Microseconds())/1000, "idle-p99-ms")
-			b.ReportMetric(float64(pct(during, 50).Microseconds())/1000, "replay-p50-ms")
-			b.ReportMetric(float64(pct(during, 99).Microseconds())/1000, "replay-p99-ms")
 		}
+		for _, name := range []string{"idle", "cold-replay/strata", "local-replay/strata", "cold-replay/strata-wire", "local-replay/strata-wire"} {
+			l := lat[name]
+			b.Logf("hot consumer, all runs, %-25s p50 %v p99 %v max %v (%d records)", name+":", pct(l, 50), pct(l, 99), pct(l, 100), len(l))
+		}
+		b.ReportMetric(float64(pct(lat["idle"], 50).Microseconds())/1000, "idle-p50-ms")
+		b.ReportMetric(float64(pct(lat["idle"], 99).Microseconds())/1000, "idle-p99-ms")
+		b.ReportMetric(float64(pct(lat["cold-replay/strata"], 50).Microseconds())/1000, "replay-p50-ms")
+		b.ReportMetric(float64(pct(lat["cold-replay/strata"], 99).Microseconds())/1000, "replay-p99-ms")
 	})
+
 }
 
 // benchWaitUploaded waits until every closed segment of topic is in the
@@ -364,4 +482,95 @@ func medianOf(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// wireReplayTo reads topic from the earliest offset up to ends, like
+// replayTo, but as a bare Kafka-protocol consumer on one connection:
+// Fetch v12 requests built and responses decoded with kmsg, responses read
+// into one reused buffer, the record batches walked by header and then
+// discarded, as the raw reader discards its GETs. It measures what Strata
+// adds to the bytes' way from the bucket to a client, without the cost of
+// a client library allocating every response and turning every record
+// into an object.
+func wireReplayTo(tb testing.TB, b *Broker, topic string, ends map[int32]int64) {
+	conn, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Minute))
+	next := map[int32]int64{}
+	for p := range ends {
+		next[p] = 0
+	}
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("wire-replay"))
+	var out, in []byte
+	for corr := int32(0); len(next) > 0; corr++ {
+		req := kmsg.NewPtrFetchRequest()
+		req.Version = 12
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 500
+		req.MaxBytes = 64 << 20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = topic
+		for p, off := range next {
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, off, 16<<20
+			rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		out = f.AppendRequest(out[:0], req, corr)
+		if _, err := conn.Write(out); err != nil {
+			tb.Fatal(err)
+		}
+		var size [4]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			tb.Fatal(err)
+		}
+		n := int(binary.BigEndian.Uint32(size[:]))
+		in = slices.Grow(in[:0], n)[:n]
+		if _, err := io.ReadFull(conn, in); err != nil {
+			tb.Fatal(err)
+		}
+		// Response header v1: correlation id and empty tagged fields.
+		if n < 5 || int32(binary.BigEndian.Uint32(in)) != corr {
+			tb.Fatalf("response %d: bad header", corr)
+		}
+		resp := kmsg.NewPtrFetchResponse()
+		resp.Version = 12
+		if err := resp.ReadFrom(in[5:]); err != nil {
+			tb.Fatal(err)
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			tb.Fatal(err)
+		}
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					tb.Fatalf("fetch %s-%d at %d: %v", topic, rp.Partition, next[rp.Partition], err)
+				}
+				for rec := rp.RecordBatches; len(rec) >= 61; {
+					h, err := segment.ParseBatchHeader(rec)
+					if err != nil || h.Size() > len(rec) {
+						break // a partial batch at the end
+					}
+					next[rp.Partition] = h.LastOffset() + 1
+					rec = rec[h.Size():]
+				}
+				if next[rp.Partition] >= ends[rp.Partition] {
+					delete(next, rp.Partition)
+				}
+			}
+		}
+	}
+}
+
+// processCPU is the CPU time, user and system, this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

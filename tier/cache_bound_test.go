@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"strata/tier/objstore"
 )
@@ -31,7 +32,8 @@ import (
 //     directory not being one instant).
 //
 // Chunks re-read after leaving memory must reach the disk level; every
-// read is checked against the object's bytes.
+// read, including views of cached chunks held while other reads evict and
+// recycle buffers, is checked against the object's bytes.
 func TestChunkCacheBound(t *testing.T) {
 	const (
 		chunk   = 64 << 10
@@ -112,12 +114,26 @@ func TestChunkCacheBound(t *testing.T) {
 					off = rng.Int64N(objSize)
 				}
 				n = min(n, objSize-off)
-				got, err := tr.cache.readAt(ctx, nil, key, objSize, off, n, objSize)
+				var got []byte
+				release := func() {}
+				var err error
+				if r%3 == 2 {
+					// A view of a cached chunk, held a while so that
+					// other reads evict and reuse buffers meanwhile: a
+					// held chunk must not change under its reader.
+					var buf []byte
+					got, release, err = tr.cache.view(ctx, &buf, key, objSize, off, n, objSize)
+					time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+				} else {
+					got, err = tr.cache.readAt(ctx, nil, key, objSize, off, n, objSize)
+				}
 				if err != nil {
 					t.Errorf("read %s [%d, %d): %v", key, off, off+n, err)
 					return
 				}
-				if !bytes.Equal(got, data[key][off:off+n]) {
+				ok := bytes.Equal(got, data[key][off:off+n])
+				release()
+				if !ok {
 					t.Errorf("read %s [%d, %d): wrong bytes", key, off, off+n)
 					return
 				}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/tier"
 )
 
 // metrics are the broker's Prometheus series. Label values are bounded:
@@ -100,6 +102,30 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
 		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
 	}
+}
+
+// watchTierCache exports the chunk cache's figures, read when scraped.
+func (m *metrics) watchTierCache(stats func() tier.CacheStats) {
+	gauge := func(name, help string, v func(tier.CacheStats) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v(stats())) })
+	}
+	counter := func(name, help string, v func(tier.CacheStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(stats())) })
+	}
+	m.reg.MustRegister(
+		gauge("strata_tier_cache_memory_bytes", "Bytes of remote chunks held in memory, downloads under way included.",
+			func(s tier.CacheStats) int64 { return s.MemoryBytes }),
+		gauge("strata_tier_cache_disk_bytes", "Bytes of remote chunks in the on-disk cache.",
+			func(s tier.CacheStats) int64 { return s.DiskBytes }),
+		counter("strata_tier_cache_hits_total", "Remote chunk reads served from the chunk cache.",
+			func(s tier.CacheStats) int64 { return s.Hits }),
+		counter("strata_tier_cache_misses_total", "Remote chunk reads that waited for the chunk to be downloaded.",
+			func(s tier.CacheStats) int64 { return s.Misses }),
+		counter("strata_tier_cache_disk_writes_total", "Chunks written to the on-disk cache (downloaded a second time).",
+			func(s tier.CacheStats) int64 { return s.DiskWrites }),
+		counter("strata_tier_cache_disk_evictions_total", "Chunks evicted from the on-disk cache.",
+			func(s tier.CacheStats) int64 { return s.DiskEvictions }),
+	)
 }
 
 func (m *metrics) observeRequest(key int16, d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +72,57 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// TestTierCacheMetrics: after a replay from the bucket, /metrics shows the
+// remote bytes served and the chunk cache's work: chunks read through
+// memory and, for a one-pass read, nothing written to the disk cache.
+func TestTierCacheMetrics(t *testing.T) {
+	b := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) { c.HTTPListen = "127.0.0.1:0" })
+	createTopic(t, testAdmin(t, b), "cold", 1, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("0"),
+	})
+	const n = 200
+	produceKeyed(t, b, "cold", n, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "cold", 1)
+	p := b.partition("cold", 0)
+	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+	consumeCount(t, b, "cold", n)
+
+	resp, err := http.Get("http://" + b.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	value := func(name string) float64 {
+		for line := range strings.Lines(string(body)) {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("/metrics lacks %s", name)
+		return 0
+	}
+	for _, name := range []string{"strata_tier_read_bytes_total", "strata_tier_cache_memory_bytes"} {
+		if v := value(name); v <= 0 {
+			t.Errorf("%s = %v after a replay from the bucket, want > 0", name, v)
+		}
+	}
+	// Whether a read found its chunk already read ahead (a hit) or waited
+	// for it (a miss) is a race; that it was one of them is not.
+	if hits, misses := value("strata_tier_cache_hits_total"), value("strata_tier_cache_misses_total"); hits+misses <= 0 {
+		t.Errorf("%v chunk cache hits and %v misses after a replay from the bucket", hits, misses)
+	}
+	for _, name := range []string{"strata_tier_cache_disk_writes_total", "strata_tier_cache_disk_bytes"} {
+		if v := value(name); v != 0 {
+			t.Errorf("%s = %v after a one-pass replay, want 0", name, v)
+		}
+	}
+	value("strata_tier_cache_disk_evictions_total")
 }

@@ -84,6 +84,7 @@ func (b *Broker) openTier() error {
 		return err
 	}
 	b.tier = t
+	b.metrics.watchTierCache(t.CacheStats)
 	return nil
 }
 

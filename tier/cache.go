@@ -87,7 +87,8 @@ type chunkCache struct {
 		free [][]byte // recycled chunk buffers, at most maxFree
 	}
 	// Counters for tests and metrics: reads served from either level,
-	// downloads for reads, disk evictions, and chunks written to disk.
+	// reads that waited for a download (their own or read-ahead's), disk
+	// evictions, and chunks written to disk.
 	hits, misses, evictions, admissions atomic.Int64
 }
 
@@ -331,10 +332,10 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 	}
 	fl.waiters++
 	c.mu.Unlock()
+	if count {
+		c.misses.Add(1)
+	}
 	if !inFlight {
-		if count {
-			c.misses.Add(1)
-		}
 		c.download(ctx, key, objSize, fl)
 	}
 	select {

@@ -329,3 +329,30 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 // CachedBytes is the size of the chunk cache on disk, never above
 // Config.CacheBytes.
 func (t *Tier) CachedBytes() int64 { return t.cache.cachedBytes() }
+
+// CacheStats describes the chunk cache, for metrics.
+type CacheStats struct {
+	// MemoryBytes and DiskBytes are what each level holds now; memory
+	// includes downloads under way.
+	MemoryBytes, DiskBytes int64
+	// Hits counts chunk reads served from either level; Misses, those that
+	// waited for a download of the chunk (their own, or read-ahead's still
+	// under way).
+	Hits, Misses int64
+	// DiskWrites counts chunks written to the disk level (downloaded a
+	// second time); DiskEvictions, chunks evicted from it.
+	DiskWrites, DiskEvictions int64
+}
+
+// CacheStats returns the chunk cache's current figures.
+func (t *Tier) CacheStats() CacheStats {
+	c := t.cache
+	return CacheStats{
+		MemoryBytes:   c.memBytes(),
+		DiskBytes:     c.cachedBytes(),
+		Hits:          c.hits.Load(),
+		Misses:        c.misses.Load(),
+		DiskWrites:    c.admissions.Load(),
+		DiskEvictions: c.evictions.Load(),
+	}
+}

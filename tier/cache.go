@@ -92,6 +92,12 @@ type chunkCache struct {
 	hits, misses, evictions, admissions atomic.Int64
 }
 
+// maxFree bounds the recycled buffers kept aside. A download evicts a
+// chunk and takes a buffer in one step, so the free list is rarely longer
+// than one; what it holds, plus the evicted chunks readers are still
+// copying from, is the only chunk memory outside memLimit.
+const maxFree = 2
+
 type chunkKey struct {
 	object string
 	index  int64
@@ -357,7 +363,7 @@ func (c *chunkCache) release(mc *memChunk) {
 }
 
 func (c *chunkCache) unrefLocked(mc *memChunk) {
-	if mc.refs--; mc.refs == 0 && int64(cap(mc.data)) == c.chunk && len(c.mu.free) < cap(c.workers) {
+	if mc.refs--; mc.refs == 0 && int64(cap(mc.data)) == c.chunk && len(c.mu.free) < maxFree {
 		c.mu.free = append(c.mu.free, mc.data[:0])
 	}
 }
@@ -448,7 +454,7 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl 
 	delete(c.mu.flights, key)
 	c.mu.memReserved -= n
 	if err != nil {
-		if int64(cap(buf)) == c.chunk && len(c.mu.free) < cap(c.workers) {
+		if int64(cap(buf)) == c.chunk && len(c.mu.free) < maxFree {
 			c.mu.free = append(c.mu.free, buf[:0])
 		}
 		return nil, fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)

@@ -78,6 +78,10 @@ type chunkCache struct {
 		// directory never add up to more than the limit.
 		diskReserved int64
 
+		// admitting holds the chunks being written to disk: at most one
+		// write per chunk, and a chunk on its way to disk is no ghost.
+		admitting map[chunkKey]bool
+
 		ghosts   map[chunkKey]*list.Element // of chunkKey
 		ghostLRU list.List
 		ghostCap int
@@ -90,6 +94,12 @@ type chunkCache struct {
 	// reads that waited for a download (their own or read-ahead's), disk
 	// evictions, and chunks written to disk.
 	hits, misses, evictions, admissions atomic.Int64
+
+	fileSeq atomic.Int64 // numbers the chunk files
+
+	// testBeforeWrite, when set by a test, runs before a chunk is written
+	// to disk.
+	testBeforeWrite func()
 }
 
 // maxFree bounds the recycled buffers kept aside. A download evicts a
@@ -124,6 +134,8 @@ type diskChunk struct {
 	size int64
 }
 
+var errCacheClosed = errors.New("chunk cache closed")
+
 // flight is one download; waiters block on done and then take chunk, on
 // which the download holds a reference for each of them, or err. Handing
 // them the chunk directly, rather than through the memory level, serves
@@ -150,6 +162,7 @@ func newChunkCache(store objstore.Store, dir string, chunk, limit, memLimit int6
 	c.mu.mem = make(map[chunkKey]*list.Element)
 	c.mu.disk = make(map[chunkKey]*list.Element)
 	c.mu.ghosts = make(map[chunkKey]*list.Element)
+	c.mu.admitting = make(map[chunkKey]bool)
 	// Remember about twice as many chunks as the disk holds: a chunk
 	// wanted again within that distance is worth keeping on disk.
 	c.mu.ghostCap = int(max(16, 2*limit/chunk))
@@ -236,7 +249,8 @@ func (c *chunkCache) view(ctx context.Context, buf *[]byte, object string, objSi
 	}
 	idx := off / c.chunk
 	if within := off - idx*c.chunk; n > 0 && within+n <= c.chunk {
-		mc, path, err := c.ensure(ctx, chunkKey{object, idx}, objSize, true)
+		key := chunkKey{object, idx}
+		mc, path, err := c.ensure(ctx, key, objSize, true)
 		if err == nil && mc != nil {
 			c.readAhead(object, objSize, off, n, limitOff)
 			return mc.data[within : within+n], func() { c.release(mc) }, nil
@@ -251,7 +265,9 @@ func (c *chunkCache) view(ctx context.Context, buf *[]byte, object string, objSi
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, err
 		}
-		// Evicted from disk under us: the copying read looks again.
+		// Evicted from disk under us, or lost: the copying read looks
+		// again.
+		c.forget(key, path)
 	}
 	out, err := c.readAt(ctx, (*buf)[:0], object, objSize, off, n, limitOff)
 	*buf = out[:0]
@@ -266,6 +282,19 @@ func (c *chunkCache) readAhead(object string, objSize, off, n, limitOff int64) {
 		if next := last + i; next*c.chunk < min(limitOff, objSize) {
 			c.prefetch(chunkKey{object, next}, objSize)
 		}
+	}
+}
+
+// forget drops key's disk entry if it still names path, a file that has
+// turned out to be missing, so that the next look downloads the chunk
+// instead of failing on the same path again.
+func (c *chunkCache) forget(key chunkKey, path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.mu.disk[key]; ok && el.Value.(*diskChunk).path == path {
+		c.mu.diskLRU.Remove(el)
+		delete(c.mu.disk, key)
+		c.mu.diskSize -= el.Value.(*diskChunk).size
 	}
 }
 
@@ -296,7 +325,8 @@ func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, withi
 		}
 		err = readFile(path, within, p)
 		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
-			continue // evicted under us
+			c.forget(key, path) // evicted under us, or lost: look again
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("chunk cache: read %s chunk %d: %w", key.object, key.index, err)
@@ -333,16 +363,20 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 	}
 	fl, inFlight := c.mu.flights[key]
 	if !inFlight {
+		// The download runs under the cache's context, not this reader's:
+		// other readers may come to wait for it, and one giving up must
+		// not fail them.
 		fl = &flight{done: make(chan struct{})}
+		if !c.goBackgroundLocked(func() { c.download(c.ctx, key, objSize, fl) }) {
+			c.mu.Unlock()
+			return nil, "", errCacheClosed
+		}
 		c.mu.flights[key] = fl
 	}
 	fl.waiters++
 	c.mu.Unlock()
 	if count {
 		c.misses.Add(1)
-	}
-	if !inFlight {
-		c.download(ctx, key, objSize, fl)
 	}
 	select {
 	case <-fl.done:
@@ -466,9 +500,13 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl 
 	if el, seen := c.mu.ghosts[key]; seen {
 		c.mu.ghostLRU.Remove(el)
 		delete(c.mu.ghosts, key)
-		mc.refs++
-		if !c.goBackgroundLocked(func() { c.admit(mc) }) {
-			mc.refs--
+		if _, onDisk := c.mu.disk[key]; !onDisk && !c.mu.admitting[key] {
+			mc.refs++
+			c.mu.admitting[key] = true
+			if !c.goBackgroundLocked(func() { c.admit(mc) }) {
+				mc.refs--
+				delete(c.mu.admitting, key)
+			}
 		}
 	}
 	return mc, nil
@@ -493,29 +531,32 @@ func (c *chunkCache) get(ctx context.Context, object string, start int64, buf []
 }
 
 // admit writes a chunk to the disk level and releases the reference the
-// caller took for it. It is best effort: a chunk that cannot be written
-// is simply downloaded again when it is next wanted.
+// caller took for it. It is best effort: a chunk that cannot be written,
+// or finds the disk level full of chunks still being written, is simply
+// downloaded again when it is next wanted.
 func (c *chunkCache) admit(mc *memChunk) {
-	defer c.release(mc)
 	key, data := mc.key, mc.data
 	n := int64(len(data))
 	c.mu.Lock()
-	if _, ok := c.mu.disk[key]; ok || c.ctx.Err() != nil {
+	defer func() {
+		delete(c.mu.admitting, key)
+		c.unrefLocked(mc)
 		c.mu.Unlock()
-		return
+	}()
+	if c.ctx.Err() != nil || c.mu.diskReserved+n > c.limit {
+		return // closing, or the level is all reserved by writes under way
 	}
 	c.evictDiskLocked(n)
 	c.mu.diskReserved += n
 	c.mu.Unlock()
+	if c.testBeforeWrite != nil {
+		c.testBeforeWrite()
+	}
 	path, err := c.writeChunk(key, data)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.mu.diskReserved -= n
 	if err != nil {
 		return
-	}
-	if _, ok := c.mu.disk[key]; ok {
-		return // cannot happen (one download per key at a time), but harmless
 	}
 	c.evictDiskLocked(n) // only if the limit shrank under us; normally a no-op
 	c.mu.disk[key] = c.mu.diskLRU.PushFront(&diskChunk{key: key, path: path, size: n})
@@ -523,9 +564,12 @@ func (c *chunkCache) admit(mc *memChunk) {
 	c.admissions.Add(1)
 }
 
+// writeChunk writes data to a new file of its own: a file name is never
+// reused, so a path always means the one write it came from.
 func (c *chunkCache) writeChunk(key chunkKey, data []byte) (string, error) {
 	sum := sha256.Sum256([]byte(key.object))
-	path := filepath.Join(c.dir, hex.EncodeToString(sum[:12])+"-"+strconv.FormatInt(key.index, 10))
+	name := hex.EncodeToString(sum[:12]) + "-" + strconv.FormatInt(key.index, 10) + "-" + strconv.FormatInt(c.fileSeq.Add(1), 10)
+	path := filepath.Join(c.dir, name)
 	tmp, err := os.CreateTemp(c.dir, ".chunk-*")
 	if err != nil {
 		return "", err
@@ -551,7 +595,7 @@ func (c *chunkCache) evictMemLocked(n int64) {
 		victim := c.mu.memLRU.Remove(c.mu.memLRU.Back()).(*memChunk)
 		delete(c.mu.mem, victim.key)
 		c.mu.memSize -= int64(len(victim.data))
-		if _, onDisk := c.mu.disk[victim.key]; !onDisk && victim.used {
+		if _, onDisk := c.mu.disk[victim.key]; !onDisk && !c.mu.admitting[victim.key] && victim.used {
 			c.rememberLocked(victim.key)
 		}
 		c.unrefLocked(victim)

@@ -66,6 +66,7 @@ type chunkCache struct {
 		mem     map[chunkKey]*list.Element // of *memChunk
 		memLRU  list.List                  // front: most recently used
 		memSize int64
+		memUsed int // chunks in memory that a reader has had
 		// memReserved counts chunks being downloaded: room is made for
 		// them before the GET, so memory never holds more than memLimit.
 		memReserved int64
@@ -345,7 +346,10 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 		c.mu.memLRU.MoveToFront(el)
 		mc := el.Value.(*memChunk)
 		mc.refs++
-		mc.used = true
+		if !mc.used {
+			mc.used = true
+			c.mu.memUsed++
+		}
 		c.mu.Unlock()
 		if count {
 			c.hits.Add(1)
@@ -435,13 +439,11 @@ func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
 	if inMem || onDisk || inFlight {
 		return
 	}
-	// When memory is full and its least recently used chunk is itself
-	// read-ahead nobody has read yet, more read-ahead would only push out
-	// chunks that are about to be wanted: the reader will ask in time.
-	if c.mu.memSize+c.mu.memReserved+c.chunk > c.memLimit {
-		if back := c.mu.memLRU.Back(); back == nil || !back.Value.(*memChunk).used {
-			return
-		}
+	// When memory is full of read-ahead nobody has read yet, more of it
+	// would only push out chunks that are about to be wanted: the reader
+	// will ask in time.
+	if c.mu.memSize+c.mu.memReserved+c.chunk > c.memLimit && c.mu.memUsed == 0 {
+		return
 	}
 	fl := &flight{done: make(chan struct{})}
 	c.mu.flights[key] = fl
@@ -497,6 +499,9 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl 
 	mc := &memChunk{key: key, data: buf, refs: 1 + fl.waiters, used: fl.waiters > 0}
 	c.mu.mem[key] = c.mu.memLRU.PushFront(mc)
 	c.mu.memSize += n
+	if mc.used {
+		c.mu.memUsed++
+	}
 	if el, seen := c.mu.ghosts[key]; seen {
 		c.mu.ghostLRU.Remove(el)
 		delete(c.mu.ghosts, key)
@@ -588,13 +593,27 @@ func (c *chunkCache) writeChunk(key chunkKey, data []byte) (string, error) {
 	return path, nil
 }
 
-// evictMemLocked drops least recently used chunks from memory until n more
-// bytes fit. A dropped chunk that is not on disk becomes a ghost.
+// evictMemLocked drops chunks from memory until n more bytes fit: the
+// least recently used of those a reader has had first, and only then
+// read-ahead nobody has read yet. A sequential reader is done with the
+// chunks it read longest ago, while the read-ahead of a partition that a
+// fetch's byte limit left out this time is what it will read next. A
+// dropped chunk that is not on disk becomes a ghost.
 func (c *chunkCache) evictMemLocked(n int64) {
 	for c.mu.memSize+c.mu.memReserved+n > c.memLimit && c.mu.memLRU.Len() > 0 {
-		victim := c.mu.memLRU.Remove(c.mu.memLRU.Back()).(*memChunk)
+		el := c.mu.memLRU.Back()
+		for e := el; e != nil; e = e.Prev() {
+			if e.Value.(*memChunk).used {
+				el = e
+				break
+			}
+		}
+		victim := c.mu.memLRU.Remove(el).(*memChunk)
 		delete(c.mu.mem, victim.key)
 		c.mu.memSize -= int64(len(victim.data))
+		if victim.used {
+			c.mu.memUsed--
+		}
 		if _, onDisk := c.mu.disk[victim.key]; !onDisk && !c.mu.admitting[victim.key] && victim.used {
 			c.rememberLocked(victim.key)
 		}

@@ -247,6 +247,16 @@ func TestErrorsNameTheProblem(t *testing.T) {
 			want: []string{"tier.chunk_bytes 16777216 is more than half of tier.cache_bytes 16777216"},
 		},
 		{
+			name: "chunk larger than half the chunk memory",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_TIER_MEMORY_BYTES=12MiB"},
+			want: []string{"tier.chunk_bytes 8388608 is more than half of tier.memory_bytes 12582912"},
+		},
+		{
+			name: "negative chunk memory",
+			args: []string{"--data-dir", "/d", "--tier-memory-bytes", "-1"},
+			want: []string{`"--tier-memory-bytes"`, `"-1" is negative`},
+		},
+		{
 			name: "unknown tier key",
 			yaml: "node:\n  data_dir: /d\ntier:\n  chunk_size: 1MiB\n",
 			want: []string{"strata.yaml:4: unknown key tier.chunk_size"},

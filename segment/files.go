@@ -45,13 +45,7 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
+	if err = syncAndClose(f, err); err == nil {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
@@ -66,14 +60,22 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := syncAndClose(d, nil); err != nil {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// syncAndClose fsyncs f unless err (from writing it) is already set, closes
+// it, and returns the first error.
+func syncAndClose(f *os.File, err error) error {
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // removeIfExists removes path, ignoring its absence.

@@ -209,12 +209,7 @@ func (c *fakeClock) Millis() int64 { return c.Now().UnixMilli() }
 func crash(l *Log) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	l.mu.Lock()
-	l.mu.closed = true
-	segs := l.mu.segs
-	l.mu.segs = nil
-	l.mu.Unlock()
-	releaseAll(segs)
+	l.dropSegmentsLocked()
 }
 
 func mustOpen(t testing.TB, dir string, cfg Config) *Log {

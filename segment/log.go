@@ -185,10 +185,8 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 	next := base
 	for i := range facts {
 		f := &facts[i]
-		f.hdr.BaseOffset, f.hdr.LeaderEpoch = next, leaderEpoch
-		if f.hdr.Attributes&attrLogAppendTime == 0 {
-			f.hdr.MaxTimestamp = f.maxTs // see step 5
-		}
+		// maxTs is the header's for LogAppendTime, else the records' (step 5).
+		f.hdr.BaseOffset, f.hdr.LeaderEpoch, f.hdr.MaxTimestamp = next, leaderEpoch, f.maxTs
 		next += int64(f.hdr.LastOffsetDelta) + 1
 	}
 
@@ -382,15 +380,8 @@ func (l *Log) rollLocked() error {
 	if err := l.writeSnapshotLocked(newBase); err != nil {
 		return err
 	}
-	s, err := openSegment(l.dir, newBase, true)
+	s, err := createSegment(l.dir, newBase, l.w.cfg.IndexIntervalBytes)
 	if err != nil {
-		return fmt.Errorf("segment: rolling: %w", err)
-	}
-	s.ix.indexer = newIndexer(newBase, l.w.cfg.IndexIntervalBytes)
-	s.ix.loaded = true
-	if err := s.writeIndexes(&s.ix.indexer); err != nil { // also fsyncs the directory
-		s.remove()
-		s.release()
 		return fmt.Errorf("segment: rolling: %w", err)
 	}
 	old.imu.Lock()
@@ -699,13 +690,19 @@ func (l *Log) closeLocked() error {
 			err = writeFileAtomic(filepath.Join(l.dir, cleanShutdownName), encodeMarker(s.base, s.size))
 		}
 	}
+	l.dropSegmentsLocked()
+	return err
+}
+
+// dropSegmentsLocked marks the log closed and lets go of its segments, making
+// nothing durable; each file closes once no reader holds it.
+func (l *Log) dropSegmentsLocked() {
 	l.mu.Lock()
 	l.mu.closed = true
 	segs := l.mu.segs
 	l.mu.segs = nil
 	l.mu.Unlock()
 	releaseAll(segs)
-	return err
 }
 
 // Delete closes the log and removes its directory (topic deletion).

@@ -107,15 +107,11 @@ func (l *Log) recover() error {
 
 	// Step 4: a new log starts with an empty segment at 0.
 	if len(bases) == 0 {
-		s, err := openSegment(l.dir, 0, true)
+		s, err := createSegment(l.dir, 0, interval)
 		if err != nil {
 			return err
 		}
 		l.mu.segs = []*segment{s}
-		s.ix.indexer, s.ix.loaded = newIndexer(0, interval), true
-		if err := s.writeIndexes(&s.ix.indexer); err != nil {
-			return err
-		}
 	} else {
 		for _, b := range bases {
 			s, err := openSegment(l.dir, b, false)
@@ -133,16 +129,13 @@ func (l *Log) recover() error {
 		if s.quickCheckIndexes() {
 			continue
 		}
-		l.logger.Warn("rebuilding indexes of a closed segment", "segment", s.logPath())
-		x, _, err := s.scanIndexes(s.size, interval, l.logger)
+		// The full check fails too, so loading rebuilds the files.
+		s.imu.Lock()
+		err := s.loadLocked(s.size, interval, l.logger)
+		s.imu.Unlock()
 		if err != nil {
 			return err
 		}
-		if err := s.writeIndexes(&x); err != nil {
-			return err
-		}
-		s.ix.indexer, s.ix.loaded = x, true
-		s.ix.offFlushed, s.ix.timeFlushed = len(x.offsets), len(x.times)
 		rep.indexesRebuilt++
 	}
 
@@ -258,8 +251,7 @@ func (l *Log) openActiveClean(s *segment) (leo int64, ok bool, err error) {
 		s.created = createdFrom(decodeHeader(hdr).MaxTimestamp, l.now())
 	}
 	s.imu.Lock()
-	s.ix.indexer, s.ix.loaded = x, true
-	s.ix.offFlushed, s.ix.timeFlushed = len(x.offsets), len(x.times)
+	s.ix.install(x)
 	s.imu.Unlock()
 	return leo, true, nil
 }
@@ -329,8 +321,7 @@ func (l *Log) recoverActive(s *segment, rep *recoveryReport) (int64, []epochEntr
 		return 0, nil, err
 	}
 	s.imu.Lock()
-	s.ix.indexer, s.ix.loaded = x, true
-	s.ix.offFlushed, s.ix.timeFlushed = len(x.offsets), len(x.times)
+	s.ix.install(x)
 	s.imu.Unlock()
 	return next, seen, nil
 }

@@ -55,6 +55,12 @@ type indexState struct {
 	removed bool
 }
 
+// install makes x the loaded index, with every entry already in the files.
+func (ix *indexState) install(x indexer) {
+	ix.indexer, ix.loaded = x, true
+	ix.offFlushed, ix.timeFlushed = len(x.offsets), len(x.times)
+}
+
 func (s *segment) logPath() string       { return offsetName(s.dir, s.base, logSuffix) }
 func (s *segment) indexPath() string     { return offsetName(s.dir, s.base, indexSuffix) }
 func (s *segment) timeIndexPath() string { return offsetName(s.dir, s.base, timeIndexSuffix) }
@@ -78,6 +84,22 @@ func openSegment(dir string, base int64, create bool) (*segment, error) {
 	s.refs.Store(1)
 	s.ix.maxTsRecord = -1
 	s.ix.end = math.MaxInt64
+	return s, nil
+}
+
+// createSegment creates an empty segment at base with empty index files,
+// fsyncing the directory.
+func createSegment(dir string, base int64, interval int) (*segment, error) {
+	s, err := openSegment(dir, base, true)
+	if err != nil {
+		return nil, err
+	}
+	s.ix.install(newIndexer(base, interval))
+	if err := s.writeIndexes(&s.ix.indexer); err != nil {
+		s.remove()
+		s.release()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -146,7 +168,7 @@ func (s *segment) loadLocked(limit int64, interval int, logger *slog.Logger) err
 	if reason != nil {
 		logger.Warn("rebuilding segment indexes", "segment", s.logPath(), "reason", reason)
 		var err error
-		if x, _, err = s.scanIndexes(limit, interval, logger); err != nil {
+		if x, err = s.scanIndexes(limit, interval, logger); err != nil {
 			return err
 		}
 		if !s.ix.removed {
@@ -158,16 +180,13 @@ func (s *segment) loadLocked(limit int64, interval int, logger *slog.Logger) err
 		// A closed segment's last time entry is its maximum (sealing adds it).
 		x.maxTs, x.maxTsLast = x.times[n-1].ts, s.base+int64(x.times[n-1].rel)
 	}
-	s.ix.indexer = x
-	s.ix.offFlushed, s.ix.timeFlushed = len(x.offsets), len(x.times)
-	s.ix.loaded = true
+	s.ix.install(x)
 	return nil
 }
 
 // scanIndexes rebuilds the indexes of a closed segment from its batch
-// headers, stopping (with a warning) at the first unreadable header. It
-// returns the offset after the last batch scanned.
-func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (indexer, int64, error) {
+// headers, stopping (with a warning) at the first unreadable header.
+func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (indexer, error) {
 	x := newIndexer(s.base, interval)
 	next := s.base
 	sc := newScanner(s.f, 0, limit, false)
@@ -182,7 +201,7 @@ func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (i
 			break
 		}
 		if err != nil {
-			return x, next, fmt.Errorf("rebuilding indexes of %s: %w", s.logPath(), err)
+			return x, fmt.Errorf("rebuilding indexes of %s: %w", s.logPath(), err)
 		}
 		h := decodeHeader(b)
 		if h.BaseOffset < next || h.LastOffsetDelta < 0 || h.LastOffset()-s.base > math.MaxInt32 {
@@ -193,7 +212,7 @@ func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (i
 		next = h.LastOffset() + 1
 	}
 	x.maybeAddTime()
-	return x, next, nil
+	return x, nil
 }
 
 // writeIndexes replaces both index files with x's entries.
@@ -234,13 +253,7 @@ func appendEntries(path string, entrySize, have int, b []byte) error {
 	if err == nil {
 		err = f.Truncate(at + int64(len(b)))
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err = syncAndClose(f, err); err != nil {
 		return fmt.Errorf("flushing index %s: %w", path, err)
 	}
 	return nil
@@ -383,20 +396,10 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit 
 	return dst[:n0+n], true, nil
 }
 
-// readBatchAt returns the whole, CRC-checked batch at position pos.
-func (s *segment) readBatchAt(buf []byte, pos, limit int64) ([]byte, error) {
-	if pos+headerSize > limit {
-		return nil, s.corrupt(pos, "truncated batch header")
-	}
-	hdr := make([]byte, headerSize)
-	if _, err := s.f.ReadAt(hdr, pos); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", s.logPath(), err)
-	}
-	h := decodeHeader(hdr)
-	if h.Magic != 2 || h.Length < minBatchLength || pos+int64(h.Size()) > limit {
-		return nil, s.corrupt(pos, "bad batch header")
-	}
-	buf = slices.Grow(buf[:0], h.Size())[:h.Size()]
+// readBatchAt returns the whole, CRC-checked batch of size bytes at position
+// pos, whose header a scanner has already checked.
+func (s *segment) readBatchAt(buf []byte, pos int64, size int) ([]byte, error) {
+	buf = slices.Grow(buf[:0], size)[:size]
 	if _, err := s.f.ReadAt(buf, pos); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", s.logPath(), err)
 	}
@@ -468,7 +471,7 @@ func (s *segment) findTimestamp(ts, minOffset, limit int64, interval int, logger
 		if h.MaxTimestamp < ts || h.LastOffset() < minOffset {
 			continue
 		}
-		if buf, err = s.readBatchAt(buf, p, limit); err != nil {
+		if buf, err = s.readBatchAt(buf, p, h.Size()); err != nil {
 			s.reportCorrupt(logger, err)
 			return 0, 0, false, err
 		}
@@ -518,7 +521,7 @@ func (s *segment) maxTimestamp(limit int64, interval int, logger *slog.Logger) (
 		if h.LastOffset() < last {
 			continue
 		}
-		b, err := s.readBatchAt(nil, p, limit)
+		b, err := s.readBatchAt(nil, p, h.Size())
 		if err != nil {
 			s.reportCorrupt(logger, err)
 			return -1, -1, err

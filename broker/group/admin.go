@@ -119,7 +119,7 @@ func (c *Coordinator) deleteGroup(ctx context.Context, id string) *kerr.Error {
 	if err := g.appendLocked(ctx, recs); err != nil {
 		return writeErr(err)
 	}
-	g.offsets = map[string]map[int32]offset{}
+	g.offsets = offsetTable{}
 	c.removeGroupLocked(g)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -152,8 +153,14 @@ func New(cfg Config) (*Coordinator, error) {
 // every tool agrees on where a group lives.
 func Partition(groupID string, partitions int32) int32 {
 	var h int32
-	for _, u := range utf16.Encode([]rune(groupID)) {
-		h = 31*h + int32(u)
+	for _, r := range groupID {
+		// Java hashes UTF-16 code units: a rune outside the BMP counts as
+		// its surrogate pair.
+		if hi, lo := utf16.EncodeRune(r); hi != unicode.ReplacementChar {
+			h = 31*(31*h+int32(hi)) + int32(lo)
+		} else {
+			h = 31*h + int32(r)
+		}
 	}
 	if h == -1<<31 {
 		h = 0 // Kafka's Utils.abs
@@ -166,14 +173,6 @@ func Partition(groupID string, partitions int32) int32 {
 // PartitionFor is Partition with the coordinator's partition count.
 func (c *Coordinator) PartitionFor(groupID string) int32 {
 	return Partition(groupID, c.cfg.Partitions)
-}
-
-// Ready reports whether the coordinator has loaded partition and serves
-// its groups.
-func (c *Coordinator) Ready(partition int32) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.partitions[partition] == partitionLoaded
 }
 
 // Leads reports whether partition is loaded or being loaded.
@@ -310,7 +309,7 @@ func (c *Coordinator) newGroup(id string, partition int32) *group {
 		members:    make(map[string]*member),
 		pending:    make(map[string]*member),
 		statics:    make(map[string]string),
-		offsets:    make(map[string]map[int32]offset),
+		offsets:    make(offsetTable),
 	}
 }
 

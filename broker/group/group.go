@@ -52,7 +52,7 @@ type group struct {
 	pending map[string]*member
 	statics map[string]string // group.instance.id -> member id
 
-	offsets map[string]map[int32]offset
+	offsets offsetTable
 
 	rebalanceTimer Timer
 	timerToken     uint64
@@ -82,7 +82,6 @@ type member struct {
 	clientID   string
 	clientHost string
 
-	protocolType     string
 	protocols        []protocol
 	sessionTimeout   time.Duration
 	rebalanceTimeout time.Duration
@@ -107,6 +106,43 @@ type syncWait struct {
 
 func (w *joinWait) finish() { close(w.done) }
 func (w *syncWait) finish() { close(w.done) }
+
+// abortWaitsLocked answers m's parked JoinGroup and SyncGroup, if any,
+// with e.
+func (m *member) abortWaitsLocked(e *kerr.Error) {
+	if m.join != nil {
+		m.join.resp.ErrorCode = e.Code
+		m.join.finish()
+		m.join = nil
+	}
+	if m.sync != nil {
+		m.sync.resp.ErrorCode = e.Code
+		m.sync.finish()
+		m.sync = nil
+	}
+}
+
+// stopSessionLocked stops m's session timer; the token bump makes a timer
+// that already fired a no-op.
+func (m *member) stopSessionLocked() {
+	stopTimer(m.sessionTimer)
+	m.token++
+}
+
+// await waits for done, ctx or Close, and reports whether done closed.
+func (c *Coordinator) await(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	case <-c.closed:
+	}
+	return false
+}
+
+func (m *member) supports(name string) bool {
+	return slices.ContainsFunc(m.protocols, func(p protocol) bool { return p.name == name })
+}
 
 func (m *member) metadataFor(name string) []byte {
 	for _, p := range m.protocols {
@@ -177,9 +213,9 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest,
 		j.instanceID = *req.InstanceID
 	}
 	w, e := g.joinLocked(&j)
-	if w == nil && e == nil && g.state == StateEmpty && len(g.members) == 0 && len(g.pending) == 0 && len(g.offsets) == 0 {
-		// A group made for a join that went nowhere.
-		c.removeGroupLocked(g)
+	if w == nil {
+		// Drops a group made for a join that went nowhere.
+		g.maybeRemoveLocked()
 	}
 	g.mu.Unlock()
 	if e != nil {
@@ -188,11 +224,8 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest,
 	if w == nil {
 		return resp
 	}
-	select {
-	case <-w.done:
+	if c.await(ctx, w.done) {
 		return w.resp
-	case <-ctx.Done():
-	case <-c.closed:
 	}
 	out := req.ResponseKind().(*kmsg.JoinGroupResponse)
 	out.Generation, out.MemberID = -1, resp.MemberID
@@ -220,7 +253,7 @@ func (g *group) joinLocked(j *joinReq) (*joinWait, *kerr.Error) {
 		if j.instanceID != "" {
 			return g.joinStaticLocked(j)
 		}
-		if g.c.cfg.MaxGroupSize > 0 && len(g.members)+len(g.pending) >= g.c.cfg.MaxGroupSize {
+		if g.fullLocked() {
 			return nil, kerr.GroupMaxSizeReached
 		}
 		id := newMemberID(j.clientID)
@@ -288,7 +321,7 @@ func (g *group) joinStaticLocked(j *joinReq) (*joinWait, *kerr.Error) {
 	newID := newMemberID(j.clientID)
 	oldID, known := g.statics[j.instanceID]
 	if !known {
-		if g.c.cfg.MaxGroupSize > 0 && len(g.members)+len(g.pending) >= g.c.cfg.MaxGroupSize {
+		if g.fullLocked() {
 			return nil, kerr.GroupMaxSizeReached
 		}
 		m := g.newMemberLocked(newID, j)
@@ -297,17 +330,8 @@ func (g *group) joinStaticLocked(j *joinReq) (*joinWait, *kerr.Error) {
 	old := g.members[oldID]
 	// Fence the old incarnation: whatever it waits for ends, and its id
 	// stops working.
-	if old.join != nil {
-		old.join.resp.ErrorCode = kerr.FencedInstanceID.Code
-		old.join.finish()
-		old.join = nil
-	}
-	if old.sync != nil {
-		old.sync.resp.ErrorCode = kerr.FencedInstanceID.Code
-		old.sync.finish()
-		old.sync = nil
-	}
-	stopTimer(old.sessionTimer)
+	old.abortWaitsLocked(kerr.FencedInstanceID)
+	old.stopSessionLocked()
 	delete(g.members, oldID)
 	m := &member{
 		id: newID, instanceID: j.instanceID, assignment: old.assignment,
@@ -331,7 +355,6 @@ func (g *group) joinStaticLocked(j *joinReq) (*joinWait, *kerr.Error) {
 		if err := g.storeLocked(j.ctx); err != nil {
 			// Put the old member back; the client retries.
 			delete(g.members, newID)
-			old.id = oldID
 			g.members[oldID] = old
 			g.statics[j.instanceID] = oldID
 			if wasLeader {
@@ -359,6 +382,11 @@ func (g *group) joinStaticLocked(j *joinReq) (*joinWait, *kerr.Error) {
 	return w, nil
 }
 
+// fullLocked reports whether group.max.size leaves no room for a new member.
+func (g *group) fullLocked() bool {
+	return g.c.cfg.MaxGroupSize > 0 && len(g.members)+len(g.pending) >= g.c.cfg.MaxGroupSize
+}
+
 func (g *group) newMemberLocked(id string, j *joinReq) *member {
 	m := &member{id: id, instanceID: j.instanceID}
 	g.updateMemberLocked(m, j)
@@ -367,7 +395,6 @@ func (g *group) newMemberLocked(id string, j *joinReq) *member {
 
 func (g *group) updateMemberLocked(m *member, j *joinReq) {
 	m.clientID, m.clientHost = j.clientID, j.clientHost
-	m.protocolType = j.req.ProtocolType
 	m.protocols = j.protocols
 	m.sessionTimeout, m.rebalanceTimeout = j.session, j.rebalance
 }
@@ -405,8 +432,7 @@ func (g *group) parkJoinLocked(m *member, j *joinReq) *joinWait {
 	m.join = &joinWait{resp: j.resp, done: make(chan struct{})}
 	// A member waiting at the barrier is alive; its session timer restarts
 	// when the barrier completes.
-	stopTimer(m.sessionTimer)
-	m.token++
+	m.stopSessionLocked()
 	return m.join
 }
 
@@ -430,7 +456,7 @@ func (g *group) supportsLocked(protocolType string, ps []protocol) bool {
 
 func (g *group) allSupportLocked(name string) bool {
 	for _, m := range g.members {
-		if m.metadataFor(name) == nil && !slices.ContainsFunc(m.protocols, func(p protocol) bool { return p.name == name }) {
+		if !m.supports(name) {
 			return false
 		}
 	}
@@ -615,8 +641,7 @@ func (g *group) sortedMembersLocked() []*member {
 
 // heartbeatLocked restarts m's session timer.
 func (g *group) heartbeatLocked(m *member) {
-	stopTimer(m.sessionTimer)
-	m.token++
+	m.stopSessionLocked()
 	tok := m.token
 	m.sessionTimer = g.c.clock.AfterFunc(m.sessionTimeout, func() { g.sessionExpired(m, tok) })
 }
@@ -642,22 +667,12 @@ func (g *group) sessionExpired(m *member, tok uint64) {
 
 // dropMemberLocked forgets m without touching the group's state.
 func (g *group) dropMemberLocked(m *member) {
-	stopTimer(m.sessionTimer)
-	m.token++
+	m.stopSessionLocked()
 	delete(g.members, m.id)
 	if m.instanceID != "" && g.statics[m.instanceID] == m.id {
 		delete(g.statics, m.instanceID)
 	}
-	if m.join != nil {
-		m.join.resp.ErrorCode = kerr.UnknownMemberID.Code
-		m.join.finish()
-		m.join = nil
-	}
-	if m.sync != nil {
-		m.sync.resp.ErrorCode = kerr.UnknownMemberID.Code
-		m.sync.finish()
-		m.sync = nil
-	}
+	m.abortWaitsLocked(kerr.UnknownMemberID)
 	if g.leader == m.id {
 		g.leader = ""
 		if ms := g.sortedMembersLocked(); len(ms) > 0 {
@@ -697,22 +712,11 @@ func (g *group) shutdownLocked(e *kerr.Error) {
 	g.dead = true
 	g.stopRebalanceTimerLocked()
 	for _, m := range g.members {
-		stopTimer(m.sessionTimer)
-		m.token++
-		if m.join != nil {
-			m.join.resp.ErrorCode = e.Code
-			m.join.finish()
-			m.join = nil
-		}
-		if m.sync != nil {
-			m.sync.resp.ErrorCode = e.Code
-			m.sync.finish()
-			m.sync = nil
-		}
+		m.stopSessionLocked()
+		m.abortWaitsLocked(e)
 	}
 	for _, m := range g.pending {
-		stopTimer(m.sessionTimer)
-		m.token++
+		m.stopSessionLocked()
 	}
 }
 
@@ -755,11 +759,8 @@ func (c *Coordinator) SyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest)
 	if w == nil {
 		return resp
 	}
-	select {
-	case <-w.done:
+	if c.await(ctx, w.done) {
 		return w.resp
-	case <-ctx.Done():
-	case <-c.closed:
 	}
 	out := req.ResponseKind().(*kmsg.SyncGroupResponse)
 	out.ErrorCode = kerr.CoordinatorNotAvailable.Code
@@ -942,8 +943,7 @@ func (g *group) leaveLocked(lm kmsg.LeaveGroupRequestMember) *kerr.Error {
 		id = sid
 	}
 	if m, ok := g.pending[id]; ok {
-		stopTimer(m.sessionTimer)
-		m.token++
+		m.stopSessionLocked()
 		delete(g.pending, id)
 		g.maybeCompleteJoinLocked()
 		return nil

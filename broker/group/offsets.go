@@ -80,9 +80,8 @@ func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest,
 
 	now := c.clock.Now().UnixMilli()
 	type commitAt struct {
-		topic string
-		part  int32
-		o     offset
+		topicPartition
+		o offset
 	}
 	var recs []record
 	var commits []commitAt
@@ -106,7 +105,7 @@ func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest,
 			}
 			o := offset{offset: p.Offset, leaderEpoch: epoch, metadata: meta, commitTime: now}
 			recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition), value: offsetValue(o)})
-			commits = append(commits, commitAt{t.Topic, p.Partition, o})
+			commits = append(commits, commitAt{topicPartition{t.Topic, p.Partition}, o})
 		}
 	}
 	if len(recs) == 0 {
@@ -116,12 +115,7 @@ func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest,
 		return writeErr(err)
 	}
 	for _, ca := range commits {
-		ps := g.offsets[ca.topic]
-		if ps == nil {
-			ps = make(map[int32]offset)
-			g.offsets[ca.topic] = ps
-		}
-		ps[ca.part] = ca.o
+		g.offsets.set(ca.topic, ca.partition, ca.o)
 	}
 	c.commits.Add(uint64(len(commits)))
 	if m != nil && m.join == nil {
@@ -139,24 +133,23 @@ type fetchedTopic struct {
 
 type fetchedPartition struct {
 	partition int32
-	o         offset
-	found     bool
+	o         offset // noOffset where none is committed
 }
 
-// fetch returns a group's committed offsets for the requested topics (all
-// of them when topics is nil).
-func (c *Coordinator) fetch(groupID string, topics map[string][]int32, order []string) ([]fetchedTopic, *kerr.Error) {
+var noOffset = offset{offset: -1, leaderEpoch: -1}
+
+// fetch returns a group's committed offsets for the requested topics, a
+// topic named twice answered once, or for all of them when topics is nil.
+// With an error, the requested partitions are returned with noOffset.
+func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGroupTopic) ([]fetchedTopic, *kerr.Error) {
 	g, e := c.lookup(groupID, false)
-	if e != nil {
-		return nil, e
-	}
-	var out []fetchedTopic
 	if g != nil {
 		defer g.mu.Unlock()
 	}
+	var out []fetchedTopic
 	if topics == nil {
 		if g == nil {
-			return nil, nil
+			return nil, e
 		}
 		names := make([]string, 0, len(g.offsets))
 		for t := range g.offsets {
@@ -166,25 +159,32 @@ func (c *Coordinator) fetch(groupID string, topics map[string][]int32, order []s
 		for _, t := range names {
 			ft := fetchedTopic{topic: t}
 			for p, o := range g.offsets[t] {
-				ft.parts = append(ft.parts, fetchedPartition{partition: p, o: o, found: true})
+				ft.parts = append(ft.parts, fetchedPartition{partition: p, o: o})
 			}
 			slices.SortFunc(ft.parts, func(a, b fetchedPartition) int { return int(a.partition - b.partition) })
 			out = append(out, ft)
 		}
 		return out, nil
 	}
-	for _, t := range order {
-		ft := fetchedTopic{topic: t}
-		for _, p := range topics[t] {
-			fp := fetchedPartition{partition: p}
-			if g != nil {
-				fp.o, fp.found = g.offsets[t][p]
-			}
-			ft.parts = append(ft.parts, fp)
+	at := make(map[string]int, len(topics))
+	for _, t := range topics {
+		i, ok := at[t.Topic]
+		if !ok {
+			i = len(out)
+			at[t.Topic] = i
+			out = append(out, fetchedTopic{topic: t.Topic})
 		}
-		out = append(out, ft)
+		for _, p := range t.Partitions {
+			fp := fetchedPartition{partition: p, o: noOffset}
+			if g != nil {
+				if o, ok := g.offsets[t.Topic][p]; ok {
+					fp.o = o
+				}
+			}
+			out[i].parts = append(out[i].parts, fp)
+		}
 	}
-	return out, nil
+	return out, e
 }
 
 // OffsetFetch handles an OffsetFetch request: one group before v8, a batch
@@ -193,46 +193,30 @@ func (c *Coordinator) fetch(groupID string, topics map[string][]int32, order []s
 func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if req.Version < 8 {
-		var topics map[string][]int32
-		var order []string
+		var topics []kmsg.OffsetFetchRequestGroupTopic
 		if req.Topics != nil {
-			topics = make(map[string][]int32)
+			topics = make([]kmsg.OffsetFetchRequestGroupTopic, 0, len(req.Topics))
 			for _, t := range req.Topics {
-				if _, ok := topics[t.Topic]; !ok {
-					order = append(order, t.Topic)
-				}
-				topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
+				topics = append(topics, kmsg.OffsetFetchRequestGroupTopic{Topic: t.Topic, Partitions: t.Partitions})
 			}
 		}
-		fts, e := c.fetch(req.Group, topics, order)
+		fts, e := c.fetch(req.Group, topics)
+		var code int16
 		if e != nil {
 			if req.Version >= 2 {
 				resp.ErrorCode = e.Code
 				return resp
 			}
 			// v1 has no top-level error: every partition carries it.
-			fts = nil
-			for _, t := range order {
-				ft := fetchedTopic{topic: t}
-				for _, p := range topics[t] {
-					ft.parts = append(ft.parts, fetchedPartition{partition: p})
-				}
-				fts = append(fts, ft)
-			}
+			code = e.Code
 		}
 		for _, ft := range fts {
 			rt := kmsg.NewOffsetFetchResponseTopic()
 			rt.Topic = ft.topic
 			for _, fp := range ft.parts {
 				rp := kmsg.NewOffsetFetchResponseTopicPartition()
-				rp.Partition = fp.partition
-				rp.Offset, rp.LeaderEpoch, rp.Metadata = -1, -1, kmsg.StringPtr("")
-				if fp.found {
-					rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
-				}
-				if e != nil {
-					rp.ErrorCode = e.Code
-				}
+				rp.Partition, rp.ErrorCode = fp.partition, code
+				rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			resp.Topics = append(resp.Topics, rt)
@@ -242,20 +226,10 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 	for _, rg := range req.Groups {
 		out := kmsg.NewOffsetFetchResponseGroup()
 		out.Group = rg.Group
-		var topics map[string][]int32
-		var order []string
-		if rg.Topics != nil {
-			topics = make(map[string][]int32)
-			for _, t := range rg.Topics {
-				if _, ok := topics[t.Topic]; !ok {
-					order = append(order, t.Topic)
-				}
-				topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
-			}
-		}
-		fts, e := c.fetch(rg.Group, topics, order)
+		fts, e := c.fetch(rg.Group, rg.Topics)
 		if e != nil {
 			out.ErrorCode = e.Code
+			fts = nil
 		}
 		for _, ft := range fts {
 			rt := kmsg.NewOffsetFetchResponseGroupTopic()
@@ -263,10 +237,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 			for _, fp := range ft.parts {
 				rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
 				rp.Partition = fp.partition
-				rp.Offset, rp.LeaderEpoch, rp.Metadata = -1, -1, kmsg.StringPtr("")
-				if fp.found {
-					rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
-				}
+				rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			out.Topics = append(out.Topics, rt)
@@ -306,11 +277,7 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 		}
 	}
 	var recs []record
-	type del struct {
-		topic string
-		part  int32
-	}
-	var dels []del
+	var dels []topicPartition
 	for _, t := range req.Topics {
 		rt := kmsg.NewOffsetDeleteResponseTopic()
 		rt.Topic = t.Topic
@@ -322,7 +289,7 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 				rp.ErrorCode = kerr.GroupSubscribedToTopic.Code
 			case ok:
 				recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition)})
-				dels = append(dels, del{t.Topic, p.Partition})
+				dels = append(dels, topicPartition{t.Topic, p.Partition})
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
@@ -334,19 +301,10 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 			return resp
 		}
 		for _, d := range dels {
-			g.deleteOffsetLocked(d.topic, d.part)
+			g.offsets.remove(d.topic, d.partition)
 		}
 	}
 	return resp
-}
-
-func (g *group) deleteOffsetLocked(topic string, partition int32) {
-	if ps := g.offsets[topic]; ps != nil {
-		delete(ps, partition)
-		if len(ps) == 0 {
-			delete(g.offsets, topic)
-		}
-	}
 }
 
 // ExpireOffsets applies offsets.retention.minutes: the offsets of a group
@@ -354,8 +312,7 @@ func (g *group) deleteOffsetLocked(topic string, partition int32) {
 // group that never had members, offsets committed longer ago than that.
 // An empty group left without offsets is deleted. Call it periodically.
 func (c *Coordinator) ExpireOffsets(ctx context.Context) {
-	now := c.clock.Now()
-	cutoff := now.Add(-c.cfg.OffsetsRetention)
+	cutoff := c.clock.Now().Add(-c.cfg.OffsetsRetention)
 	for _, g := range c.groups() {
 		g.mu.Lock()
 		if g.dead || g.state != StateEmpty || len(g.pending) > 0 {
@@ -363,24 +320,21 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 			continue
 		}
 		var recs []record
-		type del struct {
-			topic string
-			part  int32
-		}
-		var dels []del
+		var dels []topicPartition
+		emptyExpired := !g.stateSince.After(cutoff)
 		for t, ps := range g.offsets {
 			for p, o := range ps {
-				expired := g.stateSince.Before(cutoff) || g.stateSince.Equal(cutoff)
+				expired := emptyExpired
 				if g.protocolType == "" {
 					expired = o.commitTime <= cutoff.UnixMilli()
 				}
 				if expired {
 					recs = append(recs, record{key: offsetKey(g.id, t, p)})
-					dels = append(dels, del{t, p})
+					dels = append(dels, topicPartition{t, p})
 				}
 			}
 		}
-		groupGone := countOffsets(g.offsets) == len(dels)
+		groupGone := g.offsets.count() == len(dels)
 		if groupGone {
 			recs = append(recs, record{key: groupKey(g.id)})
 		}
@@ -390,7 +344,7 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 				continue
 			}
 			for _, d := range dels {
-				g.deleteOffsetLocked(d.topic, d.part)
+				g.offsets.remove(d.topic, d.partition)
 			}
 			c.log.Info("expired offsets", "group", g.id, "offsets", len(dels), "group_deleted", groupGone)
 		}
@@ -401,9 +355,36 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 	}
 }
 
-func countOffsets(m map[string]map[int32]offset) int {
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// offsetTable holds committed offsets by topic and partition.
+type offsetTable map[string]map[int32]offset
+
+func (t offsetTable) set(topic string, partition int32, o offset) {
+	ps := t[topic]
+	if ps == nil {
+		ps = make(map[int32]offset)
+		t[topic] = ps
+	}
+	ps[partition] = o
+}
+
+// remove deletes an offset, and its topic with its last offset.
+func (t offsetTable) remove(topic string, partition int32) {
+	if ps := t[topic]; ps != nil {
+		delete(ps, partition)
+		if len(ps) == 0 {
+			delete(t, topic)
+		}
+	}
+}
+
+func (t offsetTable) count() int {
 	n := 0
-	for _, ps := range m {
+	for _, ps := range t {
 		n += len(ps)
 	}
 	return n

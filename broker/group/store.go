@@ -46,21 +46,25 @@ func (g *group) storeLocked(ctx context.Context) error {
 // replayed is what a partition's records say about one group.
 type replayed struct {
 	meta    *kmsg.GroupMetadataValue
-	offsets map[string]map[int32]offset
+	offsets offsetTable
+}
+
+// replayState is what a partition's records say about its groups, by id.
+type replayState map[string]*replayed
+
+func (s replayState) get(id string) *replayed {
+	r := s[id]
+	if r == nil {
+		r = &replayed{offsets: make(offsetTable)}
+		s[id] = r
+	}
+	return r
 }
 
 // replay reads partition from its start and rebuilds its groups. Later
 // records win; tombstones delete.
 func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, error) {
-	state := make(map[string]*replayed)
-	get := func(id string) *replayed {
-		r := state[id]
-		if r == nil {
-			r = &replayed{offsets: make(map[string]map[int32]offset)}
-			state[id] = r
-		}
-		return r
-	}
+	state := make(replayState)
 	var buf []byte
 	var next int64
 	records := 0
@@ -83,7 +87,7 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 			}
 			return eachRecord(h, raw, func(r record) error {
 				records++
-				return applyRecord(r, get, state)
+				return state.apply(r)
 			})
 		})
 		if err != nil {
@@ -123,7 +127,6 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 			for _, vm := range v.Members {
 				m := &member{
 					id: vm.MemberID, clientID: vm.ClientID, clientHost: vm.ClientHost,
-					protocolType:     v.ProtocolType,
 					protocols:        []protocol{{name: g.protocol, metadata: vm.Subscription}},
 					sessionTimeout:   time.Duration(vm.SessionTimeoutMillis) * time.Millisecond,
 					rebalanceTimeout: time.Duration(vm.RebalanceTimeoutMillis) * time.Millisecond,
@@ -151,7 +154,7 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 	return groups, nil
 }
 
-func applyRecord(r record, get func(string) *replayed, state map[string]*replayed) error {
+func (s replayState) apply(r record) error {
 	if len(r.key) < 2 {
 		return fmt.Errorf("%w: key of %d bytes", errCorruptBatch, len(r.key))
 	}
@@ -161,37 +164,27 @@ func applyRecord(r record, get func(string) *replayed, state map[string]*replaye
 		if err := k.ReadFrom(r.key); err != nil {
 			return fmt.Errorf("offset commit key: %w", err)
 		}
-		g := get(k.Group)
+		g := s.get(k.Group)
 		if r.value == nil {
-			if ps := g.offsets[k.Topic]; ps != nil {
-				delete(ps, k.Partition)
-				if len(ps) == 0 {
-					delete(g.offsets, k.Topic)
-				}
-			}
+			g.offsets.remove(k.Topic, k.Partition)
 			return nil
 		}
 		var v kmsg.OffsetCommitValue
 		if err := v.ReadFrom(r.value); err != nil {
 			return fmt.Errorf("offset commit value: %w", err)
 		}
-		ps := g.offsets[k.Topic]
-		if ps == nil {
-			ps = make(map[int32]offset)
-			g.offsets[k.Topic] = ps
-		}
 		epoch := v.LeaderEpoch
 		if v.Version < 3 {
 			epoch = -1
 		}
-		ps[k.Partition] = offset{offset: v.Offset, leaderEpoch: epoch, metadata: v.Metadata, commitTime: v.CommitTimestamp}
+		g.offsets.set(k.Topic, k.Partition, offset{offset: v.Offset, leaderEpoch: epoch, metadata: v.Metadata, commitTime: v.CommitTimestamp})
 	case 2:
 		var k kmsg.GroupMetadataKey
 		if err := k.ReadFrom(r.key); err != nil {
 			return fmt.Errorf("group metadata key: %w", err)
 		}
 		if r.value == nil {
-			if g := state[k.Group]; g != nil {
+			if g := s[k.Group]; g != nil {
 				g.meta = nil
 			}
 			return nil
@@ -200,7 +193,7 @@ func applyRecord(r record, get func(string) *replayed, state map[string]*replaye
 		if err := v.ReadFrom(r.value); err != nil {
 			return fmt.Errorf("group metadata value: %w", err)
 		}
-		get(k.Group).meta = &v
+		s.get(k.Group).meta = &v
 	default:
 		// Newer coordinators (KIP-848) write other record types; they
 		// describe groups this coordinator does not serve.

@@ -150,9 +150,22 @@ func TestPartitionFormula(t *testing.T) {
 		{"polygenelubricants", 50, 0},     // hashCode is Integer.MIN_VALUE
 		{"my-group", 50, 1906497762 % 50}, // hashCode -1906497762
 		{"é", 7, 233 % 7},
+		{"\U0001F600", 50, 1772899 % 50}, // the surrogate pair D83D DE00
 	} {
 		if got := Partition(tc.group, tc.n); got != tc.want {
 			t.Errorf("Partition(%q, %d) = %d, want %d", tc.group, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestJoinUnknownMemberLeavesNoGroup: a JoinGroup refused for an unknown
+// member id does not leave behind the empty group made to look it up.
+func TestJoinUnknownMemberLeavesNoGroup(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.ids["ghost"] = "ghost-id"
+	h.join("ghost", "", "consumer", "range")
+	h.state()
+	if got, want := h.trace.String(), "  join ghost -> UNKNOWN_MEMBER_ID gen=-1 protocol=\"\" leader=\"\" members=[] skip=false\n  state (no group)\n"; got != want {
+		t.Fatalf("trace:\n%swant:\n%s", got, want)
 	}
 }

@@ -31,22 +31,12 @@ func committingConsumer(ctx context.Context, t testing.TB, b *Broker, group, top
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for ctx.Err() == nil {
-			fs := cl.PollRecords(ctx, 200)
-			if fs.IsClientClosed() {
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { tl.addBy(r, by) })
-			if err := cl.CommitRecords(ctx, fs.Records()...); err != nil && ctx.Err() == nil {
-				t.Logf("commit: %v", err)
-			}
-			cl.AllowRebalance()
+	return cl, pollLoop(ctx, cl, 200, func(fs kgo.Fetches) {
+		fs.EachRecord(func(r *kgo.Record) { tl.addBy(r, by) })
+		if err := cl.CommitRecords(ctx, fs.Records()...); err != nil && ctx.Err() == nil {
+			t.Logf("commit: %v", err)
 		}
-	}()
-	return cl, stopped
+	})
 }
 
 // TestGroupMemberDeath: when a member dies without leaving (a static

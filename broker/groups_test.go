@@ -112,19 +112,28 @@ func groupConsumerCounting(ctx context.Context, t testing.TB, b *Broker, group, 
 		kgo.AutoCommitInterval(200 * time.Millisecond),
 	}, opts...)
 	cl := testClient(t, b, opts...)
+	return cl, pollLoop(ctx, cl, 1000, func(fs kgo.Fetches) {
+		fs.EachRecord(func(r *kgo.Record) { tl.addBy(r, by) })
+	})
+}
+
+// pollLoop polls cl until ctx ends or cl is closed, hands each poll to
+// process and only then allows a rebalance (cl blocks rebalances on poll).
+// The returned channel is closed when the loop has stopped.
+func pollLoop(ctx context.Context, cl *kgo.Client, maxRecords int, process func(kgo.Fetches)) chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		for ctx.Err() == nil {
-			fs := cl.PollRecords(ctx, 1000)
+			fs := cl.PollRecords(ctx, maxRecords)
 			if fs.IsClientClosed() {
 				return
 			}
-			fs.EachRecord(func(r *kgo.Record) { tl.addBy(r, by) })
+			process(fs)
 			cl.AllowRebalance()
 		}
 	}()
-	return cl, stopped
+	return stopped
 }
 
 // TestGroupSharesTopicExactlyOnce is the first promise: three

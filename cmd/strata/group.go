@@ -116,21 +116,16 @@ them, and the member that consumes it.`,
 				if err != nil {
 					return fmt.Errorf("group describe: %w", err)
 				}
-				fails := failures{verb: "group describe"}
 				var descs []groupDescription
-				for _, g := range groups {
-					l, ok := lags[g]
-					switch {
-					case !ok:
-						fails.add(g, errors.New("missing from the broker's response"))
-						continue
-					case l.Error() != nil:
-						fails.add(g, kafkaError(l.Error(), ""))
-						continue
-					case l.State == "Dead":
-						fails.add(g, kerr.GroupIDNotFound)
-						continue
+				failed := eachName("group describe", groups, lags, func(l kadm.DescribedGroupLag) error {
+					if err := l.Error(); err != nil {
+						return kafkaError(err, "")
 					}
+					if l.State == "Dead" {
+						return kerr.GroupIDNotFound
+					}
+					return nil
+				}, func(g string, l kadm.DescribedGroupLag) {
 					d := groupDescription{
 						Group: g, State: l.State, ProtocolType: l.ProtocolType, Protocol: l.Protocol,
 						Coordinator: l.Coordinator.NodeID, Members: len(l.Members), TotalLag: l.Lag.Total(),
@@ -150,12 +145,12 @@ them, and the member that consumes it.`,
 						d.Partitions = append(d.Partitions, gp)
 					}
 					descs = append(descs, d)
-				}
+				})
 				if asJSON {
 					if err := writeJSON(stdout, descs); err != nil {
 						return err
 					}
-					return fails.err()
+					return failed
 				}
 				for i, d := range descs {
 					if i > 0 {
@@ -177,7 +172,7 @@ them, and the member that consumes it.`,
 						return err
 					}
 				}
-				return fails.err()
+				return failed
 			})
 		},
 	}
@@ -210,19 +205,9 @@ func newGroupDeleteCmd(a *admin, stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("group delete: %w", err)
 				}
-				fails := failures{verb: "group delete"}
-				for _, g := range groups {
-					r, ok := rs[g]
-					switch {
-					case !ok:
-						fails.add(g, errors.New("missing from the broker's response"))
-					case r.Err != nil:
-						fails.add(g, kafkaError(r.Err, ""))
-					default:
-						fmt.Fprintf(stdout, "deleted group %s\n", g)
-					}
-				}
-				return fails.err()
+				return eachName("group delete", groups, rs,
+					func(r kadm.DeleteGroupResponse) error { return kafkaError(r.Err, "") },
+					func(g string, _ kadm.DeleteGroupResponse) { fmt.Fprintf(stdout, "deleted group %s\n", g) })
 			})
 		},
 	}

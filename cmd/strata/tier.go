@@ -106,7 +106,7 @@ Without topics, every topic but the internal ones.`,
 			var rows []partitionStatus
 			var ids map[string][16]byte
 			err = a.doClient(cmd.Context(), func(ctx context.Context, cl *kgo.Client) error {
-				rows, ids, err = partitionOffsets(ctx, cl, a.timeout, topics)
+				rows, ids, err = partitionOffsets(ctx, cl, a.adminClient(cl), topics)
 				return err
 			})
 			if err != nil {
@@ -118,12 +118,12 @@ Without topics, every topic but the internal ones.`,
 					continue
 				}
 				tp := format.TopicPartition{Topic: r.Topic, TopicID: ids[r.Topic], Partition: r.Partition}
-				m, _, err := readManifest(cmd.Context(), st, tp)
+				m, ok, err := tier.ReadManifest(cmd.Context(), st, tp)
 				if err != nil {
 					r.Error = err.Error()
 					continue
 				}
-				if m != nil {
+				if ok {
 					r.Segments = len(m.Segments)
 					for _, s := range m.Segments {
 						r.Bytes += s.Size
@@ -152,9 +152,7 @@ Without topics, every topic but the internal ones.`,
 
 // partitionOffsets lists the topics (all non-internal ones if none are
 // named) and asks their leaders for the four offsets of `tier status`.
-func partitionOffsets(ctx context.Context, cl *kgo.Client, timeout time.Duration, topics []string) ([]partitionStatus, map[string][16]byte, error) {
-	adm := kadm.NewClient(cl)
-	adm.SetTimeoutMillis(int32(min(timeout, time.Hour).Milliseconds()))
+func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string) ([]partitionStatus, map[string][16]byte, error) {
 	tds, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		return nil, nil, err
@@ -268,16 +266,6 @@ func listOffsets(ctx context.Context, cl *kgo.Client, rows []partitionStatus, ts
 	return out, nil
 }
 
-// readManifest reads tp's current manifest and returns it with its key;
-// nil if the bucket holds no manifest of tp.
-func readManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (*format.Manifest, string, error) {
-	m, ok, err := tier.ReadManifest(ctx, st, tp)
-	if err != nil || !ok {
-		return nil, "", err
-	}
-	return m, m.Key(), nil
-}
-
 // listedSegment is one segment of `tier ls --json`.
 type listedSegment struct {
 	BaseOffset     int64  `json:"base_offset"`
@@ -339,13 +327,14 @@ when it holds a single topic of that name.`,
 					return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
 				}
 			}
-			m, key, err := readManifest(cmd.Context(), st, tp)
+			m, ok, err := tier.ReadManifest(cmd.Context(), st, tp)
 			if err != nil {
 				return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
 			}
-			if m == nil {
+			if !ok {
 				return fmt.Errorf("tier ls %s %d: no manifest in the bucket under %s (nothing uploaded yet?)", topic, p, tp.ManifestsPrefix())
 			}
+			key := m.Key()
 			out := listedManifest{
 				Topic: topic, Partition: tp.Partition, TopicID: hex.EncodeToString(tp.TopicID[:]), Manifest: key,
 				LeaderEpoch: m.LeaderEpoch, Seq: m.Seq, LogStartOffset: m.LogStartOffset, EndOffset: m.EndOffset(),
@@ -524,7 +513,6 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 	var (
 		segs         []format.RemoteSegment
 		failed       int
-		checked      int
 		checkedBytes int64
 	)
 	fail := func(key string, err error) {
@@ -547,7 +535,6 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 	}
 	results := verifyObjects(ctx, st, segs, parallel)
 	for i, s := range segs {
-		checked++
 		checkedBytes += s.Size
 		delete(objects, s.Key)
 		if err := results[i]; err != nil {
@@ -557,7 +544,7 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tier verify: %w", err)
 	}
-	summary := fmt.Sprintf("checked %s (%s) in %s", plural(checked, "segment"), humanBytes(checkedBytes), plural(len(tps), "partition"))
+	summary := fmt.Sprintf("checked %s (%s) in %s", plural(len(segs), "segment"), humanBytes(checkedBytes), plural(len(tps), "partition"))
 	if len(objects) > 0 {
 		summary += fmt.Sprintf("; %s no manifest references (orphans, deleted after the grace period)", plural(len(objects), "object"))
 	}

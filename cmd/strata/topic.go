@@ -45,10 +45,16 @@ func (a *admin) addFlags(cmd *cobra.Command, environ []string) {
 // one line that says so.
 func (a *admin) do(ctx context.Context, f func(context.Context, *kadm.Client) error) error {
 	return a.doClient(ctx, func(ctx context.Context, cl *kgo.Client) error {
-		adm := kadm.NewClient(cl)
-		adm.SetTimeoutMillis(int32(min(a.timeout, time.Hour).Milliseconds()))
-		return f(ctx, adm)
+		return f(ctx, a.adminClient(cl))
 	})
+}
+
+// adminClient is an admin client on cl whose requests ask the brokers to
+// answer within the timeout.
+func (a *admin) adminClient(cl *kgo.Client) *kadm.Client {
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(int32(min(a.timeout, time.Hour).Milliseconds()))
+	return adm
 }
 
 // doClient is do for verbs that also send raw kmsg requests.
@@ -132,23 +138,15 @@ func newTopicCreateCmd(a *admin, stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("topic create: %w", err)
 				}
-				fails := failures{verb: "topic create"}
-				for _, name := range names {
-					r, ok := rs[name]
-					switch {
-					case !ok:
-						fails.add(name, errors.New("missing from the broker's response"))
-					case r.Err != nil:
-						fails.add(name, kafkaError(r.Err, r.ErrMessage))
-					default:
-						verb := "created topic"
-						if validateOnly {
-							verb = "would create topic" // the broker checked it and created nothing
-						}
-						fmt.Fprintf(stdout, "%s %s%s\n", verb, name, createdDetails(r))
-					}
+				verb := "created topic"
+				if validateOnly {
+					verb = "would create topic" // the broker checked it and created nothing
 				}
-				return fails.err()
+				return eachName("topic create", names, rs,
+					func(r kadm.CreateTopicResponse) error { return kafkaError(r.Err, r.ErrMessage) },
+					func(name string, r kadm.CreateTopicResponse) {
+						fmt.Fprintf(stdout, "%s %s%s\n", verb, name, createdDetails(r))
+					})
 			})
 		},
 	}
@@ -405,19 +403,9 @@ func newTopicDeleteCmd(a *admin, stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("topic delete: %w", err)
 				}
-				fails := failures{verb: "topic delete"}
-				for _, name := range names {
-					r, ok := rs[name]
-					switch {
-					case !ok:
-						fails.add(name, errors.New("missing from the broker's response"))
-					case r.Err != nil:
-						fails.add(name, kafkaError(r.Err, r.ErrMessage))
-					default:
-						fmt.Fprintf(stdout, "deleted topic %s\n", name)
-					}
-				}
-				return fails.err()
+				return eachName("topic delete", names, rs,
+					func(r kadm.DeleteTopicResponse) error { return kafkaError(r.Err, r.ErrMessage) },
+					func(name string, _ kadm.DeleteTopicResponse) { fmt.Fprintf(stdout, "deleted topic %s\n", name) })
 			})
 		},
 	}
@@ -434,6 +422,24 @@ type failures struct {
 func (f *failures) add(name string, err error) {
 	f.names = append(f.names, name)
 	f.errs = append(f.errs, err)
+}
+
+// eachName reports on every name a verb acted on: a name missing from the
+// broker's response rs, or whose response errOf finds an error in, is a
+// failure; ok prints the others.
+func eachName[R any](verb string, names []string, rs map[string]R, errOf func(R) error, ok func(name string, r R)) error {
+	fails := failures{verb: verb}
+	for _, name := range names {
+		r, found := rs[name]
+		if !found {
+			fails.add(name, errors.New("missing from the broker's response"))
+		} else if err := errOf(r); err != nil {
+			fails.add(name, err)
+		} else {
+			ok(name, r)
+		}
+	}
+	return fails.err()
 }
 
 func (f *failures) err() error {

@@ -17,8 +17,8 @@ import (
 // broker tiering into it, in one process.
 func newLocalstackCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		dataDir, listen, httpListen, logLevel string
-		s3Listen, s3Dir, s3Bucket             string
+		dev                       devNode
+		s3Listen, s3Dir, s3Bucket string
 	)
 	cmd := mount(localstack.Command())
 	cmd.Short = "Run an S3 endpoint and a development broker tiering into it"
@@ -32,19 +32,16 @@ both cleanly.
 	cmd.Example = `  strata localstack
   strata localstack --data-dir /tmp/strata --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0`
 	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", defaultDevDataDir, "directory for the logs, the metadata and the S3 objects")
-	f.StringVar(&listen, "listen", config.DefaultListen, "Kafka listener address (port 0 picks a free port)")
-	f.StringVar(&httpListen, "http-listen", config.DefaultHTTPListen, `metrics and health listener ("off" disables it)`)
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	dev.addFlags(f, "directory for the logs, the metadata and the S3 objects")
 	f.StringVar(&s3Listen, "s3-listen", "127.0.0.1:9000", "S3 endpoint address (port 0 picks a free port)")
 	f.StringVar(&s3Dir, "s3-dir", "", "keep the S3 objects under this directory (default <data-dir>/s3)")
 	f.StringVar(&s3Bucket, "s3-bucket", "strata", "bucket to create and tier into")
 	tierFlags := config.AddFlagsFor(f, false, "tier")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		level, err := config.ParseLevel(logLevel)
+		cfg, err := dev.config(cmd, stderr)
 		if err != nil {
-			return &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
+			return err
 		}
 		// No environment: the keys are the local server's own, not the
 		// user's STRATA_S3_* (which may name some other S3).
@@ -53,7 +50,7 @@ both cleanly.
 			return fmt.Errorf("config: %w", err)
 		}
 		if s3Dir == "" {
-			s3Dir = filepath.Join(dataDir, "s3")
+			s3Dir = filepath.Join(dev.dataDir, "s3")
 		}
 		s3, stopS3, err := localstack.Start(cmd.Context(), localstack.Options{Listen: s3Listen, Dir: s3Dir, Bucket: s3Bucket})
 		if err != nil {
@@ -61,7 +58,7 @@ both cleanly.
 		}
 		runErr := runNode(cmd.Context(), nodeRun{
 			name: "strata localstack",
-			cfg:  devConfig(dataDir, listen, httpListen, newLogger(stderr, level, "text")),
+			cfg:  cfg,
 			s3: config.S3{
 				Endpoint: s3.Endpoint, Region: s3.Region, Bucket: s3.Bucket, PathStyle: true,
 				AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"strata/broker"
 	"strata/cmd/internal/config"
@@ -23,12 +24,7 @@ import (
 const defaultDevDataDir = "./strata-data"
 
 func newDevCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
-	var (
-		dataDir    string
-		listen     string
-		httpListen string
-		logLevel   string
-	)
+	var dev devNode
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a single local node with development defaults",
@@ -41,45 +37,55 @@ address to stdout; logs go to stderr. Ctrl-C or SIGTERM shuts it down
 cleanly.`,
 		Args: args(cobra.NoArgs),
 	}
-	f := cmd.Flags()
-	f.StringVar(&dataDir, "data-dir", defaultDevDataDir, "directory for the logs, the metadata and the bucket directory")
-	f.StringVar(&listen, "listen", config.DefaultListen, "Kafka listener address (port 0 picks a free port)")
-	f.StringVar(&httpListen, "http-listen", config.DefaultHTTPListen, `metrics and health listener ("off" disables it)`)
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	tierFlags := config.AddFlagsFor(f, false, "s3", "tier")
+	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
+	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		level, err := config.ParseLevel(logLevel)
+		cfg, err := dev.config(cmd, stderr)
 		if err != nil {
-			return &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
+			return err
 		}
 		c, _, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		return runNode(cmd.Context(), nodeRun{
-			name: "strata dev",
-			cfg:  devConfig(dataDir, listen, httpListen, newLogger(stderr, level, "text")),
-			s3:   c.S3,
-			tier: c.Tier,
-		}, stdout)
+		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
 	return cmd
 }
 
-// devConfig is the broker configuration of a development node.
-func devConfig(dataDir, listen, httpListen string, log *slog.Logger) broker.Config {
+// devNode holds the flags of a development node (strata dev and strata
+// localstack).
+type devNode struct {
+	dataDir, listen, httpListen, logLevel string
+}
+
+func (d *devNode) addFlags(f *pflag.FlagSet, dataDirUsage string) {
+	f.StringVar(&d.dataDir, "data-dir", defaultDevDataDir, dataDirUsage)
+	f.StringVar(&d.listen, "listen", config.DefaultListen, "Kafka listener address (port 0 picks a free port)")
+	f.StringVar(&d.httpListen, "http-listen", config.DefaultHTTPListen, `metrics and health listener ("off" disables it)`)
+	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// config is the broker configuration of a development node logging to
+// stderr; a bad --log-level is a usage error of cmd.
+func (d *devNode) config(cmd *cobra.Command, stderr io.Writer) (broker.Config, error) {
+	level, err := config.ParseLevel(d.logLevel)
+	if err != nil {
+		return broker.Config{}, &usageError{err: fmt.Errorf("--log-level: %w", err), cmd: cmd.CommandPath()}
+	}
+	httpListen := d.httpListen
 	if strings.EqualFold(httpListen, "off") {
 		httpListen = ""
 	}
 	return broker.Config{
-		DataDir:           dataDir,
-		Listen:            listen,
+		DataDir:           d.dataDir,
+		Listen:            d.listen,
 		HTTPListen:        httpListen,
 		AutoCreateTopics:  true,
 		DefaultPartitions: 1,
 		OffsetsPartitions: 3, // a laptop needs no 50 offsets partitions
-		Logger:            log,
-	}
+		Logger:            newLogger(stderr, level, "text"),
+	}, nil
 }
 
 func newServeCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {

@@ -274,23 +274,8 @@ func (n *node) stop(t *testing.T) {
 // log records (the node logs at info level while it starts and unwinds).
 func runFails(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("want exit status 1, got %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
-	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-	for _, l := range lines[:len(lines)-1] {
-		if !strings.HasPrefix(l, "time=") {
-			t.Errorf("stderr line is neither a log record nor the error: %q", l)
-		}
-	}
-	return lines[len(lines)-1] + "\n"
+	_, _, stderr := runFailsEnv(t, nil, args...)
+	return lastLine(t, stderr)
 }
 
 func TestDevStartupErrors(t *testing.T) {

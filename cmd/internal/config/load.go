@@ -99,13 +99,7 @@ func (v *flagValue) Type() string   { return v.s.typ }
 
 func (v *flagValue) Set(raw string) error {
 	var scratch Config
-	var err error
-	if v.s.setEntry != nil {
-		err = v.s.setPair(&scratch, raw)
-	} else {
-		err = v.s.set(&scratch, raw)
-	}
-	if err != nil {
+	if err := v.s.setFlag(&scratch, raw); err != nil {
 		return err
 	}
 	v.flags.given = append(v.flags.given, given{v.s, raw})
@@ -165,12 +159,7 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	if src.Flags != nil {
 		for _, g := range src.Flags.given {
 			// Already parsed once by flagValue.Set; this cannot fail.
-			if g.s.setEntry != nil {
-				err = g.s.setPair(&cfg, g.raw)
-			} else {
-				err = g.s.set(&cfg, g.raw)
-			}
-			if err != nil {
+			if err := g.s.setFlag(&cfg, g.raw); err != nil {
 				return Config{}, nil, fmt.Errorf("--%s: %w", g.s.flag, err)
 			}
 		}

@@ -260,6 +260,15 @@ func envName(flag string) string {
 	return "STRATA_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// setFlag applies one flag's value: the value of a scalar setting, one
+// key=value entry of a map setting.
+func (s *setting) setFlag(c *Config, raw string) error {
+	if s.setEntry != nil {
+		return s.setPair(c, raw)
+	}
+	return s.set(c, raw)
+}
+
 // setPair applies one "key=value" entry of a map setting.
 func (s *setting) setPair(c *Config, pair string) error {
 	k, v, ok := strings.Cut(pair, "=")

@@ -145,6 +145,23 @@ func stableKey(key []byte) []byte {
 	return k
 }
 
+// value returns a copy of the value stored under the database key k, or
+// badger.ErrKeyNotFound.
+func (s *Store) value(k []byte) ([]byte, error) {
+	var val []byte
+	err := s.use(func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(k)
+			if err != nil {
+				return err
+			}
+			val, err = item.ValueCopy(nil)
+			return err
+		})
+	})
+	return val, err
+}
+
 // FirstIndex returns the lowest stored log index, 0 when the log is empty.
 func (s *Store) FirstIndex() (uint64, error) {
 	return s.edgeIndex(false)
@@ -187,17 +204,7 @@ func (s *Store) edgeIndex(last bool) (uint64, error) {
 
 // GetLog reads the entry at index into out, or returns raft.ErrLogNotFound.
 func (s *Store) GetLog(index uint64, out *raft.Log) error {
-	var val []byte
-	err := s.use(func(db *badger.DB) error {
-		return db.View(func(txn *badger.Txn) error {
-			item, err := txn.Get(logKey(index))
-			if err != nil {
-				return err
-			}
-			val, err = item.ValueCopy(nil)
-			return err
-		})
-	})
+	val, err := s.value(logKey(index))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return raft.ErrLogNotFound
 	}
@@ -322,17 +329,7 @@ func (s *Store) Set(key, val []byte) error {
 // Get returns the value under key, or nil and no error when there is none,
 // as raft.StableStore documents.
 func (s *Store) Get(key []byte) ([]byte, error) {
-	var val []byte
-	err := s.use(func(db *badger.DB) error {
-		return db.View(func(txn *badger.Txn) error {
-			item, err := txn.Get(stableKey(key))
-			if err != nil {
-				return err
-			}
-			val, err = item.ValueCopy(nil)
-			return err
-		})
-	})
+	val, err := s.value(stableKey(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -410,26 +407,17 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("truncated or overlong uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *decoder) uvarint() uint64 { return readVarint(d, binary.Uvarint, "uvarint") }
+func (d *decoder) varint() int64   { return readVarint(d, binary.Varint, "varint") }
 
-func (d *decoder) varint() int64 {
+// readVarint consumes one number that read decodes.
+func readVarint[T uint64 | int64](d *decoder, read func([]byte) (T, int), name string) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b)
+	v, n := read(d.b)
 	if n <= 0 {
-		d.err = errors.New("truncated or overlong varint")
+		d.err = errors.New("truncated or overlong " + name)
 		return 0
 	}
 	d.b = d.b[n:]

@@ -164,7 +164,7 @@ func produceCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("loadtest produce: %w", err)
 			}
-			return runCommand(cmd, "produce", f.topic, f.json, cfg.Records, cfg.Duration,
+			return runCommand(cmd, "produce", &f.commonFlags,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
 					return Produce(ctx, cfg)
@@ -206,7 +206,7 @@ as a timeout.`,
 				Verify:    f.verify,
 				Seed:      f.seed,
 			}
-			return runCommand(cmd, "consume", f.topic, f.json, cfg.Records, cfg.Duration,
+			return runCommand(cmd, "consume", &f,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
 					return Consume(ctx, cfg)
@@ -237,7 +237,7 @@ func e2eCommand() *cobra.Command {
 				return fmt.Errorf("loadtest e2e: %w", err)
 			}
 			cfg := E2EConfig{ProduceConfig: pcfg, Drain: drain}
-			return runCommand(cmd, "e2e", f.topic, f.json, cfg.Records, cfg.Duration,
+			return runCommand(cmd, "e2e", &f.commonFlags,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
 					return E2E(ctx, cfg)
@@ -254,7 +254,7 @@ type runFunc func(ctx context.Context, onProgress func(Progress), every time.Dur
 
 // runCommand runs a test under Ctrl-C handling and a progress display on
 // stderr, then prints the figures on stdout.
-func runCommand(cmd *cobra.Command, mode, topic string, asJSON bool, records int64, d time.Duration, run runFunc) error {
+func runCommand(cmd *cobra.Command, mode string, f *commonFlags, run runFunc) error {
 	parent := cmd.Context()
 	if parent == nil {
 		parent = context.Background()
@@ -262,7 +262,7 @@ func runCommand(cmd *cobra.Command, mode, topic string, asJSON bool, records int
 	ctx, stopSignals := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	disp := newDisplay(cmd.ErrOrStderr(), mode, records, d)
+	disp := newDisplay(cmd.ErrOrStderr(), mode)
 	res, err := run(ctx, disp.update, disp.every)
 	disp.close(err == nil && ctx.Err() == nil)
 	if err != nil {
@@ -271,13 +271,13 @@ func runCommand(cmd *cobra.Command, mode, topic string, asJSON bool, records int
 	interrupted := ctx.Err() != nil
 
 	out := cmd.OutOrStdout()
-	if asJSON {
+	if f.json {
 		doc := struct {
 			Mode        string `json:"mode"`
 			Topic       string `json:"topic"`
 			Interrupted bool   `json:"interrupted,omitempty"`
 			Result
-		}{mode, topic, interrupted, res}
+		}{mode, f.topic, interrupted, res}
 		if err := json.NewEncoder(out).Encode(doc); err != nil {
 			return fmt.Errorf("loadtest %s: write json: %w", mode, err)
 		}
@@ -317,9 +317,6 @@ type display struct {
 	mode  string
 	every time.Duration
 
-	records int64
-	d       time.Duration
-
 	progress *mpb.Progress // nil when not a terminal
 	bar      *mpb.Bar
 
@@ -330,8 +327,8 @@ type display struct {
 	}
 }
 
-func newDisplay(w io.Writer, mode string, records int64, d time.Duration) *display {
-	disp := &display{w: w, mode: mode, every: plainEvery, records: records, d: d}
+func newDisplay(w io.Writer, mode string) *display {
+	disp := &display{w: w, mode: mode, every: plainEvery}
 	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 		disp.every = 200 * time.Millisecond
 		disp.progress = mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithRefreshRate(disp.every))

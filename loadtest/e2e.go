@@ -71,7 +71,7 @@ func e2e(ctx context.Context, cfg *E2EConfig) (Result, error) {
 	if cfg.Verify {
 		c.ver = newVerifier(cfg.Seed, nparts)
 	}
-	p := newProducer(&cfg.ProduceConfig, nparts, cfg.Verify)
+	p := newProducer(&cfg.ProduceConfig, nparts)
 
 	var (
 		produced atomic.Bool  // set once the producer has finished

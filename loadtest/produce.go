@@ -27,7 +27,7 @@ func Produce(ctx context.Context, cfg ProduceConfig) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("loadtest produce: %w", err)
 	}
-	p := newProducer(&cfg, nparts, cfg.Verify)
+	p := newProducer(&cfg, nparts)
 	stop := startProgress(cfg.OnProgress, cfg.ProgressEvery, time.Now(), &p.m, cfg.Records, cfg.Duration)
 	d, err := p.run(ctx)
 	stop()
@@ -51,7 +51,6 @@ type producer struct {
 	cfg     *ProduceConfig
 	nparts  int32
 	runID   uint64 // tells this run's records from other runs' in a shared topic
-	markers bool   // write end markers when done
 	payload []byte // the value of every record when values are not derived
 
 	budget atomic.Int64 // records left to hand out when bounded by count
@@ -59,16 +58,15 @@ type producer struct {
 	lat    *latencies
 }
 
-func newProducer(cfg *ProduceConfig, nparts int32, markers bool) *producer {
+func newProducer(cfg *ProduceConfig, nparts int32) *producer {
 	if cfg.Producers == 0 {
 		cfg.Producers = 1
 	}
 	p := &producer{
-		cfg:     cfg,
-		nparts:  nparts,
-		runID:   rand.Uint64(),
-		markers: markers,
-		lat:     newLatencies(),
+		cfg:    cfg,
+		nparts: nparts,
+		runID:  rand.Uint64(),
+		lat:    newLatencies(),
 	}
 	if !cfg.Verify {
 		// One random payload for every record: generating values must
@@ -151,7 +149,7 @@ func (p *producer) run(ctx context.Context) (time.Duration, error) {
 				lastAck = now
 			}
 			mu.Unlock()
-			if p.markers {
+			if p.cfg.Verify {
 				s.writeMarkers(sendCtx)
 			}
 		})

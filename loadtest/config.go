@@ -196,19 +196,36 @@ func parseCompression(s string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("compression %q is not none, gzip, snappy, lz4 or zstd", s)
 }
 
-// parseFrom returns the consumer's reset offset for ConsumeConfig.From.
-func parseFrom(s string) (kgo.Offset, error) {
+// startPoint is a parsed ConsumeConfig.From: where a consumer without a
+// committed offset starts.
+type startPoint struct {
+	earliest, latest bool
+	milli            int64 // neither: the first record at or after this Unix time in ms
+}
+
+func parseFrom(s string) (startPoint, error) {
 	switch strings.ToLower(s) {
 	case "", "earliest":
-		return kgo.NewOffset().AtStart(), nil
+		return startPoint{earliest: true}, nil
 	case "latest":
-		return kgo.NewOffset().AtEnd(), nil
+		return startPoint{latest: true}, nil
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return kgo.Offset{}, fmt.Errorf("from %q is not earliest, latest or an RFC 3339 time", s)
+		return startPoint{}, fmt.Errorf("from %q is not earliest, latest or an RFC 3339 time", s)
 	}
-	return kgo.NewOffset().AfterMilli(t.UnixMilli()), nil
+	return startPoint{milli: t.UnixMilli()}, nil
+}
+
+// offset is the consumer's reset offset.
+func (s startPoint) offset() kgo.Offset {
+	switch {
+	case s.earliest:
+		return kgo.NewOffset().AtStart()
+	case s.latest:
+		return kgo.NewOffset().AtEnd()
+	}
+	return kgo.NewOffset().AfterMilli(s.milli)
 }
 
 // producerOpts are the kgo options of every producer client of a run.

@@ -36,7 +36,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	nparts, err := a.partitions(ctx, cfg.Topic, 0)
 	var unread map[int32]int64
 	if err == nil && cfg.Verify {
-		unread, err = a.unread(ctx, cfg.Topic, cfg.From, cfg.Group)
+		unread, err = a.unread(ctx, cfg.Topic, from, cfg.Group)
 	}
 	a.close()
 	if err != nil {
@@ -46,7 +46,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Bootstrap...),
 		kgo.ConsumeTopics(cfg.Topic),
-		kgo.ConsumeResetOffset(from),
+		kgo.ConsumeResetOffset(from.offset()),
 	}
 	if cfg.Group != "" {
 		opts = append(opts, kgo.ConsumerGroup(cfg.Group))
@@ -125,13 +125,10 @@ func (c *consumer) take(r *kgo.Record, now time.Time) bool {
 	if end, ok := c.pending[r.Partition]; ok && r.Offset+1 >= end {
 		delete(c.pending, r.Partition)
 	}
-	data := true
-	if c.ver != nil {
-		data = c.ver.check(r)
-	}
 	h, err := findHeader(r)
-	if err == nil && h.kind == kindEnd {
-		data = false
+	data := err != nil || h.kind != kindEnd
+	if c.ver != nil {
+		data = c.ver.check(r, h, err)
 	}
 	if !data {
 		return true

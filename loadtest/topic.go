@@ -125,24 +125,20 @@ func offsetsOf(what string, l kadm.ListedOffsets, err error) (map[int32]int64, e
 // unread returns, for each partition holding records between where a
 // consumer will start and the end offsets now, the end offset it must
 // reach. A verifying consumer is not done before it has read them all.
-func (a *admin) unread(ctx context.Context, topic, from, group string) (map[int32]int64, error) {
+func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (map[int32]int64, error) {
 	ends, err := a.endOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
 	var starts map[int32]int64
-	switch from {
-	case "", "earliest":
+	switch {
+	case from.earliest:
 		l, lerr := a.adm.ListStartOffsets(ctx, topic)
 		starts, err = offsetsOf("start", l, lerr)
-	case "latest":
+	case from.latest:
 		starts = maps.Clone(ends)
 	default:
-		t, perr := time.Parse(time.RFC3339, from)
-		if perr != nil {
-			return nil, perr
-		}
-		l, lerr := a.adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), topic)
+		l, lerr := a.adm.ListOffsetsAfterMilli(ctx, from.milli, topic)
 		starts, err = offsetsOf("time", l, lerr)
 	}
 	if err != nil {

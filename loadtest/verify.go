@@ -104,12 +104,12 @@ func (s *streamState) countBelow(n uint64) int64 {
 	return int64(c)
 }
 
-// check judges one consumed record and reports whether it is a data record
-// (end markers are not counted as records of the run).
-func (v *verifier) check(r *kgo.Record) (data bool) {
+// check judges one consumed record, whose header findHeader returned as h
+// and hdrErr, and reports whether it is a data record (end markers are not
+// counted as records of the run).
+func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
 	pr := v.part(r.Partition)
-	h, err := findHeader(r)
-	if err != nil {
+	if hdrErr != nil {
 		pr.Records++
 		pr.Corrupt++
 		return true

@@ -147,7 +147,8 @@ func TestVerifier(t *testing.T) {
 			v := newVerifier(5, 2)
 			var records int64
 			for _, r := range tc.records {
-				if v.check(r) {
+				h, err := findHeader(r)
+				if v.check(r, h, err) {
 					records++
 				}
 			}

@@ -158,18 +158,19 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
+	changed := b.meta.Changed() // before the state reconcile reads
 	if err := b.reconcile(); err != nil {
 		b.Close()
 		return nil, err
 	}
-	if err := b.removeStaleDirs(b.wanted(b.meta.State())); err != nil {
+	if err := b.removeStaleDirs(); err != nil {
 		b.log.Warn("remove logs of deleted topics", "err", err)
 	}
 	if err := b.startGroups(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}
-	b.goFunc(b.reconcileLoop)
+	b.goFunc(func() { b.reconcileLoop(changed) })
 	b.goFunc(b.maintenanceLoop)
 	if b.tier != nil {
 		b.goFunc(b.tierLoop)

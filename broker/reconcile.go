@@ -52,15 +52,18 @@ type wantedPartition struct {
 	internal bool
 }
 
-// reconcileLoop re-runs reconcile whenever the metadata changes.
-func (b *Broker) reconcileLoop() {
+// reconcileLoop re-runs reconcile whenever the metadata changes. changed
+// is the meta store's Changed channel as taken before Start's reconcile;
+// each run takes the next one before it reads the state, so no change
+// published in between goes unnoticed.
+func (b *Broker) reconcileLoop(changed <-chan struct{}) {
 	for {
-		ch := b.meta.Changed()
 		select {
 		case <-b.ctx.Done():
 			return
-		case <-ch:
+		case <-changed:
 		}
+		changed = b.meta.Changed()
 		if err := b.reconcile(); err != nil {
 			b.log.Error("reconcile partitions", "err", err)
 		}
@@ -150,11 +153,12 @@ func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
 	return want
 }
 
-// removeStaleDirs deletes log directories that no current topic owns: a
+// removeStaleDirs deletes log directories that no open partition owns: a
 // topic deleted while this node was down, or an older incarnation of a
-// re-created topic. It runs once at start-up; while the broker runs,
+// re-created topic. It runs once at start-up, after reconcile opened every
+// partition the metadata assigns to this node; while the broker runs,
 // reconcile deletes the logs of partitions it drops itself.
-func (b *Broker) removeStaleDirs(want map[tp]wantedPartition) error {
+func (b *Broker) removeStaleDirs() error {
 	entries, err := os.ReadDir(b.logsDir)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", b.logsDir, err)
@@ -168,7 +172,7 @@ func (b *Broker) removeStaleDirs(want map[tp]wantedPartition) error {
 		if !ok {
 			continue // not ours; leave it alone
 		}
-		if w, ok := want[tp{topic, index}]; ok && w.id == id {
+		if p := b.partition(topic, index); p != nil && p.topicID == id {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(b.logsDir, e.Name())); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -93,9 +94,10 @@ func (p *partition) bucketName() format.TopicPartition {
 	return format.TopicPartition{Topic: p.topic, TopicID: p.topicID, Partition: p.index}
 }
 
-// remoteEnabled reports whether p's topic tiers.
+// remoteEnabled reports whether p's topic tiers (never without a tier:
+// see tiers).
 func (b *Broker) remoteEnabled(p *partition) bool {
-	return b.tier != nil && p.settings.Load().tiered
+	return p.settings.Load().tiered
 }
 
 // tiers reports whether a topic with these configs goes to the cold tier:
@@ -237,7 +239,7 @@ func (b *Broker) loadRemote(p *partition) {
 // checkRemoteKnown fails requests that need the log start of a tiered
 // partition whose manifest is not loaded.
 func (b *Broker) checkRemoteKnown(p *partition) error {
-	if b.tier != nil && !p.remoteKnown.Load() && b.remoteEnabled(p) {
+	if !p.remoteKnown.Load() && b.remoteEnabled(p) {
 		return errRemoteUnknown
 	}
 	return nil
@@ -334,8 +336,8 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 	switch {
 	case ms == -2:
 		cfg.LocalRetentionMs = cfg.RetentionMs
-	case ms < 0:
-		cfg.LocalRetentionMs = -1
+	case ms < 0 || ms > math.MaxInt64/int64(time.Millisecond):
+		cfg.LocalRetentionMs = -1 // unlimited, as segmentConfig reads retention.ms
 	default:
 		cfg.LocalRetentionMs = time.Duration(ms) * time.Millisecond
 	}
@@ -350,19 +352,25 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 		return nil
 	}
 	cfg := p.settings.Load().log
-	local := p.log.Size()
-	segs, err := p.log.ClosedSegments(0)
-	if err != nil {
-		return err
-	}
-	for _, s := range segs {
-		if s.EndOffset <= m.EndOffset() {
-			local -= s.Size // in the bucket too: counted there
-		}
-	}
-	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LocalBytes: max(local, 0)}
+	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs}
 	if r.Bytes < 0 && r.Age < 0 {
 		return nil
+	}
+	if r.Bytes >= 0 {
+		// The local bytes count toward the size bound only: listing the
+		// closed segments (which loads their indexes) is skipped without
+		// one.
+		local := p.log.Size()
+		segs, err := p.log.ClosedSegments(0)
+		if err != nil {
+			return err
+		}
+		for _, s := range segs {
+			if s.EndOffset <= m.EndOffset() {
+				local -= s.Size // in the bucket too: counted there
+			}
+		}
+		r.LocalBytes = max(local, 0)
 	}
 	start, err := b.tier.ApplyRetention(ctx, p.bucketName(), r)
 	if err != nil {

@@ -75,13 +75,13 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 // them. It is the one way in for producers and the group coordinator.
 func (p *partition) append(records []byte) (segment.AppendInfo, error) {
 	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
 	info, err := p.log.Append(records, p.leaderEpoch.Load())
-	if err == nil {
-		p.advanceHighWatermark()
-	}
-	p.appendMu.Unlock()
 	if err == nil && !info.Duplicate {
+		// Under appendMu, so concurrent appends set the gauge in order. A
+		// duplicate appended nothing: the high watermark already covers it.
 		p.logEnd.Set(float64(info.LastOffset + 1))
+		p.advanceHighWatermark()
 	}
 	return info, err
 }

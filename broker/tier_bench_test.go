@@ -116,7 +116,7 @@ func BenchmarkTier(b *testing.B) {
 	t0 := time.Now()
 	produceKeyed(b, br, "history", n, valueSize, kgo.ProducerLinger(5*time.Millisecond),
 		kgo.MaxBufferedRecords(8<<10), kgo.ProducerBatchMaxBytes(1<<20))
-	benchWaitUploaded(b, br, "history", partitions)
+	waitUploadedWithin(b, br, "history", partitions, 10*time.Minute)
 	upload := metrics.Counts().Sub(before)
 	b.Logf("fixture: %d records of %d bytes produced and uploaded in %v", n, valueSize, time.Since(t0).Round(time.Millisecond))
 
@@ -296,33 +296,6 @@ func BenchmarkTier(b *testing.B) {
 		b.ReportMetric(float64(pct(lat["cold-replay/strata"], 99).Microseconds())/1000, "replay-p99-ms")
 	})
 
-}
-
-// benchWaitUploaded waits until every closed segment of topic is in the
-// bucket.
-func benchWaitUploaded(tb testing.TB, b *Broker, topic string, partitions int32) {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		settled := true
-		for i := range partitions {
-			p := b.partition(topic, i)
-			segs, err := p.log.ClosedSegments(0)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			// Uploaded segments are deleted locally (local.retention.bytes=0).
-			if p.remoteEnd.Load() <= 0 || len(segs) > 0 && p.remoteEnd.Load() < segs[len(segs)-1].EndOffset {
-				settled = false
-			}
-		}
-		if settled {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("uploads did not settle in 10 minutes")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // remoteEnds returns the bucket's end offset of each partition of topic.

@@ -97,16 +97,7 @@ func uploadedEnds(t *testing.T, b *Broker, topic string, partitions int32) map[f
 	ends := map[format.TopicPartition]int64{}
 	for i := int32(0); i < partitions; i++ {
 		p := b.partition(topic, i)
-		segs, err := p.log.ClosedSegments(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// With no closed segment left locally (big batches, small local
-		// retention), the active segment starts where the bucket must end.
-		end := p.log.StartOffset()
-		if len(segs) > 0 {
-			end = segs[len(segs)-1].EndOffset
-		}
+		end := uploadTarget(t, p)
 		if end == 0 {
 			t.Fatalf("partition %d has no closed segment", i)
 		}
@@ -131,24 +122,11 @@ func checkBucket(t *testing.T, store objstore.Store, ends map[format.TopicPartit
 	defer tr.Close()
 	for tp, end := range ends {
 		i := tp.Partition
-		m, err := tr.Manifest(ctx, tp)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, keys := manifestKeys(t, tr, tp)
 		if len(m.Segments) == 0 {
 			t.Fatalf("partition %d: empty manifest", i)
 		}
-		keys := map[string]bool{}
-		next := int64(0)
 		for _, s := range m.Segments {
-			if s.BaseOffset != next {
-				t.Fatalf("partition %d: segment %s starts at %d, want %d (gap or overlap)", i, s.Key, s.BaseOffset, next)
-			}
-			if keys[s.Key] {
-				t.Fatalf("partition %d: %s listed twice", i, s.Key)
-			}
-			keys[s.Key] = true
-			next = s.LastOffset + 1
 			rc, err := store.GetRange(ctx, s.Key, 0, -1)
 			if err != nil {
 				t.Fatalf("partition %d: listed segment: %v", i, err)
@@ -159,7 +137,7 @@ func checkBucket(t *testing.T, store objstore.Store, ends map[format.TopicPartit
 				t.Fatalf("partition %d: %v", i, err)
 			}
 		}
-		if next != end {
+		if next := m.EndOffset(); next != end {
 			t.Errorf("partition %d: bucket ends at %d, last closed segment at %d", i, next, end)
 		}
 		listed := 0
@@ -367,6 +345,15 @@ func checkBucketKeys(t *testing.T, store objstore.Store, tp format.TopicPartitio
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	_, keys := manifestKeys(t, tr, tp)
+	return keys
+}
+
+// manifestKeys reads tp's manifest through tr and checks that it lists
+// each offset range once: segments contiguous from offset 0, distinct
+// keys. It returns the manifest and its segments' keys.
+func manifestKeys(t *testing.T, tr *tier.Tier, tp format.TopicPartition) (*format.Manifest, map[string]bool) {
+	t.Helper()
 	m, err := tr.Manifest(context.Background(), tp)
 	if err != nil {
 		t.Fatal(err)
@@ -375,12 +362,15 @@ func checkBucketKeys(t *testing.T, store objstore.Store, tp format.TopicPartitio
 	next := int64(0)
 	for _, s := range m.Segments {
 		if s.BaseOffset != next {
-			t.Fatalf("segment %s starts at %d, want %d", s.Key, s.BaseOffset, next)
+			t.Fatalf("partition %d: segment %s starts at %d, want %d (gap or overlap)", tp.Partition, s.Key, s.BaseOffset, next)
+		}
+		if keys[s.Key] {
+			t.Fatalf("partition %d: %s listed twice", tp.Partition, s.Key)
 		}
 		keys[s.Key] = true
 		next = s.LastOffset + 1
 	}
-	return keys
+	return m, keys
 }
 
 // consumeOffsetsOnce reads topic from the earliest offset until it has n

@@ -127,29 +127,40 @@ func consumeChecked(t *testing.T, b *Broker, topic string, n, size int, onErr fu
 
 // waitUploaded waits until every closed segment of topic's partitions is
 // in the bucket and local retention has run.
-func waitUploaded(t *testing.T, b *Broker, topic string, partitions int32) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		settled := true
-		for i := int32(0); i < partitions; i++ {
+func waitUploaded(tb testing.TB, b *Broker, topic string, partitions int32) {
+	tb.Helper()
+	waitUploadedWithin(tb, b, topic, partitions, 2*time.Minute)
+}
+
+// waitUploadedWithin is waitUploaded with a deadline d.
+func waitUploadedWithin(tb testing.TB, b *Broker, topic string, partitions int32, d time.Duration) {
+	tb.Helper()
+	waitFor(tb, d, "uploads to settle", func() bool {
+		for i := range partitions {
 			p := b.partition(topic, i)
-			segs, err := p.log.ClosedSegments(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(segs) > 0 && p.remoteEnd.Load() < segs[len(segs)-1].EndOffset {
-				settled = false
+			if end := uploadTarget(tb, p); end > 0 && p.remoteEnd.Load() < end {
+				return false
 			}
 		}
-		if settled {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("uploads did not settle in 2 minutes")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	})
+}
+
+// uploadTarget is the offset p's bucket must reach to hold every closed
+// segment: the end of its last closed segment or, with none left locally
+// (uploaded and deleted, big batches and small local retention), the local
+// log start, where the active segment begins. It is 0 while p has nothing
+// to upload.
+func uploadTarget(tb testing.TB, p *partition) int64 {
+	tb.Helper()
+	segs, err := p.log.ClosedSegments(0)
+	if err != nil {
+		tb.Fatal(err)
 	}
+	if len(segs) > 0 {
+		return segs[len(segs)-1].EndOffset
+	}
+	return p.log.StartOffset()
 }
 
 // TestTieredReplay is the promise of tiered storage: with small segments

@@ -66,7 +66,6 @@ type chunkCache struct {
 		mem     map[chunkKey]*list.Element // of *memChunk
 		memLRU  list.List                  // front: most recently used
 		memSize int64
-		memUsed int // chunks in memory that a reader has had
 		// memReserved counts chunks being downloaded: room is made for
 		// them before the GET, so memory never holds more than memLimit.
 		memReserved int64
@@ -231,8 +230,15 @@ func (c *chunkCache) readAt(ctx context.Context, dst []byte, object string, objS
 		idx := pos / c.chunk
 		within := pos - idx*c.chunk
 		want := min(n-done, c.chunk-within)
-		if err := c.readChunk(ctx, chunkKey{object, idx}, objSize, within, out[done:done+want]); err != nil {
+		// From disk the bytes are read straight into out (its capacity
+		// holds them); from memory they are copied there.
+		b, mc, err := c.chunkBytes(ctx, chunkKey{object, idx}, objSize, within, want, out[done:done])
+		if err != nil {
 			return dst[:base], err
+		}
+		if mc != nil {
+			copy(out[done:], b)
+			c.release(mc)
 		}
 		done += want
 	}
@@ -250,25 +256,16 @@ func (c *chunkCache) view(ctx context.Context, buf *[]byte, object string, objSi
 	}
 	idx := off / c.chunk
 	if within := off - idx*c.chunk; n > 0 && within+n <= c.chunk {
-		key := chunkKey{object, idx}
-		mc, path, err := c.ensure(ctx, key, objSize, true)
-		if err == nil && mc != nil {
-			c.readAhead(object, objSize, off, n, limitOff)
-			return mc.data[within : within+n], func() { c.release(mc) }, nil
-		}
-		if err == nil {
-			*buf = slices.Grow((*buf)[:0], int(n))[:n]
-			if err = readFile(path, within, *buf); err == nil {
-				c.readAhead(object, objSize, off, n, limitOff)
-				return *buf, func() {}, nil
-			}
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		b, mc, err := c.chunkBytes(ctx, chunkKey{object, idx}, objSize, within, n, (*buf)[:0])
+		if err != nil {
 			return nil, nil, err
 		}
-		// Evicted from disk under us, or lost: the copying read looks
-		// again.
-		c.forget(key, path)
+		c.readAhead(object, objSize, off, n, limitOff)
+		if mc != nil {
+			return b, func() { c.release(mc) }, nil
+		}
+		*buf = b[:0]
+		return b, func() {}, nil
 	}
 	out, err := c.readAt(ctx, (*buf)[:0], object, objSize, off, n, limitOff)
 	*buf = out[:0]
@@ -278,12 +275,8 @@ func (c *chunkCache) view(ctx context.Context, buf *[]byte, object string, objSi
 // readAhead starts downloads of the chunks a sequential reader of [off,
 // off+n) needs next, up to limitOff.
 func (c *chunkCache) readAhead(object string, objSize, off, n, limitOff int64) {
-	last := (off + max(n, 1) - 1) / c.chunk
-	for i := int64(1); i <= int64(c.ahead); i++ {
-		if next := last + i; next*c.chunk < min(limitOff, objSize) {
-			c.prefetch(chunkKey{object, next}, objSize)
-		}
-	}
+	next := ((off+max(n, 1)-1)/c.chunk + 1) * c.chunk
+	c.prefetchRange(object, objSize, next, min(int64(c.ahead)*c.chunk, limitOff-next))
 }
 
 // forget drops key's disk entry if it still names path, a file that has
@@ -310,29 +303,30 @@ func readFile(path string, within int64, p []byte) error {
 	return err
 }
 
-// readChunk fills p from the chunk at offset within, downloading the chunk
-// if it is not cached. A chunk evicted from disk between lookup and open
-// is looked up again.
-func (c *chunkCache) readChunk(ctx context.Context, key chunkKey, objSize, within int64, p []byte) error {
+// chunkBytes returns the n bytes at offset within of chunk key,
+// downloading the chunk if it is not cached. When the chunk is in memory
+// they are a slice of it, and mc is the reference the caller must release;
+// else they are read from the chunk's file into buf, grown as needed. A
+// chunk evicted from disk between lookup and open is looked up again.
+func (c *chunkCache) chunkBytes(ctx context.Context, key chunkKey, objSize, within, n int64, buf []byte) (b []byte, mc *memChunk, err error) {
 	for attempt := 0; ; attempt++ {
 		mc, path, err := c.ensure(ctx, key, objSize, attempt == 0)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if mc != nil {
-			copy(p, mc.data[within:])
-			c.release(mc)
-			return nil
+			return mc.data[within : within+n], mc, nil
 		}
-		err = readFile(path, within, p)
+		buf = slices.Grow(buf[:0], int(n))[:n]
+		err = readFile(path, within, buf)
 		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
 			c.forget(key, path) // evicted under us, or lost: look again
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("chunk cache: read %s chunk %d: %w", key.object, key.index, err)
+			return nil, nil, fmt.Errorf("chunk cache: read %s chunk %d: %w", key.object, key.index, err)
 		}
-		return nil
+		return buf, nil, nil
 	}
 }
 
@@ -346,10 +340,7 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 		c.mu.memLRU.MoveToFront(el)
 		mc := el.Value.(*memChunk)
 		mc.refs++
-		if !mc.used {
-			mc.used = true
-			c.mu.memUsed++
-		}
+		mc.used = true
 		c.mu.Unlock()
 		if count {
 			c.hits.Add(1)
@@ -370,12 +361,10 @@ func (c *chunkCache) ensure(ctx context.Context, key chunkKey, objSize int64, co
 		// The download runs under the cache's context, not this reader's:
 		// other readers may come to wait for it, and one giving up must
 		// not fail them.
-		fl = &flight{done: make(chan struct{})}
-		if !c.goBackgroundLocked(func() { c.download(c.ctx, key, objSize, fl) }) {
+		if fl = c.downloadLocked(key, objSize); fl == nil {
 			c.mu.Unlock()
 			return nil, "", errCacheClosed
 		}
-		c.mu.flights[key] = fl
 	}
 	fl.waiters++
 	c.mu.Unlock()
@@ -401,8 +390,15 @@ func (c *chunkCache) release(mc *memChunk) {
 }
 
 func (c *chunkCache) unrefLocked(mc *memChunk) {
-	if mc.refs--; mc.refs == 0 && int64(cap(mc.data)) == c.chunk && len(c.mu.free) < maxFree {
-		c.mu.free = append(c.mu.free, mc.data[:0])
+	if mc.refs--; mc.refs == 0 {
+		c.recycleLocked(mc.data)
+	}
+}
+
+// recycleLocked keeps buf for a later download, if the free list has room.
+func (c *chunkCache) recycleLocked(buf []byte) {
+	if int64(cap(buf)) == c.chunk && len(c.mu.free) < maxFree {
+		c.mu.free = append(c.mu.free, buf[:0])
 	}
 }
 
@@ -442,23 +438,25 @@ func (c *chunkCache) prefetch(key chunkKey, objSize int64) {
 	// When memory is full of read-ahead nobody has read yet, more of it
 	// would only push out chunks that are about to be wanted: the reader
 	// will ask in time.
-	if c.mu.memSize+c.mu.memReserved+c.chunk > c.memLimit && c.mu.memUsed == 0 {
+	if c.mu.memSize+c.mu.memReserved+c.chunk > c.memLimit && c.oldestUsedLocked() == nil {
 		return
 	}
-	fl := &flight{done: make(chan struct{})}
-	c.mu.flights[key] = fl
-	if !c.goBackgroundLocked(func() { c.download(c.ctx, key, objSize, fl) }) {
-		delete(c.mu.flights, key)
-	}
+	c.downloadLocked(key, objSize)
 }
 
-// download fetches one chunk with a ranged GET into memory and ends the
-// flight; a chunk downloaded for the second time is then also written to
-// disk, in the background.
-func (c *chunkCache) download(ctx context.Context, key chunkKey, objSize int64, fl *flight) {
-	mc, err := c.fetch(ctx, key, objSize, fl)
-	fl.chunk, fl.err = mc, err
-	close(fl.done)
+// downloadLocked starts a background download of key and registers its
+// flight, which ends when the chunk is in memory (or the GET failed); nil
+// when the cache is closing.
+func (c *chunkCache) downloadLocked(key chunkKey, objSize int64) *flight {
+	fl := &flight{done: make(chan struct{})}
+	if !c.goBackgroundLocked(func() {
+		fl.chunk, fl.err = c.fetch(key, objSize, fl)
+		close(fl.done)
+	}) {
+		return nil
+	}
+	c.mu.flights[key] = fl
+	return fl
 }
 
 // fetch GETs one chunk into memory, with its room reserved first, puts it
@@ -466,8 +464,10 @@ func (c *chunkCache) download(ctx context.Context, key chunkKey, objSize int64, 
 // the flight's waiters (in the same critical section, so that the chunk
 // cannot be evicted and its buffer reused in between). It holds a worker
 // until then, so that reservations never add up to more than the workers'
-// chunks.
-func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl *flight) (*memChunk, error) {
+// chunks. A chunk downloaded for the second time is then also written to
+// disk, in the background.
+func (c *chunkCache) fetch(key chunkKey, objSize int64, fl *flight) (*memChunk, error) {
+	ctx := c.ctx
 	select {
 	case c.workers <- struct{}{}:
 		defer func() { <-c.workers }()
@@ -490,18 +490,12 @@ func (c *chunkCache) fetch(ctx context.Context, key chunkKey, objSize int64, fl 
 	delete(c.mu.flights, key)
 	c.mu.memReserved -= n
 	if err != nil {
-		if int64(cap(buf)) == c.chunk && len(c.mu.free) < maxFree {
-			c.mu.free = append(c.mu.free, buf[:0])
-		}
+		c.recycleLocked(buf)
 		return nil, fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
 	}
-	c.evictMemLocked(n) // only if the limit shrank under us; normally a no-op
 	mc := &memChunk{key: key, data: buf, refs: 1 + fl.waiters, used: fl.waiters > 0}
 	c.mu.mem[key] = c.mu.memLRU.PushFront(mc)
 	c.mu.memSize += n
-	if mc.used {
-		c.mu.memUsed++
-	}
 	if el, seen := c.mu.ghosts[key]; seen {
 		c.mu.ghostLRU.Remove(el)
 		delete(c.mu.ghosts, key)
@@ -563,7 +557,6 @@ func (c *chunkCache) admit(mc *memChunk) {
 	if err != nil {
 		return
 	}
-	c.evictDiskLocked(n) // only if the limit shrank under us; normally a no-op
 	c.mu.disk[key] = c.mu.diskLRU.PushFront(&diskChunk{key: key, path: path, size: n})
 	c.mu.diskSize += n
 	c.admissions.Add(1)
@@ -601,24 +594,29 @@ func (c *chunkCache) writeChunk(key chunkKey, data []byte) (string, error) {
 // dropped chunk that is not on disk becomes a ghost.
 func (c *chunkCache) evictMemLocked(n int64) {
 	for c.mu.memSize+c.mu.memReserved+n > c.memLimit && c.mu.memLRU.Len() > 0 {
-		el := c.mu.memLRU.Back()
-		for e := el; e != nil; e = e.Prev() {
-			if e.Value.(*memChunk).used {
-				el = e
-				break
-			}
+		el := c.oldestUsedLocked()
+		if el == nil {
+			el = c.mu.memLRU.Back()
 		}
 		victim := c.mu.memLRU.Remove(el).(*memChunk)
 		delete(c.mu.mem, victim.key)
 		c.mu.memSize -= int64(len(victim.data))
-		if victim.used {
-			c.mu.memUsed--
-		}
 		if _, onDisk := c.mu.disk[victim.key]; !onDisk && !c.mu.admitting[victim.key] && victim.used {
 			c.rememberLocked(victim.key)
 		}
 		c.unrefLocked(victim)
 	}
+}
+
+// oldestUsedLocked returns the least recently used memory chunk that a
+// reader has had, or nil when memory holds only unread read-ahead.
+func (c *chunkCache) oldestUsedLocked() *list.Element {
+	for e := c.mu.memLRU.Back(); e != nil; e = e.Prev() {
+		if e.Value.(*memChunk).used {
+			return e
+		}
+	}
+	return nil
 }
 
 // rememberLocked adds key to the ghosts, forgetting the oldest beyond

@@ -60,6 +60,7 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			t.prefetchSegment(next, 0)
 		}
 	}
+	var need int64 // the size of a batch that did not fit the last window
 	for pos < logEnd {
 		want := min(max(int64(maxBytes-(len(dst)-start)), minReadWindow), logEnd-pos)
 		// Within one chunk the window is the cached chunk itself, not a
@@ -67,14 +68,19 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if rest := t.cfg.ChunkBytes - pos%t.cfg.ChunkBytes; rest >= minReadWindow {
 			want = min(want, rest)
 		}
-		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, want, logEnd)
+		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, max(want, need), logEnd)
 		if err != nil {
 			return dst, err
 		}
 		used, done, err := appendBatches(&dst, start, window, offset, maxBytes)
-		var h segment.BatchHeader
 		if err == nil && used == 0 {
-			h, err = segment.ParseBatchHeader(window)
+			// The next batch is larger than the window: the next window
+			// is its size, and must then hold it.
+			var h segment.BatchHeader
+			if h, err = segment.ParseBatchHeader(window); err == nil && need > 0 {
+				err = fmt.Errorf("batch of %d bytes not read whole", need)
+			}
+			need = int64(h.Size())
 		}
 		release()
 		if err != nil {
@@ -84,26 +90,15 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			return dst, fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos+used, err)
 		}
 		if used == 0 {
-			// The next batch is larger than the window: read it whole.
-			if len(dst) > start && len(dst)-start+h.Size() > maxBytes {
+			if len(dst) > start && len(dst)-start+int(need) > maxBytes {
 				break
 			}
-			if pos+int64(h.Size()) > logEnd {
+			if pos+need > logEnd {
 				return dst, fmt.Errorf("%w: %s: batch at %d runs past the log", segment.ErrCorruptSegment, rs.Key, pos)
 			}
-			batch, err := t.cache.readAt(ctx, (*wb)[:0], rs.Key, rs.Size, pos, int64(h.Size()), logEnd)
-			*wb = batch[:0]
-			if err != nil {
-				return dst, err
-			}
-			used, done, err = appendBatches(&dst, start, batch, offset, max(maxBytes, h.Size()))
-			if err != nil || used == 0 {
-				if len(dst) > start {
-					return dst, nil
-				}
-				return dst, fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos, err)
-			}
+			continue
 		}
+		need = 0
 		pos += used
 		if done {
 			break

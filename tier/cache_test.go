@@ -22,49 +22,21 @@ func TestChunkCacheSecondDownloadGoesToDisk(t *testing.T) {
 	const (
 		chunk  = 64 << 10
 		chunks = 8
-		size   = 2 * chunks * chunk
 	)
-	ctx := context.Background()
-	dir, err := objstore.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := objstore.NewMetrics()
-	store := objstore.WithMetrics(dir, metrics)
-	data := make([]byte, size)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range data {
-		data[i] = byte(rng.Uint32())
-	}
-	if err := store.Put(ctx, "obj", bytes.NewReader(data), size); err != nil {
-		t.Fatal(err)
-	}
 	// Read-ahead off, so every GET is one the reads asked for.
-	tr, err := Open(Config{Store: store, CacheDir: t.TempDir(), ChunkBytes: chunk, MemoryBytes: 4 * chunk, CacheBytes: chunks * chunk, ReadAhead: -1, ReadWorkers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr, data, metrics := newTestCache(t, chunk, 2*chunks, Config{MemoryBytes: 4 * chunk, CacheBytes: chunks * chunk, ReadAhead: -1, ReadWorkers: 1})
 	c := tr.cache
 
 	// pass reads the first `chunks` chunks in order and returns the GETs
 	// it cost.
-	pass := func(name string) int64 {
+	pass := func() int64 {
 		t.Helper()
 		before := metrics.Counts()[objstore.OpGet].Requests
-		for i := range int64(chunks) {
-			got, err := c.readAt(ctx, nil, "obj", size, i*chunk, chunk, size)
-			if err != nil {
-				t.Fatalf("%s: read chunk %d: %v", name, i, err)
-			}
-			if !bytes.Equal(got, data[i*chunk:(i+1)*chunk]) {
-				t.Fatalf("%s: chunk %d: wrong bytes", name, i)
-			}
-		}
+		readChunks(t, c, data, chunk, 0, 1, 2, 3, 4, 5, 6, 7)
 		return metrics.Counts()[objstore.OpGet].Requests - before
 	}
 
-	if gets := pass("first pass"); gets != chunks {
+	if gets := pass(); gets != chunks {
 		t.Fatalf("first pass: %d GETs, want %d", gets, chunks)
 	}
 	if n := c.admissions.Load(); n != 0 || tr.CachedBytes() != 0 {
@@ -76,7 +48,7 @@ func TestChunkCacheSecondDownloadGoesToDisk(t *testing.T) {
 
 	// Memory held the last four chunks; reading from the start again
 	// evicts them in turn, so every chunk is downloaded a second time.
-	if gets := pass("second pass"); gets != chunks {
+	if gets := pass(); gets != chunks {
 		t.Fatalf("second pass: %d GETs, want %d", gets, chunks)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -90,20 +62,22 @@ func TestChunkCacheSecondDownloadGoesToDisk(t *testing.T) {
 		t.Fatalf("disk level holds %d bytes, want %d", got, chunks*chunk)
 	}
 
-	if gets := pass("third pass"); gets != 0 {
+	if gets := pass(); gets != 0 {
 		t.Fatalf("third pass: %d GETs, want 0 (every chunk is on disk)", gets)
 	}
 }
 
 // newTestCache opens a Tier over one object of `chunks` random chunks and
-// returns it with the object's bytes.
-func newTestCache(t *testing.T, chunk, chunks int64, cfg Config) (*Tier, []byte) {
+// returns it with the object's bytes and the metrics of its store.
+func newTestCache(t *testing.T, chunk, chunks int64, cfg Config) (*Tier, []byte, *objstore.Metrics) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := objstore.NewDir(t.TempDir())
+	dir, err := objstore.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics := objstore.NewMetrics()
+	store := objstore.WithMetrics(dir, metrics)
 	data := make([]byte, chunk*chunks)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range data {
@@ -118,7 +92,7 @@ func newTestCache(t *testing.T, chunk, chunks int64, cfg Config) (*Tier, []byte)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
-	return tr, data
+	return tr, data, metrics
 }
 
 // readChunks reads chunks idx of obj through c and checks their bytes.
@@ -141,7 +115,7 @@ func readChunks(t *testing.T, c *chunkCache, data []byte, chunk int64, idx ...in
 // squeezed in beyond the bound.
 func TestChunkCacheDiskBoundUnderConcurrentWrites(t *testing.T) {
 	const chunk = 64 << 10
-	tr, data := newTestCache(t, chunk, 8, Config{MemoryBytes: 4 * chunk, CacheBytes: 2 * chunk, ReadAhead: -1, ReadWorkers: 4})
+	tr, data, _ := newTestCache(t, chunk, 8, Config{MemoryBytes: 4 * chunk, CacheBytes: 2 * chunk, ReadAhead: -1, ReadWorkers: 4})
 	c := tr.cache
 	var writers atomic.Int64
 	release := make(chan struct{})
@@ -181,7 +155,7 @@ func TestChunkCacheDiskBoundUnderConcurrentWrites(t *testing.T) {
 // download, never a failed read.
 func TestChunkCacheLostFileIsDownloadedAgain(t *testing.T) {
 	const chunk = 64 << 10
-	tr, data := newTestCache(t, chunk, 8, Config{MemoryBytes: 2 * chunk, CacheBytes: 8 * chunk, ReadAhead: -1, ReadWorkers: 1})
+	tr, data, _ := newTestCache(t, chunk, 8, Config{MemoryBytes: 2 * chunk, CacheBytes: 8 * chunk, ReadAhead: -1, ReadWorkers: 1})
 	c := tr.cache
 	readChunks(t, c, data, chunk, 0, 1, 2, 3)
 	readChunks(t, c, data, chunk, 0, 1, 2, 3) // downloaded twice: to disk

@@ -120,15 +120,21 @@ func (f *Faulty) injected(op, key string) error {
 	return markRetryable(fmt.Errorf("objstore: %s %q: %w", op, key, ErrInjected))
 }
 
-func (f *Faulty) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+// write runs a Put or Delete, apply, with its fate: a lost reply reports
+// a failure after applying it.
+func (f *Faulty) write(ctx context.Context, op, key string, apply func() error) error {
 	ft := f.draw()
-	if err := f.begin(ctx, "put", key, ft); err != nil {
+	if err := f.begin(ctx, op, key, ft); err != nil {
 		return err
 	}
-	if err := f.inner.Put(ctx, key, r, size); err != nil || !ft.lostReply {
+	if err := apply(); err != nil || !ft.lostReply {
 		return err
 	}
-	return f.injected("put", key)
+	return f.injected(op, key)
+}
+
+func (f *Faulty) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return f.write(ctx, "put", key, func() error { return f.inner.Put(ctx, key, r, size) })
 }
 
 func (f *Faulty) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
@@ -183,12 +189,5 @@ func (f *Faulty) List(ctx context.Context, prefix string, fn func(Attrs) error) 
 }
 
 func (f *Faulty) Delete(ctx context.Context, key string) error {
-	ft := f.draw()
-	if err := f.begin(ctx, "delete", key, ft); err != nil {
-		return err
-	}
-	if err := f.inner.Delete(ctx, key); err != nil || !ft.lostReply {
-		return err
-	}
-	return f.injected("delete", key)
+	return f.write(ctx, "delete", key, func() error { return f.inner.Delete(ctx, key) })
 }

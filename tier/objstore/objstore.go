@@ -121,7 +121,7 @@ func validateKey(key string) error {
 }
 
 // validateRange rejects arguments no backend could satisfy.
-func validateRange(key string, off, n int64) error {
+func validateRange(key string, off int64) error {
 	if off < 0 {
 		return fmt.Errorf("%w: %q: negative offset %d", ErrInvalidRange, key, off)
 	}
@@ -143,6 +143,12 @@ func checkRange(key string, off, n, size int64) (int64, error) {
 		n = size - off
 	}
 	return n, nil
+}
+
+// transferBudget is how long a transfer of n bytes may take: base, plus n
+// at minThroughput bytes per second.
+func transferBudget(base time.Duration, n, minThroughput int64) time.Duration {
+	return base + time.Duration(float64(n)/float64(minThroughput)*float64(time.Second))
 }
 
 // retryableError marks an error that a retry may cure: a throttle, a 5xx, a

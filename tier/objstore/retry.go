@@ -94,7 +94,7 @@ func (s *retryStore) attempt(ctx context.Context, n int64, fn func(actx context.
 }
 
 func (s *retryStore) budget(n int64) time.Duration {
-	return s.p.AttemptTimeout + time.Duration(float64(n)/float64(s.p.MinThroughput)*float64(time.Second))
+	return transferBudget(s.p.AttemptTimeout, n, s.p.MinThroughput)
 }
 
 // timeoutErr makes an error caused by the attempt's own deadline retryable.
@@ -107,7 +107,7 @@ func (s *retryStore) timeoutErr(ctx, actx context.Context, err error) error {
 
 // do runs op until it succeeds, fails for good, runs out of attempts, or
 // ctx is done.
-func (s *retryStore) do(ctx context.Context, op func(attempt int) error) error {
+func (s *retryStore) do(ctx context.Context, op func() error) error {
 	var err error
 	for i := 0; i < s.p.Attempts; i++ {
 		if i > 0 {
@@ -115,7 +115,7 @@ func (s *retryStore) do(ctx context.Context, op func(attempt int) error) error {
 				return fmt.Errorf("%w (giving up; last error: %v)", werr, err)
 			}
 		}
-		if err = op(i); err == nil || !IsRetryable(err) {
+		if err = op(); err == nil || !IsRetryable(err) {
 			return err
 		}
 	}
@@ -138,18 +138,24 @@ func (s *retryStore) wait(ctx context.Context, attempt int) error {
 	}
 }
 
-func (s *retryStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
-	return s.do(ctx, func(int) error {
-		_, _, err := s.attempt(ctx, size, func(actx context.Context) (bool, error) {
-			return false, s.inner.Put(actx, key, r, size)
+// call runs fn until it succeeds or fails for good, each attempt under
+// the attempt timeout of a transfer of n bytes.
+func (s *retryStore) call(ctx context.Context, n int64, fn func(actx context.Context) error) error {
+	return s.do(ctx, func() error {
+		_, _, err := s.attempt(ctx, n, func(actx context.Context) (bool, error) {
+			return false, fn(actx)
 		})
 		return err
 	})
 }
 
+func (s *retryStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.call(ctx, size, func(actx context.Context) error { return s.inner.Put(actx, key, r, size) })
+}
+
 func (s *retryStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	b := &retryBody{s: s, ctx: ctx, key: key, off: off, n: n}
-	if err := s.do(ctx, func(int) error { return b.open() }); err != nil {
+	if err := s.do(ctx, b.open); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -202,8 +208,8 @@ func (b *retryBody) Read(p []byte) (int, error) {
 		return k, err
 	}
 	b.failures++
-	b.closeBody()
-	rerr := b.s.do(b.ctx, func(int) error { return b.open() })
+	b.Close()
+	rerr := b.s.do(b.ctx, b.open)
 	if rerr != nil {
 		return k, rerr
 	}
@@ -211,14 +217,6 @@ func (b *retryBody) Read(p []byte) (int, error) {
 		return b.Read(p)
 	}
 	return k, nil
-}
-
-func (b *retryBody) closeBody() {
-	if b.rc != nil {
-		b.rc.Close()
-		b.release()
-		b.rc = nil
-	}
 }
 
 func (b *retryBody) Close() error {
@@ -233,12 +231,8 @@ func (b *retryBody) Close() error {
 
 func (s *retryStore) Stat(ctx context.Context, key string) (Attrs, error) {
 	var a Attrs
-	err := s.do(ctx, func(int) error {
-		_, _, err := s.attempt(ctx, 0, func(actx context.Context) (bool, error) {
-			var err error
-			a, err = s.inner.Stat(actx, key)
-			return false, err
-		})
+	err := s.call(ctx, 0, func(actx context.Context) (err error) {
+		a, err = s.inner.Stat(actx, key)
 		return err
 	})
 	return a, err
@@ -250,7 +244,7 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(Attrs) err
 		delivered bool
 		fnErr     error
 	)
-	err := s.do(ctx, func(int) error {
+	err := s.do(ctx, func() error {
 		// No attempt timeout here: a List runs as long as fn takes.
 		err := s.inner.List(ctx, prefix, func(a Attrs) error {
 			if delivered && a.Key <= last {
@@ -278,10 +272,5 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(Attrs) err
 var errStopRetry = errors.New("objstore: stop retrying")
 
 func (s *retryStore) Delete(ctx context.Context, key string) error {
-	return s.do(ctx, func(int) error {
-		_, _, err := s.attempt(ctx, 0, func(actx context.Context) (bool, error) {
-			return false, s.inner.Delete(actx, key)
-		})
-		return err
-	})
+	return s.call(ctx, 0, func(actx context.Context) error { return s.inner.Delete(actx, key) })
 }

@@ -261,7 +261,7 @@ func (s *s3Store) transferCtx(ctx context.Context, n int64) (context.Context, *t
 }
 
 func (s *s3Store) budget(n int64) time.Duration {
-	return s.cfg.RequestTimeout + time.Duration(float64(n)/float64(s.cfg.MinThroughput)*float64(time.Second))
+	return transferBudget(s.cfg.RequestTimeout, n, s.cfg.MinThroughput)
 }
 
 // classify turns an SDK error into the package's error vocabulary.
@@ -327,7 +327,7 @@ func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) (io.Re
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
-	if err := validateRange(key, off, n); err != nil {
+	if err := validateRange(key, off); err != nil {
 		return nil, err
 	}
 	if err := ctxErr(ctx, "get", key); err != nil {

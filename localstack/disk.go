@@ -74,7 +74,7 @@ func etag(a objstore.Attrs) []byte {
 	return h[:]
 }
 
-func s3Err(bucket, key string, err error) error {
+func s3Err(key string, err error) error {
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return gofakes3.KeyNotFound(key)
@@ -207,7 +207,7 @@ func (d *diskBackend) GetObject(bucket, key string, rr *gofakes3.ObjectRangeRequ
 	ctx := context.Background()
 	a, err := s.Stat(ctx, key)
 	if err != nil {
-		return nil, s3Err(bucket, key, err)
+		return nil, s3Err(key, err)
 	}
 	rng, err := rr.Range(a.Size)
 	if err != nil {
@@ -219,7 +219,7 @@ func (d *diskBackend) GetObject(bucket, key string, rr *gofakes3.ObjectRangeRequ
 	}
 	rc, err := s.GetRange(ctx, key, off, n)
 	if err != nil {
-		return nil, s3Err(bucket, key, err)
+		return nil, s3Err(key, err)
 	}
 	return &gofakes3.Object{Name: key, Size: a.Size, Hash: etag(a), Range: rng, Contents: rc, Metadata: metaOf(a)}, nil
 }
@@ -231,7 +231,7 @@ func (d *diskBackend) HeadObject(bucket, key string) (*gofakes3.Object, error) {
 	}
 	a, err := s.Stat(context.Background(), key)
 	if err != nil {
-		return nil, s3Err(bucket, key, err)
+		return nil, s3Err(key, err)
 	}
 	return &gofakes3.Object{Name: key, Size: a.Size, Hash: etag(a), Contents: io.NopCloser(eofReader{}), Metadata: metaOf(a)}, nil
 }
@@ -250,7 +250,7 @@ func (d *diskBackend) DeleteObject(bucket, key string) (gofakes3.ObjectDeleteRes
 	if err != nil {
 		return gofakes3.ObjectDeleteResult{}, err
 	}
-	return gofakes3.ObjectDeleteResult{}, s3Err(bucket, key, s.Delete(context.Background(), key))
+	return gofakes3.ObjectDeleteResult{}, s3Err(key, s.Delete(context.Background(), key))
 }
 
 func (d *diskBackend) PutObject(bucket, key string, meta map[string]string, input io.Reader, size int64, cond *gofakes3.PutConditions) (gofakes3.PutObjectResult, error) {
@@ -281,7 +281,7 @@ func (d *diskBackend) PutObject(bucket, key string, meta map[string]string, inpu
 	if n != size {
 		return gofakes3.PutObjectResult{}, gofakes3.ErrIncompleteBody
 	}
-	return gofakes3.PutObjectResult{}, s3Err(bucket, key, s.Put(ctx, key, f, n))
+	return gofakes3.PutObjectResult{}, s3Err(key, s.Put(ctx, key, f, n))
 }
 
 func (d *diskBackend) DeleteMulti(bucket string, keys ...string) (gofakes3.MultiDeleteResult, error) {

@@ -106,13 +106,8 @@ func Start(ctx context.Context, o Options) (s *S3, stop func() error, err error)
 	var backend gofakes3.Backend
 	if o.Dir == "" {
 		backend = s3mem.New()
-	} else {
-		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-			return nil, nil, fmt.Errorf("localstack: %w", err)
-		}
-		if backend, err = newDiskBackend(o.Dir); err != nil {
-			return nil, nil, fmt.Errorf("localstack: disk backend in %s: %w", o.Dir, err)
-		}
+	} else if backend, err = newDiskBackend(o.Dir); err != nil {
+		return nil, nil, fmt.Errorf("localstack: disk backend in %s: %w", o.Dir, err)
 	}
 	exists, err := backend.BucketExists(o.Bucket)
 	if err == nil && !exists {

@@ -112,8 +112,8 @@ func FirstRecordAtOrAfter(batch []byte, ts, minOffset int64) (offset, timestamp 
 	return firstRecordAtOrAfter(batch, ts, minOffset)
 }
 
-// BatchCRCOK reports whether a stored batch's CRC-32C matches its bytes.
-func BatchCRCOK(batch []byte) bool {
-	h, err := ParseBatchHeader(batch)
-	return err == nil && h.Size() == len(batch) && batchCRC(batch) == h.CRC
+// CRCMatches reports whether batch, the whole batch h was parsed from,
+// matches its CRC-32C.
+func (h BatchHeader) CRCMatches(batch []byte) bool {
+	return h.Size() == len(batch) && batchCRC(batch) == h.CRC
 }

@@ -126,7 +126,7 @@ func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes
 			if len(*dst) > start && len(*dst)-start+size > maxBytes {
 				return used, true, nil
 			}
-			if !segment.BatchCRCOK(b[:size]) {
+			if !h.CRCMatches(b[:size]) {
 				return used, false, fmt.Errorf("batch at offset %d fails its CRC", h.BaseOffset)
 			}
 			*dst = append(*dst, b[:size]...)

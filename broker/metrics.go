@@ -2,9 +2,11 @@ package broker
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/tier"
@@ -37,70 +39,72 @@ type metrics struct {
 	tierReadBytes      prometheus.Counter
 	tierOrphansDeleted prometheus.Counter
 	uploadLag          *prometheus.GaugeVec // topic, partition
+
+	// perAPI holds each API's requests and requestLatency series, looked
+	// up on first use: WithLabelValues hashes and locks on every call, too
+	// much for every request.
+	perAPI [kmsg.MaxKey + 1]atomic.Pointer[apiSeries]
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := func(c prometheus.Collector) prometheus.Collector {
-		reg.MustRegister(c)
-		return c
-	}
+	f := promauto.With(reg)
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs .. ~13s
 	return &metrics{
 		reg: reg,
-		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_requests_total", Help: "Kafka requests handled, by API.",
-		}, []string{"api"})).(*prometheus.CounterVec),
-		requestLatency: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		}, []string{"api"}),
+		requestLatency: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "strata_request_duration_seconds", Help: "Time to handle a Kafka request, by API.", Buckets: buckets,
-		}, []string{"api"})).(*prometheus.HistogramVec),
-		errors: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"api"}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_request_errors_total", Help: "Error codes returned, by API and Kafka error code (per partition where the API answers per partition).",
-		}, []string{"api", "code"})).(*prometheus.CounterVec),
-		bytesIn: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"api", "code"}),
+		bytesIn: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_network_received_bytes_total", Help: "Bytes of Kafka requests received.",
-		})).(prometheus.Counter),
-		bytesOut: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		bytesOut: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_network_sent_bytes_total", Help: "Bytes of Kafka responses sent.",
-		})).(prometheus.Counter),
-		connections: f(prometheus.NewGauge(prometheus.GaugeOpts{
+		}),
+		connections: f.NewGauge(prometheus.GaugeOpts{
 			Name: "strata_connections", Help: "Open Kafka client connections.",
-		})).(prometheus.Gauge),
-		badRequests: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		badRequests: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_connections_closed_bad_request_total", Help: "Connections closed because a frame was malformed, oversized or unsupported.",
-		})).(prometheus.Counter),
-		produceLatency: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+		}),
+		produceLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "strata_produce_duration_seconds", Help: "Produce request latency, from decode to response.", Buckets: buckets,
-		})).(prometheus.Histogram),
-		fetchLatency: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+		}),
+		fetchLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "strata_fetch_duration_seconds", Help: "Fetch request latency, including long-poll waits.", Buckets: buckets,
-		})).(prometheus.Histogram),
-		recordsIn: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		recordsIn: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_produced_records_total", Help: "Records appended to logs.",
-		})).(prometheus.Counter),
-		logEnd: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		}),
+		logEnd: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_log_end_offset", Help: "Log end offset of each hosted partition.",
-		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
-		tierUploads: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"topic", "partition"}),
+		tierUploads: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tier_uploaded_segments_total", Help: "Segments copied to the object store.",
-		})).(prometheus.Counter),
-		tierUploadBytes: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		tierUploadBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tier_uploaded_bytes_total", Help: "Log bytes copied to the object store.",
-		})).(prometheus.Counter),
-		tierUploadErrors: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		tierUploadErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tier_upload_errors_total", Help: "Upload passes that failed and will be retried.",
-		})).(prometheus.Counter),
-		tierUploadSeconds: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+		}),
+		tierUploadSeconds: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "strata_tier_upload_duration_seconds", Help: "Time to upload one segment and publish its manifest.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
-		})).(prometheus.Histogram),
-		tierReadBytes: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		tierReadBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tier_read_bytes_total", Help: "Record bytes served to consumers from the object store.",
-		})).(prometheus.Counter),
-		tierOrphansDeleted: f(prometheus.NewCounter(prometheus.CounterOpts{
+		}),
+		tierOrphansDeleted: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_tier_orphans_deleted_total", Help: "Unreferenced objects deleted by the collector.",
-		})).(prometheus.Counter),
-		uploadLag: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		}),
+		uploadLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
-		}, []string{"topic", "partition"})).(*prometheus.GaugeVec),
+		}, []string{"topic", "partition"}),
 	}
 }
 
@@ -128,10 +132,23 @@ func (m *metrics) watchTierCache(stats func() tier.CacheStats) {
 	)
 }
 
+type apiSeries struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// observeRequest counts one request of a registered API and its latency.
 func (m *metrics) observeRequest(key int16, d time.Duration) {
-	name := kmsg.NameForKey(key)
-	m.requests.WithLabelValues(name).Inc()
-	m.requestLatency.WithLabelValues(name).Observe(d.Seconds())
+	s := m.perAPI[key].Load()
+	if s == nil {
+		// Racing first requests store equal values: the vectors hand out
+		// the same series for the same label.
+		name := kmsg.NameForKey(key)
+		s = &apiSeries{m.requests.WithLabelValues(name), m.requestLatency.WithLabelValues(name)}
+		m.perAPI[key].Store(s)
+	}
+	s.requests.Inc()
+	s.latency.Observe(d.Seconds())
 }
 
 // countError records a non-zero error code returned by api.

@@ -1,7 +1,8 @@
 package broker
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -27,12 +28,7 @@ func (b *Broker) handleApiVersions(req *request) (kmsg.Response, error) {
 		resp.SetVersion(0)
 		resp.ErrorCode = kerr.UnsupportedVersion.Code
 	}
-	keys := make([]int16, 0, len(apis))
-	for k := range apis {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(apis)) {
 		a := apis[k]
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: a.min, MaxVersion: a.max})
 	}

@@ -256,21 +256,19 @@ type api struct {
 	handle   handlerFunc
 }
 
-var (
-	apis map[int16]api
-)
+// apis is filled by register before main runs and only read after.
+var apis = make(map[int16]api)
 
 // register is called from each API file's init.
 func register(key kmsg.Key, min, max int16, h handlerFunc) {
-	if apis == nil {
-		apis = make(map[int16]api)
-	}
 	apis[int16(key)] = api{min: min, max: max, handle: h}
 }
 
+func (a api) serves(version int16) bool { return version >= a.min && version <= a.max }
+
 func supported(key, version int16) bool {
 	a, ok := apis[key]
-	return ok && version >= a.min && version <= a.max
+	return ok && a.serves(version)
 }
 
 func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
@@ -280,7 +278,7 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 	if !ok {
 		return nil, fmt.Errorf("unsupported api %s (key %d)", kmsg.NameForKey(key), key)
 	}
-	if !supported(key, version) && key != int16(kmsg.ApiVersions) {
+	if !a.serves(version) && key != int16(kmsg.ApiVersions) {
 		return nil, fmt.Errorf("unsupported version %d of %s (we serve %d-%d)", version, kmsg.NameForKey(key), a.min, a.max)
 	}
 	start := time.Now()

@@ -3,7 +3,6 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -39,7 +38,6 @@ type fetchPart struct {
 	p         *partition
 	offset    int64
 	maxBytes  int
-	epoch     int32
 	resp      *kmsg.FetchResponseTopicPartition
 	start     int // span of the partition's bytes in conn.scratch
 	end       int
@@ -61,7 +59,14 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 
 	st := b.meta.State()
-	var parts []*fetchPart
+	// One allocation for every partition's state, not one each.
+	n := 0
+	for i := range r.Topics {
+		n += len(r.Topics[i].Partitions)
+	}
+	all := make([]fetchPart, n)
+	parts := make([]*fetchPart, 0, n)
+	resp.Topics = make([]kmsg.FetchResponseTopic, 0, len(r.Topics))
 	for i := range r.Topics {
 		rt := &r.Topics[i]
 		name, id := rt.Topic, rt.TopicID
@@ -88,14 +93,15 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			*sp = kmsg.NewFetchResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
-			fp := &fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), epoch: rp.CurrentLeaderEpoch, resp: sp}
+			fp := &all[len(parts)]
+			*fp = fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp}
 			parts = append(parts, fp)
 			err := topicErr
 			if err == nil {
 				fp.p, err = b.hosted(name, rp.Partition)
 			}
 			if err == nil {
-				err = checkLeaderEpoch(fp.p, fp.epoch)
+				err = checkLeaderEpoch(fp.p, rp.CurrentLeaderEpoch)
 			}
 			if err != nil {
 				fp.setError(err)
@@ -223,7 +229,7 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 			if !errors.Is(err, segment.ErrOffsetOutOfRange) {
 				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
 			}
-			fp.setError(fmt.Errorf("read %s-%d at %d: %w", p.topic, p.index, fp.offset, err))
+			fp.setError(err) // Fetch has no error message: only the code goes back
 			anyErr = true
 			continue
 		}

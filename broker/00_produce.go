@@ -56,15 +56,7 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 		st.Topic = rt.Topic
 		topicErr := topLevel
 		if topicErr == nil {
-			if _, ok := b.topicByName(rt.Topic); !ok {
-				t, err := b.autoCreate(b.ctx, rt.Topic)
-				switch {
-				case err != nil:
-					topicErr = err
-				case t == nil:
-					topicErr = kerr.UnknownTopicOrPartition
-				}
-			}
+			_, topicErr = b.autoCreate(b.ctx, rt.Topic)
 		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
@@ -78,11 +70,8 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 				err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
 			}
 			if err != nil {
-				sp.ErrorCode = errorCode(err)
-				if r.Version >= 8 {
-					sp.ErrorMessage = errMessage(err)
-				}
-				b.metrics.countError(kmsg.Produce, sp.ErrorCode)
+				// ErrorMessage is sent from v8 on; kmsg leaves it out before.
+				sp.ErrorCode, sp.ErrorMessage = b.answerError(kmsg.Produce, err)
 				if sp.ErrorCode == kerr.UnknownServerError.Code || sp.ErrorCode == kerr.KafkaStorageError.Code {
 					b.log.Error("produce", "topic", rt.Topic, "partition", rp.Partition, "err", err)
 				}

@@ -1,7 +1,9 @@
 package broker
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,25 +32,18 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 	allowAuto := r.Version < 4 || r.AllowAutoTopicCreation
 
 	st := b.meta.State()
-	for _, id := range sortedBrokerIDs(st) {
-		br := st.Brokers[id]
+	for _, br := range sortedBrokers(st) {
 		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
-		if br.Rack != "" {
-			rack := br.Rack
-			mb.Rack = &rack
-		}
+		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, mb)
 	}
-	clusterID := b.cfg.ClusterID
-	resp.ClusterID = &clusterID
+	resp.ClusterID = kmsg.StringPtr(b.cfg.ClusterID)
 	resp.ControllerID = b.meta.ControllerID()
 	resp.AuthorizedOperations = authorizedOperationsOmitted
 
 	addTopic := func(t *meta.Topic) {
 		mt := kmsg.NewMetadataResponseTopic()
-		name := t.Name
-		mt.Topic = &name
+		mt.Topic = kmsg.StringPtr(t.Name)
 		mt.TopicID = t.ID
 		mt.IsInternal = t.Internal
 		mt.AuthorizedOperations = authorizedOperationsOmitted
@@ -108,24 +103,24 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
 			continue
 		}
-		t, err := b.autoCreate(b.ctx, name)
-		switch {
-		case err != nil:
+		if t, err := b.autoCreate(b.ctx, name); err != nil {
 			missing(rt.Topic, [16]byte{}, err)
-		case t == nil:
-			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
-		default:
+		} else {
 			addTopic(t)
 		}
 	}
 	return resp, nil
 }
 
-func sortedBrokerIDs(st *meta.State) []int32 {
-	ids := make([]int32, 0, len(st.Brokers))
-	for id := range st.Brokers {
-		ids = append(ids, id)
+// sortedBrokers returns the registered brokers in node id order.
+func sortedBrokers(st *meta.State) []meta.Broker {
+	return slices.SortedFunc(maps.Values(st.Brokers), func(a, b meta.Broker) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// rack is a broker's rack as the protocol carries it: null when unset.
+func rack(br meta.Broker) *string {
+	if br.Rack == "" {
+		return nil
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
+	return &br.Rack
 }

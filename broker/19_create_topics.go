@@ -36,18 +36,16 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		st.NumPartitions, st.ReplicationFactor = -1, -1
-		err := b.createFromRequest(req, r, rt, count[rt.Topic], &st)
+		err := b.createFromRequest(r, rt, count[rt.Topic], &st)
 		if err != nil {
-			st.ErrorCode = errorCode(err)
-			st.ErrorMessage = errMessage(err)
-			b.metrics.countError(kmsg.CreateTopics, st.ErrorCode)
+			st.ErrorCode, st.ErrorMessage = b.answerError(kmsg.CreateTopics, err)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
 }
 
-func (b *Broker) createFromRequest(req *request, r *kmsg.CreateTopicsRequest, rt kmsg.CreateTopicsRequestTopic, seen int, st *kmsg.CreateTopicsResponseTopic) error {
+func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTopicsRequestTopic, seen int, st *kmsg.CreateTopicsResponseTopic) error {
 	if seen > 1 {
 		return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
 	}
@@ -82,26 +80,18 @@ func (b *Broker) createFromRequest(req *request, r *kmsg.CreateTopicsRequest, rt
 		}
 		c.configs[kv.Name] = *kv.Value
 	}
-	t, err := b.createTopic(req.conn.b.ctx, c)
+	t, err := b.createTopic(b.ctx, &c)
 	if err != nil {
 		return err
 	}
 	st.TopicID = t.ID
-	st.NumPartitions = c.partitions
-	if c.partitions == -1 {
-		st.NumPartitions = b.cfg.DefaultPartitions
-	}
-	st.ReplicationFactor = c.replicationFactor
-	if c.replicationFactor == -1 {
-		st.ReplicationFactor = 1
-	}
+	st.NumPartitions, st.ReplicationFactor = c.partitions, c.replicationFactor
 	if r.Version >= 5 {
 		for _, name := range topicConfigNames {
 			v, src := b.topicConfigValue(c.configs, name)
 			rc := kmsg.NewCreateTopicsResponseTopicConfig()
 			rc.Name = name
-			val := v
-			rc.Value = &val
+			rc.Value = kmsg.StringPtr(v)
 			rc.Source = src
 			st.Configs = append(st.Configs, rc)
 		}

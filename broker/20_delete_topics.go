@@ -81,11 +81,8 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 			return nil
 		}()
 		if err != nil {
-			st.ErrorCode = errorCode(err)
-			if r.Version >= 5 {
-				st.ErrorMessage = errMessage(err)
-			}
-			b.metrics.countError(kmsg.DeleteTopics, st.ErrorCode)
+			// ErrorMessage is sent from v5 on; kmsg leaves it out before.
+			st.ErrorCode, st.ErrorMessage = b.answerError(kmsg.DeleteTopics, err)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -38,15 +39,7 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 		sr := kmsg.NewDescribeConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		wanted := func(name string) bool {
-			if rr.ConfigNames == nil {
-				return true
-			}
-			for _, n := range rr.ConfigNames {
-				if n == name {
-					return true
-				}
-			}
-			return false
+			return rr.ConfigNames == nil || slices.Contains(rr.ConfigNames, name)
 		}
 		switch rr.ResourceType {
 		case resourceTopic:
@@ -68,16 +61,14 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 					c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, topicConfigs[name].def, configSourceDefault))
 				}
 				if r.IncludeDocumentation {
-					doc := topicConfigs[name].doc
-					c.Documentation = &doc
+					c.Documentation = kmsg.StringPtr(topicConfigs[name].doc)
 				}
 				sr.Configs = append(sr.Configs, c)
 			}
 		case resourceBroker:
 			if rr.ResourceName != "" && rr.ResourceName != strconv.Itoa(int(b.cfg.NodeID)) {
 				sr.ErrorCode = kerr.InvalidRequest.Code
-				msg := "this broker is node " + strconv.Itoa(int(b.cfg.NodeID))
-				sr.ErrorMessage = &msg
+				sr.ErrorMessage = kmsg.StringPtr("this broker is node " + strconv.Itoa(int(b.cfg.NodeID)))
 				break
 			}
 			for _, kv := range b.brokerConfigs() {
@@ -89,8 +80,7 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 			}
 		default:
 			sr.ErrorCode = kerr.InvalidRequest.Code
-			msg := "only TOPIC and BROKER resources are described"
-			sr.ErrorMessage = &msg
+			sr.ErrorMessage = kmsg.StringPtr("only TOPIC and BROKER resources are described")
 		}
 		b.metrics.countError(kmsg.DescribeConfigs, sr.ErrorCode)
 		resp.Resources = append(resp.Resources, sr)
@@ -101,8 +91,7 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 func describedConfig(name, value string, src int8, version int16) kmsg.DescribeConfigsResponseResourceConfig {
 	c := kmsg.NewDescribeConfigsResponseResourceConfig()
 	c.Name = name
-	v := value
-	c.Value = &v
+	c.Value = kmsg.StringPtr(value)
 	c.Source = kmsg.ConfigSource(src)
 	c.IsDefault = src == configSourceDefault
 	if version >= 3 {
@@ -114,8 +103,7 @@ func describedConfig(name, value string, src int8, version int16) kmsg.DescribeC
 func synonym(name, value string, src int8) kmsg.DescribeConfigsResponseResourceConfigConfigSynonym {
 	s := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
 	s.Name = name
-	v := value
-	s.Value = &v
+	s.Value = kmsg.StringPtr(value)
 	s.Source = kmsg.ConfigSource(src)
 	return s
 }

@@ -66,9 +66,7 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 			return nil
 		}()
 		if err != nil {
-			st.ErrorCode = errorCode(err)
-			st.ErrorMessage = errMessage(err)
-			b.metrics.countError(kmsg.CreatePartitions, st.ErrorCode)
+			st.ErrorCode, st.ErrorMessage = b.answerError(kmsg.CreatePartitions, err)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}

@@ -88,9 +88,7 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 			return nil
 		}()
 		if err != nil {
-			sr.ErrorCode = errorCode(err)
-			sr.ErrorMessage = errMessage(err)
-			b.metrics.countError(kmsg.IncrementalAlterConfigs, sr.ErrorCode)
+			sr.ErrorCode, sr.ErrorMessage = b.answerError(kmsg.IncrementalAlterConfigs, err)
 		}
 		resp.Resources = append(resp.Resources, sr)
 	}

@@ -18,23 +18,16 @@ func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
 	if r.Version >= 1 && r.EndpointType != 1 {
 		resp.ErrorCode = kerr.UnsupportedEndpointType.Code
-		msg := "only broker endpoints (type 1) are served"
-		resp.ErrorMessage = &msg
+		resp.ErrorMessage = kmsg.StringPtr("only broker endpoints (type 1) are served")
 		return resp, nil
 	}
 	resp.EndpointType = 1
 	resp.ClusterID = b.cfg.ClusterID
 	resp.ControllerID = b.meta.ControllerID()
 	resp.ClusterAuthorizedOperations = authorizedOperationsOmitted
-	st := b.meta.State()
-	for _, id := range sortedBrokerIDs(st) {
-		br := st.Brokers[id]
+	for _, br := range sortedBrokers(b.meta.State()) {
 		rb := kmsg.NewDescribeClusterResponseBroker()
-		rb.NodeID, rb.Host, rb.Port = br.ID, br.Host, br.Port
-		if br.Rack != "" {
-			rack := br.Rack
-			rb.Rack = &rack
-		}
+		rb.NodeID, rb.Host, rb.Port, rb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	return resp, nil

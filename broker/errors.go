@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/meta"
 	"strata/segment"
@@ -48,6 +49,14 @@ var errorMap = []struct {
 	{meta.ErrInvalidReplicationFactor, kerr.InvalidReplicationFactor},
 	{meta.ErrNotController, kerr.NotController},
 	{errClosed, kerr.NotLeaderForPartition},
+}
+
+// answerError is what a response carries for err, its code and message,
+// and counts the code against api.
+func (b *Broker) answerError(api kmsg.Key, err error) (int16, *string) {
+	code := errorCode(err)
+	b.metrics.countError(api, code)
+	return code, errMessage(err)
 }
 
 // errMessage is the text to put in a response's ErrorMessage field: the

@@ -17,9 +17,7 @@ import (
 type topicConfigDef struct {
 	def      string
 	validate func(string) error
-	// sensitive values are never returned by DescribeConfigs or logged.
-	sensitive bool
-	doc       string
+	doc      string
 }
 
 var topicConfigs = map[string]topicConfigDef{

@@ -45,8 +45,9 @@ type topicCreate struct {
 
 // createTopic validates and, unless validateOnly, creates a topic through
 // the metadata log, then opens its local partitions before returning so
-// that a produce right after creation finds them.
-func (b *Broker) createTopic(ctx context.Context, c topicCreate) (*meta.Topic, error) {
+// that a produce right after creation finds them. It replaces c's -1
+// partition count and replication factor with the defaults it applied.
+func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, error) {
 	if err := validateTopicName(c.name); err != nil {
 		return nil, err
 	}
@@ -92,16 +93,16 @@ func (b *Broker) createTopic(ctx context.Context, c topicCreate) (*meta.Topic, e
 	return &t, nil
 }
 
-// autoCreate creates name with the broker defaults if auto-creation is on.
-// It returns the topic, or nil when the topic still does not exist.
+// autoCreate returns the topic name, first creating it with the broker
+// defaults if it does not exist and auto-creation is on.
 func (b *Broker) autoCreate(ctx context.Context, name string) (*meta.Topic, error) {
 	if t, ok := b.topicByName(name); ok {
 		return t, nil
 	}
 	if !b.cfg.AutoCreateTopics {
-		return nil, nil
+		return nil, kerr.UnknownTopicOrPartition
 	}
-	t, err := b.createTopic(ctx, topicCreate{name: name, partitions: -1, replicationFactor: -1})
+	t, err := b.createTopic(ctx, &topicCreate{name: name, partitions: -1, replicationFactor: -1})
 	if err != nil && errorCode(err) == kerr.TopicAlreadyExists.Code {
 		// Another request created it first.
 		t2, ok := b.topicByName(name)

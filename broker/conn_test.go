@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -37,14 +36,7 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	rd := bufio.NewReader(c)
 	for i := range reqs {
-		var size [4]byte
-		if _, err := io.ReadFull(rd, size[:]); err != nil {
-			t.Fatal(err)
-		}
-		resp := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(rd, resp); err != nil {
-			t.Fatal(err)
-		}
+		resp := readFrame(t, rd)
 		if corr := int32(binary.BigEndian.Uint32(resp)); corr != int32(100+i) {
 			t.Fatalf("response %d has correlation id %d, want %d", i, corr, 100+i)
 		}

@@ -142,24 +142,14 @@ func TestCorruptBatchRejected(t *testing.T) {
 	}
 }
 
+// listOffset is listOffsetV for a partition that must answer without error.
 func listOffset(t *testing.T, cl *kgo.Client, topic string, ts int64) int64 {
 	t.Helper()
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Timestamp = ts
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatalf("list offsets: %v", err)
+	off, code := listOffsetV(t, cl, topic, ts)
+	if code != 0 {
+		t.Fatalf("list offsets: %v", kerr.ErrorForCode(code))
 	}
-	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		t.Fatalf("list offsets: %v", kerr.ErrorForCode(p.ErrorCode))
-	}
-	return p.Offset
+	return off
 }
 
 // TestBadFramesCloseOnlyThatConnection sends garbage, truncated frames, an
@@ -230,6 +220,21 @@ func TestBadFramesCloseOnlyThatConnection(t *testing.T) {
 	}
 }
 
+// readFrame reads one length-prefixed response frame and returns what
+// follows the length.
+func readFrame(t *testing.T, r io.Reader) []byte {
+	t.Helper()
+	var size [4]byte
+	if _, err := io.ReadFull(r, size[:]); err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(r, frame); err != nil {
+		t.Fatal(err)
+	}
+	return frame
+}
+
 // TestApiVersionsAboveOurs: KIP-511: a client asking with a newer
 // ApiVersions than we serve gets a v0 answer with UNSUPPORTED_VERSION and
 // our list, rather than a closed connection.
@@ -247,14 +252,7 @@ func TestApiVersionsAboveOurs(t *testing.T) {
 	body = append(body, 0, 0, 0)
 	c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var size [4]byte
-	if _, err := io.ReadFull(c, size[:]); err != nil {
-		t.Fatal(err)
-	}
-	resp := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(c, resp); err != nil {
-		t.Fatal(err)
-	}
+	resp := readFrame(t, c)
 	if corr := binary.BigEndian.Uint32(resp); corr != 42 {
 		t.Fatalf("correlation id %d", corr)
 	}

@@ -16,8 +16,9 @@ import (
 	"strata/tier/objstore"
 )
 
-// listOffsetV answers ListOffsets for one partition at a given version, so
-// the tiered special timestamps (-4, -5) can be asked for.
+// listOffsetV answers ListOffsets for partition 0 of topic at the newest
+// version both sides know, so the tiered special timestamps (-4, -5) can
+// be asked for; it returns the offset and the partition's error code.
 func listOffsetV(t *testing.T, cl *kgo.Client, topic string, ts int64) (int64, int16) {
 	t.Helper()
 	req := kmsg.NewPtrListOffsetsRequest()
@@ -29,7 +30,7 @@ func listOffsetV(t *testing.T, cl *kgo.Client, topic string, ts int64) (int64, i
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(context.Background(), cl)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("list offsets: %v", err)
 	}
 	p := resp.Topics[0].Partitions[0]
 	return p.Offset, p.ErrorCode

@@ -100,17 +100,15 @@ func (b *Broker) syncCoordinator(ctx context.Context) {
 	}
 }
 
-// groupsLoop follows metadata changes and expires offsets.
+// groupsLoop expires offsets. (Coordinators follow metadata changes in
+// the reconcile loop, after the partitions they load are opened.)
 func (b *Broker) groupsLoop() {
 	tick := time.NewTicker(b.cfg.MaintenanceInterval)
 	defer tick.Stop()
 	for {
-		ch := b.meta.Changed()
 		select {
 		case <-b.ctx.Done():
 			return
-		case <-ch:
-			b.syncCoordinator(b.ctx)
 		case <-tick.C:
 			b.groups.ExpireOffsets(b.ctx)
 		}

@@ -67,6 +67,9 @@ func (b *Broker) reconcileLoop(changed <-chan struct{}) {
 		if err := b.reconcile(); err != nil {
 			b.log.Error("reconcile partitions", "err", err)
 		}
+		// Coordinators follow the offsets partitions reconcile has just
+		// opened or closed.
+		b.syncCoordinator(b.ctx)
 	}
 }
 

@@ -52,10 +52,9 @@ type partition struct {
 // partitionSettings are a partition's topic configs, resolved.
 type partitionSettings struct {
 	configs  map[string]string // as in the metadata, to notice changes
-	log      segment.Config
-	tiered   bool // copied to the cold tier
-	minISR   int  // min.insync.replicas
-	internal bool // only the broker writes to it
+	log      segment.Config    // log.Tiered: copied to the cold tier
+	minISR   int               // min.insync.replicas
+	internal bool              // only the broker writes to it
 }
 
 func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log, s *partitionSettings, logEnd prometheus.Gauge) *partition {

@@ -97,7 +97,7 @@ func (p *partition) bucketName() format.TopicPartition {
 // remoteEnabled reports whether p's topic tiers (never without a tier:
 // see tiers).
 func (b *Broker) remoteEnabled(p *partition) bool {
-	return p.settings.Load().tiered
+	return p.settings.Load().log.Tiered
 }
 
 // tiers reports whether a topic with these configs goes to the cold tier:

@@ -96,7 +96,6 @@ func (b *Broker) settingsFor(configs map[string]string, internal bool) *partitio
 	s := &partitionSettings{
 		configs:  configs,
 		log:      b.segmentConfig(configs, internal),
-		tiered:   b.tiers(configs, internal),
 		minISR:   1,
 		internal: internal,
 	}

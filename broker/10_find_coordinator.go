@@ -34,9 +34,7 @@ func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
 		c.Key, c.NodeID = key, -1
 		if err := b.findCoordinator(key, r.CoordinatorType, &c); err != nil {
-			c.ErrorCode = errorCode(err)
-			c.ErrorMessage = errMessage(err)
-			b.metrics.countError(kmsg.FindCoordinator, c.ErrorCode)
+			c.ErrorCode, c.ErrorMessage = b.answerError(kmsg.FindCoordinator, err)
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}

@@ -169,6 +169,14 @@ func uploadTarget(tb testing.TB, p *partition) int64 {
 // offset still receives every record exactly once, byte-identical, in
 // order; after a restart with a cold chunk cache, too.
 func TestTieredReplay(t *testing.T) {
+	for _, st := range tierStores {
+		t.Run(st.name, func(t *testing.T) { checkTieredReplay(t, st.open(t)) })
+	}
+}
+
+// checkTieredReplay is TestTieredReplay against one store.
+func checkTieredReplay(t *testing.T, store objstore.Store) {
+	t.Helper()
 	const partitions = 6
 	const size = 1024
 	// 200 MB with 1 MiB segments and 4 MiB of local retention; -short
@@ -177,47 +185,42 @@ func TestTieredReplay(t *testing.T) {
 	if testing.Short() {
 		n, segBytes = 25_000, 128<<10
 	}
-	for _, st := range tierStores {
-		t.Run(st.name, func(t *testing.T) {
-			store := st.open(t)
-			dir := t.TempDir()
-			b := tieredBroker(t, dir, store)
-			createTopic(t, testAdmin(t, b), "history", partitions, map[string]*string{
-				"segment.bytes":         ptr(fmt.Sprint(segBytes)),
-				"local.retention.bytes": ptr(fmt.Sprint(4 * segBytes)),
-			})
-			produceKeyed(t, b, "history", n, size)
-			waitUploaded(t, b, "history", partitions)
-			remote := 0
-			for i := int32(0); i < partitions; i++ {
-				p := b.partition("history", i)
-				if local := segmentFiles(t, b, "history", i); local > 7 {
-					t.Errorf("partition %d keeps %d local segments; local.retention.bytes allows about 5", i, local)
-				}
-				if p.log.StartOffset() == 0 {
-					t.Errorf("partition %d: nothing was deleted locally", i)
-				}
-				m, err := b.tier.Manifest(context.Background(), p.bucketName())
-				if err != nil {
-					t.Fatal(err)
-				}
-				remote += len(m.Segments)
-			}
-			t.Logf("%d segments in the bucket", remote)
-			consumeExactlyOnce(t, b, "history", n, size)
+	dir := t.TempDir()
+	b := tieredBroker(t, dir, store)
+	createTopic(t, testAdmin(t, b), "history", partitions, map[string]*string{
+		"segment.bytes":         ptr(fmt.Sprint(segBytes)),
+		"local.retention.bytes": ptr(fmt.Sprint(4 * segBytes)),
+	})
+	produceKeyed(t, b, "history", n, size)
+	waitUploaded(t, b, "history", partitions)
+	remote := 0
+	for i := int32(0); i < partitions; i++ {
+		p := b.partition("history", i)
+		if local := segmentFiles(t, b, "history", i); local > 7 {
+			t.Errorf("partition %d keeps %d local segments; local.retention.bytes allows about 5", i, local)
+		}
+		if p.log.StartOffset() == 0 {
+			t.Errorf("partition %d: nothing was deleted locally", i)
+		}
+		m, err := b.tier.Manifest(context.Background(), p.bucketName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote += len(m.Segments)
+	}
+	t.Logf("%d segments in the bucket", remote)
+	consumeExactlyOnce(t, b, "history", n, size)
 
-			// Restart: the chunk cache starts empty; history comes from the bucket.
-			if err := b.Close(); err != nil {
-				t.Fatal(err)
-			}
-			b = tieredBroker(t, dir, store)
-			if got := b.tier.CachedBytes(); got != 0 {
-				t.Fatalf("chunk cache holds %d bytes after a restart", got)
-			}
-			consumeExactlyOnce(t, b, "history", n, size)
-			if got := b.tier.CachedBytes(); got > 8<<20 {
-				t.Fatalf("chunk cache holds %d bytes, bound is %d", got, 8<<20)
-			}
-		})
+	// Restart: the chunk cache starts empty; history comes from the bucket.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = tieredBroker(t, dir, store)
+	if got := b.tier.CachedBytes(); got != 0 {
+		t.Fatalf("chunk cache holds %d bytes after a restart", got)
+	}
+	consumeExactlyOnce(t, b, "history", n, size)
+	if got := b.tier.CachedBytes(); got > 8<<20 {
+		t.Fatalf("chunk cache holds %d bytes, bound is %d", got, 8<<20)
 	}
 }

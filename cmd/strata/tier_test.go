@@ -106,6 +106,13 @@ func TestTierDevDefaultStore(t *testing.T) {
 	if len(ls.Segments) == 0 || ls.Segments[0].BaseOffset != 0 || ls.EndOffset != ls.Segments[len(ls.Segments)-1].LastOffset+1 {
 		t.Fatalf("tier ls --json: %+v", ls)
 	}
+	// Plain records, no transaction markers: a segment holds one record
+	// per offset, and the listing says how many (issue 10, broken 4).
+	for _, s := range ls.Segments {
+		if s.Records != s.LastOffset-s.BaseOffset+1 {
+			t.Errorf("segment %d-%d lists %d records", s.BaseOffset, s.LastOffset, s.Records)
+		}
+	}
 	out := cliOK(t, env, "tier", "ls", "events", "0", "--data-dir", dataDir)
 	if !strings.Contains(out, "remote log start 0") || !strings.Contains(out, ls.Segments[0].Key) {
 		t.Errorf("tier ls:\n%s", out)

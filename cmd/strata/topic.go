@@ -81,14 +81,20 @@ func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Clien
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("cannot reach %s: connection refused (is a broker running? see --bootstrap)", a.bootstrap)
+		return &unreachableError{fmt.Sprintf("cannot reach %s: connection refused (is a broker running? see --bootstrap)", a.bootstrap)}
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no answer from %s within %s", a.bootstrap, a.timeout)
+		return &unreachableError{fmt.Sprintf("no answer from %s within %s", a.bootstrap, a.timeout)}
 	case ctx.Err() != nil:
-		return fmt.Errorf("no answer from %s within %s: %w", a.bootstrap, a.timeout, err)
+		return &unreachableError{fmt.Sprintf("no answer from %s within %s: %v", a.bootstrap, a.timeout, err)}
 	}
 	return err
 }
+
+// unreachableError says no broker answered, as opposed to a broker that
+// answered with an error: the tier verbs then read the bucket alone.
+type unreachableError struct{ msg string }
+
+func (e *unreachableError) Error() string { return e.msg }
 
 func newTopicCmd(environ []string, stdout io.Writer) *cobra.Command {
 	a := &admin{}

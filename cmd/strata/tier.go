@@ -122,10 +122,10 @@ every partition it holds a manifest of.`,
 			var unreachable *unreachableError
 			switch {
 			case errors.As(err, &unreachable):
-				fmt.Fprintf(cmd.ErrOrStderr(), "strata: %s; showing the bucket alone\n", unreachable.msg)
 				if rows, err = bucketPartitions(ctx, st, topics); err != nil {
-					return fmt.Errorf("tier status: %w", err)
+					return fmt.Errorf("tier status: %s; bucket: %w", unreachable.msg, err)
 				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "strata: %s; showing the bucket alone\n", unreachable.msg)
 			case err != nil:
 				return fmt.Errorf("tier status: %w", err)
 			default:

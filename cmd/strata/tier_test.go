@@ -239,6 +239,14 @@ func TestTierVerifyFindsNothing(t *testing.T) {
 		t.Errorf("tier verify of an empty bucket: exit %d\n%s", code, stdout)
 	}
 	assertOneLineError(t, stderr, "tier verify: the bucket holds no manifest")
+
+	// Without a broker, tier status reads the bucket alone; a topic it
+	// does not hold is one error line that gives both reasons.
+	code, _, stderr = runCLI(t, nil, "tier", "status", "orders", "--data-dir", dataDir, "--bootstrap", "127.0.0.1:1")
+	if code != 1 {
+		t.Errorf("tier status of a topic in neither: exit %d", code)
+	}
+	assertOneLineError(t, stderr, "cannot reach 127.0.0.1:1", "the bucket holds no manifest of topic orders")
 }
 
 // TestTierVerifyTimeout: a store that accepts connections and never

@@ -261,11 +261,12 @@ type partitionDescription struct {
 func newTopicDescribeCmd(a *admin, stdout io.Writer) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "describe NAME...",
+		Use:   "describe NAME|ID...",
 		Short: "Show topics' partitions, leaders, replicas, in-sync replicas, ids and configs",
 		Long: `Show each topic's id, its partitions with their leader, leader epoch,
 replicas and in-sync replicas, and the configs set on the topic itself
-(values inherited from broker defaults are not listed).`,
+(values inherited from broker defaults are not listed). A topic may be
+given by its id, in Kafka's base64 or as the 32 hex digits of bucket keys.`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
@@ -294,6 +295,9 @@ func describeTopics(ctx context.Context, adm *kadm.Client, names []string) ([]to
 	// AllowAutoTopicCreation off unless asked.
 	tds, err := adm.ListTopics(ctx, names...)
 	if err != nil {
+		return nil, fails, fmt.Errorf("topic describe: %w", err)
+	}
+	if names, err = namesForIDs(ctx, adm, names, tds); err != nil {
 		return nil, fails, fmt.Errorf("topic describe: %w", err)
 	}
 	var found []string
@@ -361,6 +365,37 @@ func describeTopics(ctx context.Context, adm *kadm.Client, names []string) ([]to
 		descs = append(descs, d)
 	}
 	return descs, fails, nil
+}
+
+// namesForIDs replaces each of names that is no topic's name but reads as
+// a topic id, in base64 or hex, with the name of the topic that has that
+// id, and adds that topic to tds. A name that exists wins: a 22-character
+// base64 id is also a valid topic name.
+func namesForIDs(ctx context.Context, adm *kadm.Client, names []string, tds kadm.TopicDetails) ([]string, error) {
+	var all kadm.TopicDetails
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = name
+		if td, ok := tds[name]; ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			continue
+		}
+		id, err := parseTopicID(name)
+		if err != nil {
+			continue
+		}
+		if all == nil {
+			if all, err = adm.ListTopicsWithInternal(ctx); err != nil {
+				return nil, err
+			}
+		}
+		for n, td := range all {
+			if td.Err == nil && td.ID == id {
+				out[i] = n
+				tds[n] = td
+			}
+		}
+	}
+	return out, nil
 }
 
 func printDescriptions(w io.Writer, descs []topicDescription) error {

@@ -13,7 +13,8 @@ import (
 // TestTopicVerbs drives the topic verbs of issue 10 against one dev node:
 // errors that state their cause once, the internal topic that cannot be
 // deleted, internal topics on request, configs altered and partitions
-// added as a later describe shows, and one spelling of topic ids.
+// added as a later describe shows, and topic ids printed one way and
+// accepted in both.
 func TestTopicVerbs(t *testing.T) {
 	n := startNode(t, nil, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
 	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
@@ -117,6 +118,13 @@ func TestTopicVerbs(t *testing.T) {
 		if out := cliOK(t, env, "topic", "list"); !strings.Contains(out, d.ID) || strings.Contains(out, d.IDHex) {
 			t.Errorf("topic list does not print the base64 id %s:\n%s", d.ID, out)
 		}
+		// Either spelling of the id names the topic.
+		for _, id := range []string{d.ID, d.IDHex} {
+			if byID := describeOne(t, env, id); byID.Name != "orders" || byID.ID != d.ID || len(byID.Partitions) != len(d.Partitions) {
+				t.Errorf("topic describe %s: %+v", id, byID)
+			}
+		}
+		assertOneLineError(t, fails("topic", "describe", "AAAAAAAAAAAAAAAAAAAAAA"), "UNKNOWN_TOPIC_OR_PARTITION")
 	})
 	n.stop(t)
 }

@@ -288,7 +288,7 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		LastOffset:       seg.EndOffset - 1,
 		FirstTimestamp:   firstTs,
 		MaxTimestamp:     seg.MaxTimestamp,
-		RecordCount:      -1,
+		RecordCount:      recordCount(f, seg.Size),
 		LeaderEpoch:      leaderEpoch,
 	}
 	// The footer needs the log's checksum; keep everything after the log
@@ -306,6 +306,26 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		return fail(fmt.Errorf("object of %d bytes, footer says %d", r.Size(), footer.ObjectSize()))
 	}
 	return &segmentObject{f: f, r: r}, footer.Segment(key, objectCRC), nil
+}
+
+// recordCount adds up the record counts of the batch headers in the log
+// file's first size bytes: a header read per batch, not the records. A
+// header it cannot read makes the count unknown (-1), never wrong.
+func recordCount(f *os.File, size int64) int64 {
+	var hdr [61]byte
+	n := int64(0)
+	for pos := int64(0); pos < size; {
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			return -1
+		}
+		h, err := segment.ParseBatchHeader(hdr[:])
+		if err != nil || h.NumRecords < 0 || pos+int64(h.Size()) > size {
+			return -1
+		}
+		n += int64(h.NumRecords)
+		pos += int64(h.Size())
+	}
+	return n
 }
 
 // tailWriter discards the first skip bytes written to it and keeps the

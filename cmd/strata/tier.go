@@ -66,25 +66,31 @@ STRATA_S3_SECRET_KEY or the AWS credential chain.`,
 	cmd.AddCommand(
 		newTierStatusCmd(a, b, stdout),
 		newTierLsCmd(a, b, stdout),
-		newTierVerifyCmd(b, stdout),
+		newTierVerifyCmd(a, b, stdout),
 	)
 	asGroup(cmd)
 	return cmd
 }
 
 // partitionStatus is one row of `tier status`. Remote offsets are nil when
-// the bucket holds nothing of the partition.
+// the bucket holds nothing of the partition, local ones and the lag when
+// no broker answered, the lag too when the topic never tiers.
 type partitionStatus struct {
 	Topic       string `json:"topic"`
 	Partition   int32  `json:"partition"`
-	LocalStart  int64  `json:"local_start"`
-	LocalEnd    int64  `json:"local_end"`
+	TopicID     string `json:"topic_id"`
+	TopicIDHex  string `json:"topic_id_hex"`
+	LocalOnly   bool   `json:"local_only,omitempty"` // the topic never tiers
+	LocalStart  *int64 `json:"local_start"`
+	LocalEnd    *int64 `json:"local_end"`
 	RemoteStart *int64 `json:"remote_start"`
 	RemoteEnd   *int64 `json:"remote_end"`
 	Segments    int    `json:"segments"`
 	Bytes       int64  `json:"bytes"`
-	UploadLag   int64  `json:"upload_lag"`
+	UploadLag   *int64 `json:"upload_lag"`
 	Error       string `json:"error,omitempty"`
+
+	id [16]byte
 }
 
 func newTierStatusCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
@@ -96,37 +102,46 @@ func newTierStatusCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
 and latest), the bucket's start and end (earliest, and latest-tiered + 1),
 the segments and bytes the partition's manifest lists, and the upload lag:
 records at or above the remote end (the whole log when nothing is uploaded).
-Without topics, every topic but the internal ones.`,
+Topics that never tier (internal, compacted or remote.storage.enable=false)
+show as local-only. Without topics, every topic but the internal ones.
+
+When no broker answers, the bucket alone is shown: the remote columns of
+every partition it holds a manifest of.`,
 		Args: args(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, topics []string) error {
-			st, err := b.open(cmd.Context())
+			ctx := cmd.Context()
+			st, err := b.open(ctx)
 			if err != nil {
 				return fmt.Errorf("tier status: %w", err)
 			}
 			var rows []partitionStatus
-			var ids map[string][16]byte
-			err = a.doClient(cmd.Context(), func(ctx context.Context, cl *kgo.Client) error {
-				rows, ids, err = partitionOffsets(ctx, cl, a.adminClient(cl), topics)
+			err = a.doClient(ctx, func(ctx context.Context, cl *kgo.Client) error {
+				rows, err = partitionOffsets(ctx, cl, a.adminClient(cl), topics)
 				return err
 			})
-			if err != nil {
+			var unreachable *unreachableError
+			switch {
+			case errors.As(err, &unreachable):
+				if rows, err = bucketPartitions(ctx, st, topics); err != nil {
+					return fmt.Errorf("tier status: %s; bucket: %w", unreachable.msg, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "strata: %s; showing the bucket alone\n", unreachable.msg)
+			case err != nil:
 				return fmt.Errorf("tier status: %w", err)
-			}
-			for i := range rows {
-				r := &rows[i]
-				if r.Error != "" {
-					continue
-				}
-				tp := format.TopicPartition{Topic: r.Topic, TopicID: ids[r.Topic], Partition: r.Partition}
-				m, ok, err := tier.ReadManifest(cmd.Context(), st, tp)
-				if err != nil {
-					r.Error = err.Error()
-					continue
-				}
-				if ok {
-					r.Segments = len(m.Segments)
-					for _, s := range m.Segments {
-						r.Bytes += s.Size
+			default:
+				for i := range rows {
+					r := &rows[i]
+					if r.Error != "" {
+						continue
+					}
+					tp := format.TopicPartition{Topic: r.Topic, TopicID: r.id, Partition: r.Partition}
+					m, ok, err := tier.ReadManifest(ctx, st, tp)
+					if err != nil {
+						r.Error = err.Error()
+						continue
+					}
+					if ok {
+						r.addManifest(m)
 					}
 				}
 			}
@@ -140,8 +155,12 @@ Without topics, every topic but the internal ones.`,
 					fmt.Fprintf(tw, "%s\t%d\terror: %s\n", r.Topic, r.Partition, r.Error)
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%d\n", r.Topic, r.Partition, r.LocalStart, r.LocalEnd,
-					optOffset(r.RemoteStart), optOffset(r.RemoteEnd), r.Segments, humanBytes(r.Bytes), r.UploadLag)
+				lag := optOffset(r.UploadLag)
+				if r.LocalOnly {
+					lag = "local-only"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Topic, r.Partition, optOffset(r.LocalStart), optOffset(r.LocalEnd),
+					optOffset(r.RemoteStart), optOffset(r.RemoteEnd), r.Segments, humanBytes(r.Bytes), lag)
 			}
 			return tw.Flush()
 		},
@@ -150,25 +169,101 @@ Without topics, every topic but the internal ones.`,
 	return cmd
 }
 
+func (r *partitionStatus) addManifest(m *format.Manifest) {
+	r.Segments = len(m.Segments)
+	for _, s := range m.Segments {
+		r.Bytes += s.Size
+	}
+}
+
+// bucketPartitions is `tier status` without a broker: a row per partition
+// the bucket holds a manifest of (of the named topics, if any), with what
+// that manifest says.
+func bucketPartitions(ctx context.Context, st objstore.Store, topics []string) ([]partitionStatus, error) {
+	newest, _, err := listManifests(ctx, st, topics)
+	if err != nil {
+		return nil, err
+	}
+	if err := missingTopics(newest, topics); err != nil {
+		return nil, err
+	}
+	rows := []partitionStatus{}
+	for _, tp := range sortedPartitions(newest) {
+		r := partitionStatus{Topic: tp.Topic, Partition: tp.Partition, TopicID: topicID(tp.TopicID), TopicIDHex: topicIDHex(tp.TopicID), id: tp.TopicID}
+		m, err := tier.GetManifest(ctx, st, newest[tp])
+		if err != nil {
+			r.Error = err.Error()
+		} else {
+			start, end := m.LogStartOffset, m.EndOffset()
+			r.RemoteStart, r.RemoteEnd = &start, &end
+			r.addManifest(m)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// localOnly says which topics never tier, by the rule the broker applies:
+// internal topics, compacted ones and those with remote.storage.enable
+// false never go to the bucket, so their whole log is not upload lag.
+func localOnly(ctx context.Context, adm *kadm.Client, tds kadm.TopicDetails) (map[string]bool, error) {
+	out := make(map[string]bool)
+	var names []string
+	for name, td := range tds {
+		if td.Err != nil {
+			continue
+		}
+		if td.IsInternal {
+			out[name] = true
+			continue
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return out, nil
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("configs: %w", err)
+	}
+	for _, name := range names {
+		rc, err := rcs.On(name, nil)
+		if err == nil {
+			err = kafkaError(rc.Err, rc.ErrMessage)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("configs of %s: %w", name, err)
+		}
+		for _, c := range rc.Configs {
+			v := c.MaybeValue()
+			switch c.Key {
+			case "remote.storage.enable":
+				out[name] = out[name] || v != "true"
+			case "cleanup.policy":
+				out[name] = out[name] || strings.Contains(v, "compact")
+			}
+		}
+	}
+	return out, nil
+}
+
 // partitionOffsets lists the topics (all non-internal ones if none are
 // named) and asks their leaders for the four offsets of `tier status`.
-func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string) ([]partitionStatus, map[string][16]byte, error) {
+func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string) ([]partitionStatus, error) {
 	tds, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	fails := failures{verb: "topic"}
-	ids := make(map[string][16]byte)
 	var rows []partitionStatus
 	for _, name := range tds.Names() {
 		td := tds[name]
 		if td.Err != nil {
-			fails.add(name, td.Err)
+			fails.add(name, kafkaError(td.Err, ""))
 			continue
 		}
-		ids[name] = td.ID
 		for _, p := range td.Partitions.Numbers() {
-			rows = append(rows, partitionStatus{Topic: name, Partition: p})
+			rows = append(rows, partitionStatus{Topic: name, Partition: p, TopicID: topicID(td.ID), TopicIDHex: topicIDHex(td.ID), id: td.ID})
 		}
 	}
 	for _, name := range topics {
@@ -177,7 +272,11 @@ func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, top
 		}
 	}
 	if err := fails.err(); err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	local, err := localOnly(ctx, adm, tds)
+	if err != nil {
+		return nil, err
 	}
 	// One request per position: a request may not name a partition twice.
 	const (
@@ -187,7 +286,7 @@ func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, top
 	for _, ts := range []int64{latest, earliest, earliestLocal, latestTiered} {
 		offs, err := listOffsets(ctx, cl, rows, ts)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		got[ts] = offs
 	}
@@ -202,22 +301,28 @@ func partitionOffsets(ctx context.Context, cl *kgo.Client, adm *kadm.Client, top
 			}
 			return o
 		}
-		r.LocalEnd = get(latest, "latest")
-		r.LocalStart = get(earliestLocal, "earliest-local")
+		localEnd := get(latest, "latest")
+		localStart := get(earliestLocal, "earliest-local")
 		start := get(earliest, "earliest")
 		tiered := get(latestTiered, "latest-tiered")
 		if len(missing) > 0 {
 			r.Error = "no " + strings.Join(missing, ", ") + " offset from the leader"
 			continue
 		}
-		r.UploadLag = r.LocalEnd - start
+		r.LocalStart, r.LocalEnd = &localStart, &localEnd
+		if local[r.Topic] {
+			r.LocalOnly = true
+			continue
+		}
+		lag := localEnd - start
 		if tiered >= 0 {
 			end := tiered + 1
 			r.RemoteStart, r.RemoteEnd = &start, &end
-			r.UploadLag = r.LocalEnd - end
+			lag = localEnd - end
 		}
+		r.UploadLag = &lag
 	}
-	return rows, ids, nil
+	return rows, nil
 }
 
 type tpKey struct {
@@ -283,6 +388,7 @@ type listedManifest struct {
 	Topic          string          `json:"topic"`
 	Partition      int32           `json:"partition"`
 	TopicID        string          `json:"topic_id"`
+	TopicIDHex     string          `json:"topic_id_hex"`
 	Manifest       string          `json:"manifest"`
 	LeaderEpoch    int32           `json:"leader_epoch"`
 	Seq            int64           `json:"seq"`
@@ -293,8 +399,8 @@ type listedManifest struct {
 
 func newTierLsCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
 	var (
-		asJSON  bool
-		topicID string
+		asJSON bool
+		idFlag string
 	)
 	cmd := &cobra.Command{
 		Use:   "ls TOPIC PARTITION",
@@ -313,8 +419,8 @@ when it holds a single topic of that name.`,
 				return &usageError{err: fmt.Errorf("partition %q is not a partition number", argv[1]), cmd: cmd.CommandPath()}
 			}
 			tp := format.TopicPartition{Topic: topic, Partition: int32(p)}
-			if topicID != "" {
-				if tp.TopicID, err = parseTopicID(topicID); err != nil {
+			if idFlag != "" {
+				if tp.TopicID, err = parseTopicID(idFlag); err != nil {
 					return &usageError{err: fmt.Errorf("--topic-id: %w", err), cmd: cmd.CommandPath()}
 				}
 			}
@@ -322,21 +428,32 @@ when it holds a single topic of that name.`,
 			if err != nil {
 				return fmt.Errorf("tier ls: %w", err)
 			}
-			if topicID == "" {
-				if tp.TopicID, err = findTopicID(cmd.Context(), a, st, tp); err != nil {
-					return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
+			fail := func(err error) error { return fmt.Errorf("tier ls %s %d: %w", topic, p, err) }
+			// The broker knows whether the partition exists, which the
+			// bucket cannot tell from "nothing uploaded yet".
+			known, brokerErr := brokerTopic(cmd.Context(), a, topic)
+			if brokerErr == nil {
+				if _, ok := known.Partitions[tp.Partition]; !ok && (idFlag == "" || tp.TopicID == known.ID) {
+					return fail(fmt.Errorf("topic %s has no partition %d (it has %s)", topic, p, plural(len(known.Partitions), "partition")))
+				}
+			}
+			if idFlag == "" {
+				if brokerErr == nil {
+					tp.TopicID = known.ID
+				} else if tp.TopicID, err = bucketTopicID(cmd.Context(), st, tp, brokerErr); err != nil {
+					return fail(err)
 				}
 			}
 			m, ok, err := tier.ReadManifest(cmd.Context(), st, tp)
 			if err != nil {
-				return fmt.Errorf("tier ls %s %d: %w", topic, p, err)
+				return fail(err)
 			}
 			if !ok {
-				return fmt.Errorf("tier ls %s %d: no manifest in the bucket under %s (nothing uploaded yet?)", topic, p, tp.ManifestsPrefix())
+				return fail(fmt.Errorf("no manifest in the bucket under %s (nothing uploaded yet?)", tp.ManifestsPrefix()))
 			}
 			key := m.Key()
 			out := listedManifest{
-				Topic: topic, Partition: tp.Partition, TopicID: hex.EncodeToString(tp.TopicID[:]), Manifest: key,
+				Topic: topic, Partition: tp.Partition, TopicID: topicID(tp.TopicID), TopicIDHex: topicIDHex(tp.TopicID), Manifest: key,
 				LeaderEpoch: m.LeaderEpoch, Seq: m.Seq, LogStartOffset: m.LogStartOffset, EndOffset: m.EndOffset(),
 				Segments: make([]listedSegment, 0, len(m.Segments)),
 			}
@@ -365,7 +482,7 @@ when it holds a single topic of that name.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	cmd.Flags().StringVar(&topicID, "topic-id", "", "the topic's id, to read a bucket without a broker")
+	cmd.Flags().StringVar(&idFlag, "topic-id", "", "the topic's id, to read a bucket without a broker")
 	return cmd
 }
 
@@ -384,29 +501,31 @@ func parseTopicID(s string) ([16]byte, error) {
 	return id, fmt.Errorf("%q is neither 32 hex digits nor a 22-character base64 topic id", s)
 }
 
-// findTopicID asks the broker for tp's topic id and, if no broker answers,
-// looks for the topic in the bucket, which can only decide when it holds
-// one topic of that name (a topic deleted and re-created has two ids).
-func findTopicID(ctx context.Context, a *admin, st objstore.Store, tp format.TopicPartition) ([16]byte, error) {
-	var id [16]byte
-	brokerErr := a.do(ctx, func(ctx context.Context, adm *kadm.Client) error {
-		tds, err := adm.ListTopics(ctx, tp.Topic)
+// brokerTopic asks the broker about topic.
+func brokerTopic(ctx context.Context, a *admin, topic string) (kadm.TopicDetail, error) {
+	var td kadm.TopicDetail
+	err := a.do(ctx, func(ctx context.Context, adm *kadm.Client) error {
+		tds, err := adm.ListTopics(ctx, topic)
 		if err != nil {
 			return err
 		}
-		td, ok := tds[tp.Topic]
-		switch {
+		var ok bool
+		switch td, ok = tds[topic]; {
 		case !ok:
 			return kerr.UnknownTopicOrPartition
 		case td.Err != nil:
-			return td.Err
+			return kafkaError(td.Err, "")
 		}
-		id = td.ID
 		return nil
 	})
-	if brokerErr == nil {
-		return id, nil
-	}
+	return td, err
+}
+
+// bucketTopicID looks for tp's topic id in the bucket when the broker
+// could not say (brokerErr): the bucket can only decide when it holds one
+// topic of that name (a topic deleted and re-created has two ids).
+func bucketTopicID(ctx context.Context, st objstore.Store, tp format.TopicPartition, brokerErr error) ([16]byte, error) {
+	var id [16]byte
 	// Every key of the partition lies under <h>/<topic>-<id>/<partition>/,
 	// and <h> depends only on the topic name and the partition.
 	found := make(map[[16]byte]bool)
@@ -430,14 +549,14 @@ func findTopicID(ctx context.Context, a *admin, st objstore.Store, tp format.Top
 	}
 	ids := make([]string, 0, len(found))
 	for k := range found {
-		ids = append(ids, hex.EncodeToString(k[:]))
+		ids = append(ids, topicID(k))
 	}
 	sort.Strings(ids)
 	return id, fmt.Errorf("topic id: broker: %v; and the bucket holds %s-%d under several topic ids (%s): choose one with --topic-id",
 		brokerErr, tp.Topic, tp.Partition, strings.Join(ids, ", "))
 }
 
-func newTierVerifyCmd(b *bucket, stdout io.Writer) *cobra.Command {
+func newTierVerifyCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
 	var parallel int
 	cmd := &cobra.Command{
 		Use:   "verify [TOPIC...]",
@@ -446,36 +565,48 @@ func newTierVerifyCmd(b *bucket, stdout io.Writer) *cobra.Command {
 topics' partitions), download every segment object it references and check
 the object's size and CRC-32C, each part's CRC-32C and the footer against
 the manifest. It needs only the bucket, no broker. Prints one line per
-failure and a summary; exits with status 1 if anything failed.`,
+failure and a summary; exits with status 1 if anything failed or there
+was nothing to check (no manifest: an empty bucket, or the wrong bucket or
+prefix). A whole bucket can take long to read: --timeout bounds the run
+only when given.`,
 		Args: args(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			if parallel < 1 {
 				return &usageError{err: fmt.Errorf("--parallel %d: must be at least 1", parallel), cmd: cmd.CommandPath()}
 			}
 			ctx := cmd.Context()
-			st, err := b.open(ctx)
-			if err != nil {
-				return fmt.Errorf("tier verify: %w", err)
+			if cmd.Flags().Changed("timeout") {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, a.timeout)
+				defer cancel()
 			}
-			return verifyBucket(ctx, st, topics, parallel, stdout)
+			st, err := b.open(ctx)
+			if err == nil {
+				err = verifyBucket(ctx, st, topics, parallel, stdout)
+			}
+			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("tier verify: not done within --timeout %s", a.timeout)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "tier verify") {
+				err = fmt.Errorf("tier verify: %w", err)
+			}
+			return err
 		},
 	}
 	cmd.Flags().IntVar(&parallel, "parallel", 4, "objects downloaded at once")
 	return cmd
 }
 
-// verifyBucket is `tier verify`. Listing the whole bucket finds every
-// partition with no broker's help (the keys name the partition), and also
-// the segment objects no current manifest references: orphans, normal
-// after a crash between upload and manifest, deleted by the collector after
-// the grace period.
-func verifyBucket(ctx context.Context, st objstore.Store, topics []string, parallel int, w io.Writer) error {
+// listManifests lists the whole bucket, which finds every partition with
+// no broker's help (the keys name the partition): the newest manifest of
+// each partition of the topics (all if none), and the segment objects.
+func listManifests(ctx context.Context, st objstore.Store, topics []string) (map[format.TopicPartition]string, map[string]bool, error) {
 	want := make(map[string]bool, len(topics))
 	for _, t := range topics {
 		want[t] = true
 	}
 	newest := make(map[format.TopicPartition]string)
-	objects := make(map[string]bool) // segment objects seen
+	objects := make(map[string]bool)
 	err := st.List(ctx, "", func(a objstore.Attrs) error {
 		if k, err := format.ParseManifestKey(a.Key); err == nil && (len(want) == 0 || want[k.Topic]) {
 			newest[k.TopicPartition] = a.Key // List is in key order
@@ -485,17 +616,31 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("tier verify: list the bucket: %w", err)
+		return nil, nil, fmt.Errorf("list the bucket: %w", err)
 	}
-	for t := range want {
+	return newest, objects, nil
+}
+
+// missingTopics fails if the bucket holds no manifest of a named topic or,
+// when none is named, no manifest at all: a wrong bucket or prefix looks
+// exactly like an empty bucket, and must not pass for a clean one.
+func missingTopics(newest map[format.TopicPartition]string, topics []string) error {
+	if len(newest) == 0 && len(topics) == 0 {
+		return errors.New("the bucket holds no manifest: nothing uploaded yet, or not the bucket or prefix the brokers use")
+	}
+	for _, t := range topics {
 		found := false
 		for tp := range newest {
 			found = found || tp.Topic == t
 		}
 		if !found {
-			return fmt.Errorf("tier verify: the bucket holds no manifest of topic %s", t)
+			return fmt.Errorf("the bucket holds no manifest of topic %s", t)
 		}
 	}
+	return nil
+}
+
+func sortedPartitions(newest map[format.TopicPartition]string) []format.TopicPartition {
 	tps := make([]format.TopicPartition, 0, len(newest))
 	for tp := range newest {
 		tps = append(tps, tp)
@@ -509,6 +654,21 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 		}
 		return bytes.Compare(tps[i].TopicID[:], tps[j].TopicID[:]) < 0
 	})
+	return tps
+}
+
+// verifyBucket is `tier verify`. Segment objects no current manifest
+// references are orphans, normal after a crash between upload and
+// manifest, deleted by the collector after the grace period.
+func verifyBucket(ctx context.Context, st objstore.Store, topics []string, parallel int, w io.Writer) error {
+	newest, objects, err := listManifests(ctx, st, topics)
+	if err != nil {
+		return fmt.Errorf("tier verify: %w", err)
+	}
+	if err := missingTopics(newest, topics); err != nil {
+		return fmt.Errorf("tier verify: %w", err)
+	}
+	tps := sortedPartitions(newest)
 
 	var (
 		segs         []format.RemoteSegment
@@ -551,6 +711,10 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 	if failed > 0 {
 		fmt.Fprintf(w, "%s: %d FAILED\n", summary, failed)
 		return fmt.Errorf("tier verify: %s (see the FAIL lines)", plural(failed, "failure"))
+	}
+	if len(segs) == 0 {
+		fmt.Fprintf(w, "%s: nothing to check\n", summary)
+		return fmt.Errorf("tier verify: the manifests of %s list no segment", plural(len(tps), "partition"))
 	}
 	fmt.Fprintf(w, "%s: all good\n", summary)
 	return nil

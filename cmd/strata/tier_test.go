@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,7 +90,7 @@ func TestTierDevDefaultStore(t *testing.T) {
 		// No gap between the bucket and the local log (local retention
 		// may still keep uploaded segments for a moment), and the lag is
 		// what is not in the bucket yet.
-		if *r.RemoteStart != 0 || r.LocalStart > *r.RemoteEnd || r.UploadLag != r.LocalEnd-*r.RemoteEnd || r.Bytes <= 0 {
+		if *r.RemoteStart != 0 || r.LocalStart == nil || r.UploadLag == nil || *r.LocalStart > *r.RemoteEnd || *r.UploadLag != *r.LocalEnd-*r.RemoteEnd || r.Bytes <= 0 || r.LocalOnly {
 			t.Errorf("status of partition %d does not add up: %+v (remote %d-%d)", r.Partition, r, *r.RemoteStart, *r.RemoteEnd)
 		}
 	}
@@ -106,10 +109,24 @@ func TestTierDevDefaultStore(t *testing.T) {
 	if len(ls.Segments) == 0 || ls.Segments[0].BaseOffset != 0 || ls.EndOffset != ls.Segments[len(ls.Segments)-1].LastOffset+1 {
 		t.Fatalf("tier ls --json: %+v", ls)
 	}
+	// Plain records, no transaction markers: a segment holds one record
+	// per offset, and the listing says how many (issue 10, broken 4).
+	for _, s := range ls.Segments {
+		if s.Records != s.LastOffset-s.BaseOffset+1 {
+			t.Errorf("segment %d-%d lists %d records", s.BaseOffset, s.LastOffset, s.Records)
+		}
+	}
 	out := cliOK(t, env, "tier", "ls", "events", "0", "--data-dir", dataDir)
 	if !strings.Contains(out, "remote log start 0") || !strings.Contains(out, ls.Segments[0].Key) {
 		t.Errorf("tier ls:\n%s", out)
 	}
+
+	// A partition the topic does not have is not "nothing uploaded yet".
+	code, stdout, stderr := runCLI(t, env, "tier", "ls", "events", "7", "--data-dir", dataDir)
+	if code != 1 {
+		t.Errorf("tier ls of a partition that does not exist: exit %d\n%s", code, stdout)
+	}
+	assertOneLineError(t, stderr, "tier ls events 7: topic events has no partition 7 (it has 2 partitions)")
 
 	// The consumer reads the uploaded history back from the bucket.
 	got := readAll(t, n.bootstrap, "events")
@@ -127,8 +144,34 @@ func TestTierDevDefaultStore(t *testing.T) {
 	if out := cliOK(t, nil, append([]string{"tier", "ls", "events", "0"}, noBroker...)...); !strings.Contains(out, ls.Segments[0].Key) {
 		t.Errorf("tier ls without a broker:\n%s", out)
 	}
-	if out := cliOK(t, nil, append([]string{"tier", "ls", "events", "0", "--topic-id", ls.TopicID}, noBroker...)...); !strings.Contains(out, ls.Segments[0].Key) {
-		t.Errorf("tier ls --topic-id:\n%s", out)
+	for _, id := range []string{ls.TopicID, ls.TopicIDHex} { // Kafka's base64 and the keys' hex
+		if out := cliOK(t, nil, append([]string{"tier", "ls", "events", "0", "--topic-id", id}, noBroker...)...); !strings.Contains(out, ls.Segments[0].Key) || !strings.Contains(out, "topic id "+ls.TopicID) {
+			t.Errorf("tier ls --topic-id %s:\n%s", id, out)
+		}
+	}
+	if !strings.Contains(ls.Segments[0].Key, ls.TopicIDHex) {
+		t.Errorf("topic_id_hex %s is not the id in the keys (%s)", ls.TopicIDHex, ls.Segments[0].Key)
+	}
+
+	// tier status without a broker shows what the bucket holds, as tier
+	// ls does, and nothing it cannot know.
+	var ls1 listedManifest
+	if err := json.Unmarshal([]byte(cliOK(t, nil, append([]string{"tier", "ls", "events", "1", "--json"}, noBroker...)...)), &ls1); err != nil {
+		t.Fatal(err)
+	}
+	var alone []partitionStatus
+	if err := json.Unmarshal([]byte(cliOK(t, nil, append([]string{"tier", "status", "--json"}, noBroker...)...)), &alone); err != nil {
+		t.Fatal(err)
+	}
+	if len(alone) != 2 {
+		t.Fatalf("tier status without a broker: %+v", alone)
+	}
+	for i, m := range []listedManifest{ls, ls1} {
+		r := alone[i]
+		if r.Topic != "events" || r.Partition != int32(i) || r.TopicID != ls.TopicID || r.RemoteStart == nil || *r.RemoteStart != m.LogStartOffset ||
+			r.RemoteEnd == nil || *r.RemoteEnd != m.EndOffset || r.Segments != len(m.Segments) || r.LocalEnd != nil || r.UploadLag != nil {
+			t.Errorf("tier status without a broker, partition %d: %+v, tier ls says %+v", i, r, m)
+		}
 	}
 
 	// Flip one byte of the log part of an uploaded object.
@@ -141,7 +184,7 @@ func TestTierDevDefaultStore(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runCLI(t, nil, "tier", "verify", "events", "--data-dir", dataDir)
+	code, stdout, stderr = runCLI(t, nil, "tier", "verify", "events", "--data-dir", dataDir)
 	if code != 1 {
 		t.Errorf("tier verify of a damaged object: exit %d", code)
 	}
@@ -149,6 +192,101 @@ func TestTierDevDefaultStore(t *testing.T) {
 		t.Errorf("tier verify does not name the damaged object once:\n%s", stdout)
 	}
 	assertOneLineError(t, stderr, "tier verify: 1 failure")
+}
+
+// TestTierLocalOnlyTopics: topics that never tier show as local-only in
+// tier status, not with their whole log as upload lag.
+func TestTierLocalOnlyTopics(t *testing.T) {
+	dataDir := t.TempDir()
+	n := startNode(t, nil, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "off", "--tier-upload-interval", "100ms")
+	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
+	mustCreate(t, n.bootstrap, "tiered", 1, smallSegments)
+	mustCreate(t, n.bootstrap, "compacted", 1, map[string]*string{"segment.bytes": kmsg.StringPtr("1024"), "cleanup.policy": kmsg.StringPtr("compact")})
+	mustCreate(t, n.bootstrap, "kept", 1, map[string]*string{"segment.bytes": kmsg.StringPtr("1024"), "remote.storage.enable": kmsg.StringPtr("false")})
+	for _, topic := range []string{"tiered", "compacted", "kept"} {
+		produceN(t, n.bootstrap, topic, 0, 20)
+	}
+	waitTiered(t, env, "tiered", "--data-dir", dataDir)
+	var rows []partitionStatus
+	if err := json.Unmarshal([]byte(cliOK(t, env, "tier", "status", "--json", "--data-dir", dataDir)), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("tier status: %+v", rows)
+	}
+	for _, r := range rows {
+		local := r.Topic != "tiered"
+		if r.LocalOnly != local || (r.UploadLag == nil) != local || r.LocalEnd == nil || *r.LocalEnd != 20 {
+			t.Errorf("%s: local_only %v, upload lag %v, local end %v", r.Topic, r.LocalOnly, r.UploadLag, r.LocalEnd)
+		}
+	}
+	table := cliOK(t, env, "tier", "status", "--data-dir", dataDir)
+	if !regexp.MustCompile(`(?m)^compacted .* local-only$`).MatchString(table) || !regexp.MustCompile(`(?m)^kept .* local-only$`).MatchString(table) {
+		t.Errorf("tier status:\n%s", table)
+	}
+	n.stop(t)
+}
+
+// TestTierVerifyFindsNothing: a bucket without manifests (empty, or the
+// wrong prefix) is not "all good".
+func TestTierVerifyFindsNothing(t *testing.T) {
+	dataDir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dataDir, "bucket"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, nil, "tier", "verify", "--data-dir", dataDir)
+	if code != 1 || strings.Contains(stdout, "all good") {
+		t.Errorf("tier verify of an empty bucket: exit %d\n%s", code, stdout)
+	}
+	assertOneLineError(t, stderr, "tier verify: the bucket holds no manifest")
+
+	// Without a broker, tier status reads the bucket alone; a topic it
+	// does not hold is one error line that gives both reasons.
+	code, _, stderr = runCLI(t, nil, "tier", "status", "orders", "--data-dir", dataDir, "--bootstrap", "127.0.0.1:1")
+	if code != 1 {
+		t.Errorf("tier status of a topic in neither: exit %d", code)
+	}
+	assertOneLineError(t, stderr, "cannot reach 127.0.0.1:1", "the bucket holds no manifest of topic orders")
+}
+
+// TestTierVerifyTimeout: a store that accepts connections and never
+// answers; tier verify gives up at --timeout and says so.
+func TestTierVerifyTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	keys := []string{"STRATA_S3_ACCESS_KEY=" + testAccessKey, "STRATA_S3_SECRET_KEY=" + testSecret}
+	code, _, stderr := runCLI(t, keys, "tier", "verify", "--s3-endpoint", "http://"+ln.Addr().String(), "--s3-bucket", "b", "--timeout", "1s")
+	if code != 1 {
+		t.Errorf("exit %d", code)
+	}
+	assertOneLineError(t, stderr, "tier verify: not done within --timeout 1s")
 }
 
 // TestTierServeS3 runs `strata serve` against a real S3 server: it uploads

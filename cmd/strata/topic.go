@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,20 +81,26 @@ func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Clien
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("cannot reach %s: connection refused (is a broker running? see --bootstrap)", a.bootstrap)
+		return &unreachableError{fmt.Sprintf("cannot reach %s: connection refused (is a broker running? see --bootstrap)", a.bootstrap)}
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no answer from %s within %s", a.bootstrap, a.timeout)
+		return &unreachableError{fmt.Sprintf("no answer from %s within %s", a.bootstrap, a.timeout)}
 	case ctx.Err() != nil:
-		return fmt.Errorf("no answer from %s within %s: %w", a.bootstrap, a.timeout, err)
+		return &unreachableError{fmt.Sprintf("no answer from %s within %s: %v", a.bootstrap, a.timeout, err)}
 	}
 	return err
 }
+
+// unreachableError says no broker answered, as opposed to a broker that
+// answered with an error: the tier verbs then read the bucket alone.
+type unreachableError struct{ msg string }
+
+func (e *unreachableError) Error() string { return e.msg }
 
 func newTopicCmd(environ []string, stdout io.Writer) *cobra.Command {
 	a := &admin{}
 	cmd := &cobra.Command{
 		Use:   "topic",
-		Short: "Create, list, describe and delete topics",
+		Short: "Create, list, describe, alter and delete topics",
 		Long:  "Manage topics through the Kafka protocol, against any broker of the cluster.",
 	}
 	a.addFlags(cmd, environ)
@@ -102,6 +109,8 @@ func newTopicCmd(environ []string, stdout io.Writer) *cobra.Command {
 		newTopicListCmd(a, stdout),
 		newTopicDescribeCmd(a, stdout),
 		newTopicDeleteCmd(a, stdout),
+		newTopicAlterConfigCmd(a, stdout),
+		newTopicAddPartitionsCmd(a, stdout),
 	)
 	asGroup(cmd)
 	return cmd
@@ -179,12 +188,13 @@ func createdDetails(r kadm.CreateTopicResponse) string {
 type topicSummary struct {
 	Name              string `json:"name"`
 	ID                string `json:"id"`
+	IDHex             string `json:"id_hex"`
 	Partitions        int    `json:"partitions"`
 	ReplicationFactor int    `json:"replication_factor"`
 }
 
 func newTopicListCmd(a *admin, stdout io.Writer) *cobra.Command {
-	var asJSON bool
+	var asJSON, internal bool
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -192,7 +202,11 @@ func newTopicListCmd(a *admin, stdout io.Writer) *cobra.Command {
 		Args:    args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
-				tds, err := adm.ListTopics(ctx)
+				list := adm.ListTopics
+				if internal {
+					list = adm.ListTopicsWithInternal
+				}
+				tds, err := list(ctx)
 				if err != nil {
 					return fmt.Errorf("topic list: %w", err)
 				}
@@ -202,6 +216,7 @@ func newTopicListCmd(a *admin, stdout io.Writer) *cobra.Command {
 					rows = append(rows, topicSummary{
 						Name:              name,
 						ID:                topicID(td.ID),
+						IDHex:             topicIDHex(td.ID),
 						Partitions:        len(td.Partitions),
 						ReplicationFactor: replicationFactor(td),
 					})
@@ -219,6 +234,7 @@ func newTopicListCmd(a *admin, stdout io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&internal, "internal", false, "also list internal topics (__consumer_offsets)")
 	return cmd
 }
 
@@ -226,6 +242,7 @@ func newTopicListCmd(a *admin, stdout io.Writer) *cobra.Command {
 type topicDescription struct {
 	Name              string                 `json:"name"`
 	ID                string                 `json:"id"`
+	IDHex             string                 `json:"id_hex"`
 	ReplicationFactor int                    `json:"replication_factor"`
 	Configs           map[string]string      `json:"configs"` // set on the topic, not inherited
 	Partitions        []partitionDescription `json:"partitions"`
@@ -244,11 +261,12 @@ type partitionDescription struct {
 func newTopicDescribeCmd(a *admin, stdout io.Writer) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "describe NAME...",
+		Use:   "describe NAME|ID...",
 		Short: "Show topics' partitions, leaders, replicas, in-sync replicas, ids and configs",
 		Long: `Show each topic's id, its partitions with their leader, leader epoch,
 replicas and in-sync replicas, and the configs set on the topic itself
-(values inherited from broker defaults are not listed).`,
+(values inherited from broker defaults are not listed). A topic may be
+given by its id, in Kafka's base64 or as the 32 hex digits of bucket keys.`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
@@ -279,6 +297,9 @@ func describeTopics(ctx context.Context, adm *kadm.Client, names []string) ([]to
 	if err != nil {
 		return nil, fails, fmt.Errorf("topic describe: %w", err)
 	}
+	if names, err = namesForIDs(ctx, adm, names, tds); err != nil {
+		return nil, fails, fmt.Errorf("topic describe: %w", err)
+	}
 	var found []string
 	for _, name := range names {
 		td, ok := tds[name]
@@ -304,6 +325,7 @@ func describeTopics(ctx context.Context, adm *kadm.Client, names []string) ([]to
 		d := topicDescription{
 			Name:              name,
 			ID:                topicID(td.ID),
+			IDHex:             topicIDHex(td.ID),
 			ReplicationFactor: replicationFactor(td),
 			Configs:           map[string]string{},
 		}
@@ -343,6 +365,37 @@ func describeTopics(ctx context.Context, adm *kadm.Client, names []string) ([]to
 		descs = append(descs, d)
 	}
 	return descs, fails, nil
+}
+
+// namesForIDs replaces each of names that is no topic's name but reads as
+// a topic id, in base64 or hex, with the name of the topic that has that
+// id, and adds that topic to tds. A name that exists wins: a 22-character
+// base64 id is also a valid topic name.
+func namesForIDs(ctx context.Context, adm *kadm.Client, names []string, tds kadm.TopicDetails) ([]string, error) {
+	var all kadm.TopicDetails
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = name
+		if td, ok := tds[name]; ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			continue
+		}
+		id, err := parseTopicID(name)
+		if err != nil {
+			continue
+		}
+		if all == nil {
+			if all, err = adm.ListTopicsWithInternal(ctx); err != nil {
+				return nil, err
+			}
+		}
+		for n, td := range all {
+			if td.Err == nil && td.ID == id {
+				out[i] = n
+				tds[n] = td
+			}
+		}
+	}
+	return out, nil
 }
 
 func printDescriptions(w io.Writer, descs []topicDescription) error {
@@ -403,12 +456,147 @@ func newTopicDeleteCmd(a *admin, stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("topic delete: %w", err)
 				}
+				internal := internalTopics(ctx, adm, names, rs)
 				return eachName("topic delete", names, rs,
-					func(r kadm.DeleteTopicResponse) error { return kafkaError(r.Err, r.ErrMessage) },
+					func(r kadm.DeleteTopicResponse) error {
+						if r.Err != nil && internal[r.Topic] {
+							// Whatever code the broker chose, the cause is this
+							// and the code's description would only mislead.
+							return errors.New("internal topic, cannot be deleted")
+						}
+						return kafkaError(r.Err, r.ErrMessage)
+					},
 					func(name string, _ kadm.DeleteTopicResponse) { fmt.Fprintf(stdout, "deleted topic %s\n", name) })
 			})
 		},
 	}
+}
+
+// internalTopics says which of the topics the broker refused to delete are
+// internal ones (__consumer_offsets and the like), as Metadata marks them.
+// If Metadata fails, the broker's own error stands.
+func internalTopics(ctx context.Context, adm *kadm.Client, names []string, rs kadm.DeleteTopicResponses) map[string]bool {
+	var refused []string
+	for _, name := range names {
+		if r, ok := rs[name]; ok && r.Err != nil {
+			refused = append(refused, name)
+		}
+	}
+	internal := make(map[string]bool)
+	if len(refused) == 0 {
+		return internal
+	}
+	tds, err := adm.ListTopicsWithInternal(ctx, refused...)
+	if err != nil {
+		return internal
+	}
+	for name, td := range tds {
+		internal[name] = td.Err == nil && td.IsInternal
+	}
+	return internal
+}
+
+func newTopicAlterConfigCmd(a *admin, stdout io.Writer) *cobra.Command {
+	var (
+		sets, deletes []string
+		validateOnly  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "alter-config NAME... (--set KEY=VALUE | --delete KEY)...",
+		Short: "Set or delete configs on topics",
+		Long: `Set configs on topics, or delete them so that the broker default applies
+again, through IncrementalAlterConfigs: configs not named keep their values.`,
+		Example: `  strata topic alter-config orders --set retention.ms=86400000
+  strata topic alter-config orders --delete retention.ms`,
+		Args: args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			var ops []kadm.AlterConfig
+			var said []string
+			for _, kv := range sets {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return &usageError{err: fmt.Errorf("--set %q: want key=value", kv), cmd: cmd.CommandPath()}
+				}
+				ops = append(ops, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: kadm.StringPtr(v)})
+				said = append(said, "set "+kv)
+			}
+			for _, k := range deletes {
+				if k == "" || strings.Contains(k, "=") {
+					return &usageError{err: fmt.Errorf("--delete %q: want a config key", k), cmd: cmd.CommandPath()}
+				}
+				ops = append(ops, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
+				said = append(said, "deleted "+k)
+			}
+			if len(ops) == 0 {
+				return &usageError{err: errors.New("nothing to change: give --set KEY=VALUE or --delete KEY"), cmd: cmd.CommandPath()}
+			}
+			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
+				alter := adm.AlterTopicConfigs
+				verb := "altered"
+				if validateOnly {
+					alter, verb = adm.ValidateAlterTopicConfigs, "would alter"
+				}
+				rs, err := alter(ctx, ops, names...)
+				if err != nil {
+					return fmt.Errorf("topic alter-config: %w", err)
+				}
+				byName := make(map[string]kadm.AlterConfigsResponse, len(rs))
+				for _, r := range rs {
+					byName[r.Name] = r
+				}
+				return eachName("topic alter-config", names, byName,
+					func(r kadm.AlterConfigsResponse) error { return kafkaError(r.Err, r.ErrMessage) },
+					func(name string, _ kadm.AlterConfigsResponse) {
+						fmt.Fprintf(stdout, "%s topic %s: %s\n", verb, name, strings.Join(said, ", "))
+					})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&sets, "set", nil, "config key=value to set (repeatable)")
+	f.StringArrayVar(&deletes, "delete", nil, "config key to delete, back to the broker default (repeatable)")
+	f.BoolVar(&validateOnly, "validate-only", false, "ask the broker to check the change without making it")
+	return cmd
+}
+
+func newTopicAddPartitionsCmd(a *admin, stdout io.Writer) *cobra.Command {
+	var (
+		total        int
+		validateOnly bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add-partitions NAME... --partitions N",
+		Short: "Raise topics' partition count to N",
+		Long: `Raise each topic's partition count to N (CreatePartitions). Partitions can
+only be added: records keep their partition, so keys hash differently
+from now on.`,
+		Example: `  strata topic add-partitions orders --partitions 12`,
+		Args:    args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if total < 1 {
+				return &usageError{err: errors.New("--partitions: give the new total, at least 1"), cmd: cmd.CommandPath()}
+			}
+			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
+				update, verb := adm.UpdatePartitions, "topic %s now has %s\n"
+				if validateOnly {
+					update, verb = adm.ValidateUpdatePartitions, "topic %s would have %s\n"
+				}
+				rs, err := update(ctx, total, names...)
+				if err != nil {
+					return fmt.Errorf("topic add-partitions: %w", err)
+				}
+				return eachName("topic add-partitions", names, rs,
+					func(r kadm.CreatePartitionsResponse) error { return kafkaError(r.Err, r.ErrMessage) },
+					func(name string, _ kadm.CreatePartitionsResponse) {
+						fmt.Fprintf(stdout, verb, name, plural(total, "partition"))
+					})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&total, "partitions", "p", 0, "the new total number of partitions")
+	f.BoolVar(&validateOnly, "validate-only", false, "ask the broker to check the change without making it")
+	return cmd
 }
 
 // failures collects per-topic errors of a command acting on several topics,
@@ -458,22 +646,51 @@ func (f *failures) err() error {
 
 // kafkaError renders a Kafka error code as its protocol name followed by
 // the broker's own message when it sent one, else the code's description:
-// "TOPIC_ALREADY_EXISTS: Topic 'orders' already exists."
+// "TOPIC_ALREADY_EXISTS: topic "orders" already exists". Brokers (Strata's
+// among them) often begin their message with the code's own text; it is
+// cut so that the line states the cause once.
 func kafkaError(err error, brokerMsg string) error {
 	var ke *kerr.Error
-	if errors.As(err, &ke) && brokerMsg != "" {
-		return fmt.Errorf("%s: %s", ke.Message, brokerMsg)
+	if !errors.As(err, &ke) {
+		return err
 	}
-	return err
+	msg := strings.TrimSpace(brokerMsg)
+	for _, said := range []string{ke.Error(), ke.Message, ke.Description} {
+		msg = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(msg, said), ":"))
+	}
+	if msg == "" {
+		return err
+	}
+	return &brokerError{code: ke, msg: msg}
 }
 
+// brokerError is a Kafka error code with the broker's explanation.
+type brokerError struct {
+	code *kerr.Error
+	msg  string
+}
+
+func (e *brokerError) Error() string { return e.code.Message + ": " + e.msg }
+func (e *brokerError) Unwrap() error { return e.code }
+
 // topicID prints a topic id the way Kafka's tools do: URL-safe base64
-// without padding. The zero id (a broker without topic ids) prints as "-".
-func topicID(id kadm.TopicID) string {
-	if id == (kadm.TopicID{}) {
+// without padding. Every verb prints ids this way; bucket keys spell them
+// in hex, which --json carries beside (topicIDHex) and every verb taking
+// an id accepts (parseTopicID). The zero id (a broker without topic ids)
+// prints as "-".
+func topicID(id [16]byte) string {
+	if id == ([16]byte{}) {
 		return "-"
 	}
 	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+// topicIDHex is the id as bucket keys spell it: 32 hex digits.
+func topicIDHex(id [16]byte) string {
+	if id == ([16]byte{}) {
+		return "-"
+	}
+	return hex.EncodeToString(id[:])
 }
 
 func replicationFactor(td kadm.TopicDetail) int {

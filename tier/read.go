@@ -27,8 +27,17 @@ const minReadWindow = 64 << 10
 // stays within one segment. Every batch's CRC-32C is checked; a batch that
 // fails it ends the read (the batches before it are returned, or
 // segment.ErrCorruptSegment when there are none). An offset the bucket does
-// not hold is segment.ErrOffsetOutOfRange.
+// not hold is segment.ErrOffsetOutOfRange. Read is for a consumer's fetch:
+// it reads ahead of what it returns.
 func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	return t.read(ctx, tp, dst, offset, maxBytes, true)
+}
+
+// read is Read; sequential says the caller goes on reading where it stops,
+// so the chunks and the segment it needs next are worth fetching now. A
+// lookup (ListOffsets) is not sequential: read-ahead for it would fetch
+// tens of MiB nobody asked for.
+func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int, sequential bool) ([]byte, error) {
 	m, err := t.Manifest(ctx, tp)
 	if err != nil {
 		return dst, err
@@ -55,7 +64,11 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	// A sequential reader crosses into the next segment soon: warm its
 	// index and first chunks now, so the crossing costs no waiting.
 	ahead := int64(t.cfg.ReadAhead) * t.cfg.ChunkBytes
-	if pos+int64(maxBytes)+ahead >= logEnd {
+	aheadEnd := logEnd // read-ahead stops there
+	if !sequential {
+		aheadEnd = 0
+	}
+	if sequential && pos+int64(maxBytes)+ahead >= logEnd {
 		if next, ok := m.Find(rs.LastOffset + 1); ok {
 			t.prefetchSegment(next, 0)
 		}
@@ -68,7 +81,7 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if rest := t.cfg.ChunkBytes - pos%t.cfg.ChunkBytes; rest >= minReadWindow {
 			want = min(want, rest)
 		}
-		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, max(want, need), logEnd)
+		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, max(want, need), aheadEnd)
 		if err != nil {
 			return dst, err
 		}
@@ -161,7 +174,7 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		from = max(from, m.LogStartOffset, rs.BaseOffset)
 		for from <= rs.LastOffset {
-			batches, err := t.Read(ctx, tp, nil, from, 1<<20)
+			batches, err := t.read(ctx, tp, nil, from, 1<<20, false)
 			if err != nil {
 				return 0, 0, false, err
 			}

@@ -98,3 +98,45 @@ func testBatch(values ...[]byte) []byte {
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return raw
 }
+
+// TestOffsetForTimestampReadsNoAhead: a lookup by time (ListOffsets) reads
+// the time index and the chunks that hold its answer, and nothing else;
+// read-ahead is for sequential fetches (issue 9 item 12). The timestamp
+// looked up is in the last batch of a segment, where a fetch would warm
+// the next segment's index and first chunks.
+func TestOffsetForTimestampReadsNoAhead(t *testing.T) {
+	const chunk = 64 << 10
+	ctx := context.Background()
+	l, tr, store := uploadedLog(t, 600, 256<<10, func(i int) int64 { return 1000 + int64(i) },
+		Config{ChunkBytes: chunk, MemoryBytes: 8 * chunk, CacheBytes: 8 * chunk, ReadAhead: 4})
+	m, err := tr.Manifest(ctx, testTP)
+	if err != nil || len(m.Segments) < 2 {
+		t.Fatalf("manifest: %d segments, %v", len(m.Segments), err)
+	}
+	first := m.Segments[0]
+	store.reset()
+	want, _, ok, err := l.OffsetForTimestamp(1000 + first.LastOffset)
+	if err != nil || !ok {
+		t.Fatalf("local lookup: %v, %v", ok, err)
+	}
+	off, _, ok, err := tr.OffsetForTimestamp(ctx, testTP, 1000+first.LastOffset)
+	if err != nil || !ok || off != want {
+		t.Fatalf("lookup of the last timestamp of segment 0: offset %d, %v, %v; want %d", off, ok, err, want)
+	}
+	tr.Close() // waits for background downloads
+	for _, s := range m.Segments[1:] {
+		if gets := store.getsOf(s.Key); len(gets) != 0 {
+			t.Errorf("lookup in segment 0 read segment %d: %v", s.BaseOffset, gets)
+		}
+	}
+	var logGets int
+	for _, g := range store.getsOf(first.Key) {
+		if g.off < first.Log.End() {
+			logGets++
+		}
+	}
+	// The answer's batch is in the last chunk or straddles the last two.
+	if logGets > 2 {
+		t.Errorf("lookup read %d chunks of segment 0's log, want at most the 2 that can hold the answer", logGets)
+	}
+}

@@ -53,10 +53,11 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	if err != nil {
 		return dst, err
 	}
-	pos, err := format.LookupOffset(index, rs.BaseOffset, offset)
+	pos, indexed, err := format.LookupOffsetEntry(index, rs.BaseOffset, offset)
 	if err != nil {
 		return dst, fmt.Errorf("%w: offset index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
 	}
+	order := batchOrder{prevLast: rs.BaseOffset - 1, end: rs.LastOffset + 1, indexed: indexed}
 	logEnd := rs.Log.End()
 	start := len(dst)
 	wb := windowBufs.Get().(*[]byte)
@@ -85,7 +86,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if err != nil {
 			return dst, err
 		}
-		used, done, err := appendBatches(&dst, start, window, offset, maxBytes)
+		used, done, err := appendBatches(&dst, start, window, offset, maxBytes, &order)
 		if err == nil && used == 0 {
 			// The next batch is larger than the window: the next window
 			// is its size, and must then hold it.
@@ -120,15 +121,44 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	return dst, nil
 }
 
+// batchOrder checks the offsets of a segment's batches as a read walks
+// them. A batch's CRC starts after its base offset and length, so without
+// this a flipped bit there serves offsets the segment does not hold, or
+// skips the records a consumer asked for.
+type batchOrder struct {
+	prevLast int64 // last offset of the batch before; every batch is above it
+	end      int64 // the segment's offsets are below it
+	// indexed is the last offset of the first batch, as the index entry
+	// the read starts from records it; -1 with no entry.
+	indexed int64
+}
+
+// check reports whether h can be the next batch.
+func (o *batchOrder) check(h segment.BatchHeader) error {
+	if h.BaseOffset <= o.prevLast || h.LastOffsetDelta < 0 || h.BaseOffset >= o.end || h.LastOffset() >= o.end ||
+		(o.indexed >= 0 && h.LastOffset() != o.indexed) {
+		return fmt.Errorf("batch offsets [%d, %d] after offset %d in a segment ending before %d", h.BaseOffset, h.LastOffset(), o.prevLast, o.end)
+	}
+	return nil
+}
+
+// next records that h, which passed check, was read.
+func (o *batchOrder) next(h segment.BatchHeader) {
+	o.prevLast, o.indexed = h.LastOffset(), -1
+}
+
 // appendBatches appends the whole batches of window that end at or after
-// offset, until maxBytes (the first batch always goes in whole). It
-// returns how many bytes of window it consumed and whether the byte limit
-// stopped it.
-func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes int) (used int64, done bool, err error) {
+// offset, until maxBytes (the first batch always goes in whole), checking
+// the offsets of every batch it passes with order. It returns how many
+// bytes of window it consumed and whether the byte limit stopped it.
+func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes int, order *batchOrder) (used int64, done bool, err error) {
 	for len(window)-int(used) >= 61 {
 		b := window[used:]
 		h, err := segment.ParseBatchHeader(b)
 		if err != nil {
+			return used, false, err
+		}
+		if err := order.check(h); err != nil {
 			return used, false, err
 		}
 		size := h.Size()
@@ -144,6 +174,7 @@ func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes
 			}
 			*dst = append(*dst, b[:size]...)
 		}
+		order.next(h)
 		used += int64(size)
 		if len(*dst)-start >= maxBytes {
 			return used, true, nil

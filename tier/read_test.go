@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -139,4 +142,97 @@ func TestOffsetForTimestampReadsNoAhead(t *testing.T) {
 	if logGets > 2 {
 		t.Errorf("lookup read %d chunks of segment 0's log, want at most the 2 that can hold the answer", logGets)
 	}
+}
+
+// TestReadChecksBatchOffsets: the base offset and length of a batch are
+// outside its CRC, so the reader checks offsets instead: a remote read
+// never serves a batch outside its segment's offsets or not above the
+// batch before it, and never skips a batch because of a damaged one
+// (issue 9 item 7). Every batch near the start is damaged in turn, so the
+// damage is met both where a read starts (at an index entry) and while
+// it scans.
+func TestReadChecksBatchOffsets(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte, prevBase int64)
+	}{
+		{"bit flipped high", func(b []byte, _ int64) { b[0] ^= 0x01 }}, // +2^56
+		{"repeats the batch before", func(b []byte, prevBase int64) { binary.BigEndian.PutUint64(b, uint64(prevBase)) }},
+	} {
+		for victim := int64(1); victim <= 6; victim++ {
+			t.Run(fmt.Sprintf("%s/batch %d", tc.name, victim), func(t *testing.T) {
+				_, tr, store := uploadedLog(t, 100, 64<<10, func(i int) int64 { return int64(i) }, Config{ChunkBytes: 64 << 10, MemoryBytes: 4 << 20, CacheBytes: 4 << 20})
+				m, err := tr.Manifest(ctx, testTP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs := m.Segments[0]
+				obj := getObject(t, store, rs.Key)
+				// One record per batch: batch i holds offset i.
+				pos, prevBase := int64(0), int64(-1)
+				for i := int64(0); i < victim; i++ {
+					h, err := segment.ParseBatchHeader(obj[pos:])
+					if err != nil {
+						t.Fatal(err)
+					}
+					prevBase = h.BaseOffset
+					pos += int64(h.Size())
+				}
+				tc.damage(obj[pos:], prevBase)
+				if err := store.Put(ctx, rs.Key, bytes.NewReader(obj), int64(len(obj))); err != nil {
+					t.Fatal(err)
+				}
+				got, err := tr.Read(ctx, testTP, nil, victim, 1<<20)
+				if !errors.Is(err, segment.ErrCorruptSegment) {
+					t.Fatalf("read of the damaged batch: %v, and %d bytes from offset %d; want ErrCorruptSegment", err, len(got), firstBase(got))
+				}
+				got, err = tr.Read(ctx, testTP, nil, 0, 1<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := countBatches(t, got); n != int(victim) || firstBase(got) != 0 {
+					t.Fatalf("read from 0: %d batches from offset %d, want the %d before the damage", n, firstBase(got), victim)
+				}
+			})
+		}
+	}
+}
+
+// getObject returns the whole object stored under key.
+func getObject(t *testing.T, store objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := store.GetRange(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// firstBase is the base offset of the first batch of b, -1 without one.
+func firstBase(b []byte) int64 {
+	h, err := segment.ParseBatchHeader(b)
+	if err != nil {
+		return -1
+	}
+	return h.BaseOffset
+}
+
+// countBatches counts the batches of b, which must be whole.
+func countBatches(t *testing.T, b []byte) int {
+	t.Helper()
+	n := 0
+	for p := 0; p < len(b); n++ {
+		h, err := segment.ParseBatchHeader(b[p:])
+		if err != nil || p+h.Size() > len(b) {
+			t.Fatalf("batch %d at %d of %d bytes: %v", n, p, len(b), err)
+		}
+		p += h.Size()
+	}
+	return n
 }

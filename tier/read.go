@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"strata/segment"
 	"strata/tier/format"
@@ -75,6 +77,9 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		}
 	}
 	var need int64 // the size of a batch that did not fit the last window
+	// damage is the first check that failed, nil while none has: a failure
+	// is retried once, from a fresh download.
+	var damage error
 	for pos < logEnd {
 		want := min(max(int64(maxBytes-(len(dst)-start)), minReadWindow), logEnd-pos)
 		// Within one chunk the window is the cached chunk itself, not a
@@ -86,6 +91,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if err != nil {
 			return dst, err
 		}
+		winLen := int64(len(window))
 		used, done, err := appendBatches(&dst, start, window, offset, maxBytes, &order)
 		if err == nil && used == 0 {
 			// The next batch is larger than the window: the next window
@@ -95,20 +101,34 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 				err = fmt.Errorf("batch of %d bytes not read whole", need)
 			}
 			need = int64(h.Size())
+			if fits := len(dst) == start || len(dst)-start+int(need) <= maxBytes; err == nil && fits && pos+need > logEnd {
+				err = fmt.Errorf("batch of %d bytes runs past the log", need)
+			}
 		}
 		release()
 		if err != nil {
+			// The batches before the damage passed every check: they stay.
+			from := pos
+			pos += used
+			err = fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos, err)
+			if damage == nil {
+				// What is damaged may be our copy: a chunk cached before
+				// the object was repaired, a download or a chunk file
+				// damaged on the way. Forget it and look again.
+				damage = err
+				t.cache.invalidate(rs.Key, from, winLen)
+				need = 0
+				continue
+			}
+			t.reportCorrupt(tp, rs.Key, err, false)
 			if len(dst) > start {
 				return dst, nil
 			}
-			return dst, fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos+used, err)
+			return dst, err
 		}
 		if used == 0 {
 			if len(dst) > start && len(dst)-start+int(need) > maxBytes {
 				break
-			}
-			if pos+need > logEnd {
-				return dst, fmt.Errorf("%w: %s: batch at %d runs past the log", segment.ErrCorruptSegment, rs.Key, pos)
 			}
 			continue
 		}
@@ -117,6 +137,9 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if done {
 			break
 		}
+	}
+	if damage != nil {
+		t.reportCorrupt(tp, rs.Key, damage, true)
 	}
 	return dst, nil
 }
@@ -340,4 +363,69 @@ func (t *Tier) prefetchSegment(rs format.RemoteSegment, pos int64) {
 	}
 	n := min(int64(max(t.cfg.ReadAhead, 1))*t.cfg.ChunkBytes, rs.Log.End()-pos)
 	t.cache.prefetchRange(rs.Key, rs.Size, pos, n)
+}
+
+// corruptLogInterval is how often a corrupt remote object is logged at
+// most: a consumer retrying a damaged partition reads it again several
+// times a second.
+const corruptLogInterval = time.Minute
+
+// corruptReports counts corrupt remote reads and rate-limits their log
+// lines per object. Its zero value is ready to use.
+type corruptReports struct {
+	count atomic.Int64
+	mu    sync.Mutex
+	seen  map[string]*corruptSeen // by object key; guarded by mu
+}
+
+// corruptSeen is what was logged about one object: when, and the corrupt
+// reads since then.
+type corruptSeen struct {
+	logged time.Time
+	reads  int64
+}
+
+// maxCorruptSeen bounds the objects corruptReports remembers: beyond it,
+// those last logged an interval ago or more are forgotten (their next
+// corrupt read is logged at once, as it would be anyway).
+const maxCorruptSeen = 1024
+
+// reportCorrupt counts a remote read of tp's object key that found bytes
+// failing their checks, healed by a fresh download or not, and logs it
+// unless that object was logged less than corruptLogInterval ago; the
+// line carries the corrupt reads of the object since the last one.
+func (t *Tier) reportCorrupt(tp format.TopicPartition, key string, err error, healed bool) {
+	r := &t.corrupt
+	r.count.Add(1)
+	now := t.cfg.Now()
+	r.mu.Lock()
+	s, ok := r.seen[key]
+	if !ok {
+		if r.seen == nil {
+			r.seen = make(map[string]*corruptSeen)
+		}
+		if len(r.seen) >= maxCorruptSeen {
+			for k, old := range r.seen {
+				if now.Sub(old.logged) >= corruptLogInterval {
+					delete(r.seen, k)
+				}
+			}
+		}
+		s = &corruptSeen{}
+		r.seen[key] = s
+	}
+	s.reads++
+	if ok && now.Sub(s.logged) < corruptLogInterval {
+		r.mu.Unlock()
+		return
+	}
+	reads := s.reads
+	s.logged, s.reads = now, 0
+	r.mu.Unlock()
+	if healed {
+		t.log.Warn("corrupt remote read healed by a fresh download", "topic", tp.Topic, "partition", tp.Partition, "object", key, "reads", reads, "err", err)
+		return
+	}
+	t.log.Error("corrupt data in the object store: reads of it fail with KAFKA_STORAGE_ERROR until the object is repaired",
+		"topic", tp.Topic, "partition", tp.Partition, "object", key, "reads", reads, "err", err)
 }

@@ -213,6 +213,49 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 	if err != nil {
 		return 0, 0, false, err
 	}
+	return t.offsetForTimestamp(ctx, tp, m, ts)
+}
+
+// MaxTimestamp returns the largest record timestamp in the bucket, at or
+// above its log start offset, and the offset of the first record carrying
+// it (ListOffsets -3, KIP-734); ok is false when the bucket holds no
+// timestamped record. The manifest's per-segment maxima find the segment;
+// only that segment is read.
+func (t *Tier) MaxTimestamp(ctx context.Context, tp format.TopicPartition) (timestamp, offset int64, ok bool, err error) {
+	m, err := t.Manifest(ctx, tp)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	for {
+		best := -1
+		for i, s := range m.Segments {
+			if s.LastOffset >= m.LogStartOffset && s.MaxTimestamp >= 0 && (best < 0 || s.MaxTimestamp > m.Segments[best].MaxTimestamp) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return 0, 0, false, nil
+		}
+		maxTs := m.Segments[best].MaxTimestamp
+		off, ts, found, err := t.offsetForTimestamp(ctx, tp, m, maxTs)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if found && ts == maxTs {
+			return ts, off, true, nil
+		}
+		// The segment's maximum belongs to a record below the log start:
+		// look among the segments after it.
+		next := m.Segments[best].LastOffset + 1
+		if next >= m.EndOffset() {
+			return 0, 0, false, nil
+		}
+		m = m.WithLogStart(next)
+	}
+}
+
+// offsetForTimestamp is OffsetForTimestamp in m.
+func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition, m *format.Manifest, ts int64) (offset, timestamp int64, ok bool, err error) {
 	for {
 		rs, found := m.FindTimestamp(ts)
 		if !found {

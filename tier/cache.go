@@ -196,10 +196,23 @@ func (c *chunkCache) goBackgroundLocked(f func()) bool {
 }
 
 // goBackground is goBackgroundLocked for callers without the lock.
-func (c *chunkCache) goBackground(f func()) {
+func (c *chunkCache) goBackground(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.goBackgroundLocked(f)
+	return c.goBackgroundLocked(f)
+}
+
+// getOnWorker is one ranged GET of n bytes of object at off, made on one
+// of the workers (waiting for one first) under the cache's context, so
+// that every GET of the remote reads counts against the same bound.
+func (c *chunkCache) getOnWorker(object string, off int64, buf []byte) error {
+	select {
+	case c.workers <- struct{}{}:
+		defer func() { <-c.workers }()
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return c.get(c.ctx, object, off, buf)
 }
 
 // cachedBytes is the total size of the chunks on disk.

@@ -3,8 +3,8 @@ package tier
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +53,9 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	}
 	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index)
 	if err != nil {
+		if errors.Is(err, segment.ErrCorruptSegment) {
+			t.reportCorrupt(tp, rs.Key, err, false)
+		}
 		return dst, err
 	}
 	pos, indexed, err := format.LookupOffsetEntry(index, rs.BaseOffset, offset)
@@ -263,6 +266,9 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		timeIndex, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.TimeIndex)
 		if err != nil {
+			if errors.Is(err, segment.ErrCorruptSegment) {
+				t.reportCorrupt(tp, rs.Key, err, false)
+			}
 			return 0, 0, false, err
 		}
 		from, _, err := format.LookupTimestamp(timeIndex, rs.BaseOffset, ts)
@@ -305,13 +311,17 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 }
 
 // indexCache keeps remote offset and time indexes in memory, least
-// recently used out first, within a byte bound.
+// recently used out first, within a byte bound. Indexes are downloaded on
+// the chunk cache's workers, one download per index however many readers
+// want it at once.
 type indexCache struct {
 	limit int64
 	mu    sync.Mutex
 	size  int64
 	lru   list.List // of *indexEntry, front most recent
 	byKey map[indexKey]*list.Element
+	// flights are the downloads under way.
+	flights map[indexKey]*indexFlight
 }
 
 type indexKey struct {
@@ -324,12 +334,22 @@ type indexEntry struct {
 	b   []byte
 }
 
+// indexFlight is one index download; its waiters block on done, then
+// take b or err.
+type indexFlight struct {
+	done chan struct{}
+	b    []byte
+	err  error
+}
+
 func newIndexCache(limit int64) *indexCache {
-	return &indexCache{limit: limit, byKey: make(map[indexKey]*list.Element)}
+	return &indexCache{limit: limit, byKey: make(map[indexKey]*list.Element), flights: make(map[indexKey]*indexFlight)}
 }
 
 // get returns part p of object, fetched with one ranged GET and checked
-// against its CRC, from the cache when it is there.
+// against its CRC, from the cache when it is there. The download runs
+// under the chunk cache's context, not the caller's: other readers may be
+// waiting for it, and one giving up must not fail them.
 func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize int64, p format.Part) ([]byte, error) {
 	k := indexKey{object, p.Offset}
 	c.mu.Lock()
@@ -339,22 +359,48 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 		c.mu.Unlock()
 		return b, nil
 	}
+	fl, inFlight := c.flights[k]
+	if !inFlight {
+		fl = &indexFlight{done: make(chan struct{})}
+		c.flights[k] = fl
+	}
 	c.mu.Unlock()
-	rc, err := t.store.GetRange(ctx, object, p.Offset, p.Len)
-	if err != nil {
-		return nil, fmt.Errorf("get index of %s: %w", object, err)
+	if !inFlight && !t.cache.goBackground(func() { c.download(t, k, p, fl) }) {
+		c.finish(k, fl, nil, errCacheClosed)
 	}
+	select {
+	case <-fl.done:
+		return fl.b, fl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// download fetches and checks index k, caches it, and ends its flight.
+func (c *indexCache) download(t *Tier, k indexKey, p format.Part, fl *indexFlight) {
 	b := make([]byte, p.Len)
-	_, err = io.ReadFull(rc, b)
-	rc.Close()
+	err := t.cache.getOnWorker(k.object, p.Offset, b)
 	if err != nil {
-		return nil, fmt.Errorf("get index of %s: %w", object, err)
+		err = fmt.Errorf("get index of %s: %w", k.object, err)
+	} else if cerr := p.Check(b); cerr != nil {
+		err = fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, k.object, cerr)
 	}
-	if err := p.Check(b); err != nil {
-		return nil, fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, object, err)
+	if err != nil {
+		b = nil
 	}
+	c.finish(k, fl, b, err)
+}
+
+// finish ends flight fl of index k with b (cached) or err.
+func (c *indexCache) finish(k indexKey, fl *indexFlight, b []byte, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.flights, k)
+	fl.b, fl.err = b, err
+	close(fl.done)
+	if err != nil {
+		return
+	}
 	if _, ok := c.byKey[k]; !ok {
 		c.byKey[k] = c.lru.PushFront(&indexEntry{k, b})
 		c.size += int64(len(b))
@@ -364,7 +410,6 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 			c.size -= int64(len(e.b))
 		}
 	}
-	return b, nil
 }
 
 // Prefetch warms the cache for a read of tp at offset without waiting: the

@@ -9,7 +9,9 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -235,4 +237,49 @@ func countBatches(t *testing.T, b []byte) int {
 		p += h.Size()
 	}
 	return n
+}
+
+// TestIndexGetsShareTheWorkersAndOneFlight: the remote index GETs run on
+// the read workers like chunk GETs, so no more than ReadWorkers GETs are
+// ever in flight, and readers wanting the same index at once share one
+// GET of it (issue 9 item 6).
+func TestIndexGetsShareTheWorkersAndOneFlight(t *testing.T) {
+	const workers, readersPerSegment = 2, 3
+	ctx := context.Background()
+	_, tr, store := uploadedLog(t, 150, 16<<10, func(i int) int64 { return int64(i) },
+		Config{ChunkBytes: 64 << 10, MemoryBytes: 1 << 20, CacheBytes: 1 << 20, ReadAhead: -1, ReadWorkers: workers})
+	m, err := tr.Manifest(ctx, testTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Segments) < 8 {
+		t.Fatalf("%d segments, want at least 8", len(m.Segments))
+	}
+	store.reset()
+	store.delay = 20 * time.Millisecond // so that GETs started together overlap
+	var wg sync.WaitGroup
+	for _, s := range m.Segments {
+		for range readersPerSegment {
+			wg.Go(func() {
+				if _, err := tr.Read(ctx, testTP, nil, s.BaseOffset, 1); err != nil {
+					t.Errorf("read %d: %v", s.BaseOffset, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := store.maxIn.Load(); n > workers {
+		t.Errorf("%d GETs in flight at once with %d read workers", n, workers)
+	}
+	for _, s := range m.Segments {
+		var indexGets int
+		for _, g := range store.getsOf(s.Key) {
+			if g.off == s.Index.Offset {
+				indexGets++
+			}
+		}
+		if indexGets != 1 {
+			t.Errorf("segment %d: its index fetched %d times by %d readers at once, want once", s.BaseOffset, indexGets, readersPerSegment)
+		}
+	}
 }

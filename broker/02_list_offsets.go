@@ -92,7 +92,9 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		sp.Offset = hw
 	case ts == -3 && version >= 7:
 		mts, off := p.log.MaxTimestamp()
-		if b.tier != nil && p.remoteEnd.Load() > p.logStartOffset() {
+		// The bucket is asked only when it holds records the local log
+		// no longer has.
+		if b.tier != nil && p.logStartOffset() < p.log.StartOffset() {
 			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 			rts, roff, ok, err := b.tier.MaxTimestamp(ctx, p.bucketName())
 			cancel()

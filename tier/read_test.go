@@ -283,3 +283,28 @@ func TestIndexGetsShareTheWorkersAndOneFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseStopsIndexDownloads: an index download outlives the reader
+// that started it (others may be waiting for it) but not the Tier: Close
+// cancels a stalled one and waits for it.
+func TestCloseStopsIndexDownloads(t *testing.T) {
+	_, tr, store := uploadedLog(t, 40, 16<<10, func(i int) int64 { return int64(i) }, Config{ChunkBytes: 64 << 10, MemoryBytes: 1 << 20, CacheBytes: 1 << 20})
+	store.delay = time.Hour // until the GET's context ends
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Read(ctx, testTP, nil, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read with a stalled store: %v, want the reader's deadline", err)
+	}
+	// The index download goes on without the reader.
+	deadline := time.Now().Add(10 * time.Second)
+	for store.inFlight.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := store.inFlight.Load(); n != 1 {
+		t.Fatalf("%d GETs in flight after the reader gave up, want its index download", n)
+	}
+	tr.Close()
+	if n := store.inFlight.Load(); n != 0 {
+		t.Fatalf("%d GETs still in flight after Close", n)
+	}
+}

@@ -170,6 +170,14 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 		t.Fatal("chunk 1 never reached the disk level")
 	}
 	mustRead(150, 200) // chunk 1 only on disk now
+	c := tr.cache
+	c.mu.Lock()
+	_, inMem := c.mu.mem[chunkKey{rs.Key, 1}]
+	_, onDisk := c.mu.disk[chunkKey{rs.Key, 1}]
+	c.mu.Unlock()
+	if inMem || !onDisk {
+		t.Fatalf("chunk 1 in memory %v, on disk %v: want it on disk only", inMem, onDisk)
+	}
 	mustFail("on disk")
 	put(good)
 	if _, err := read(victim); err != nil {

@@ -226,7 +226,9 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		var err error
 		buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
 		if err != nil && len(buf) == n {
-			if !errors.Is(err, segment.ErrOffsetOutOfRange) {
+			// Corrupt data is logged where it is found, once per segment or
+			// object and interval: a consumer retries it many times a second.
+			if !errors.Is(err, segment.ErrOffsetOutOfRange) && !errors.Is(err, segment.ErrCorruptSegment) {
 				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
 			}
 			fp.setError(err) // Fetch has no error message: only the code goes back

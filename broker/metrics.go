@@ -129,6 +129,8 @@ func (m *metrics) watchTierCache(stats func() tier.CacheStats) {
 			func(s tier.CacheStats) int64 { return s.DiskWrites }),
 		counter("strata_tier_cache_disk_evictions_total", "Chunks evicted from the on-disk cache.",
 			func(s tier.CacheStats) int64 { return s.DiskEvictions }),
+		counter("strata_tier_corrupt_reads_total", "Remote reads that found bytes failing their checks (CRC-32C, batch structure or offsets), whether or not a fresh download healed them.",
+			func(s tier.CacheStats) int64 { return s.CorruptReads }),
 	)
 }
 

@@ -458,7 +458,11 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 		s.acquire()
 		l.mu.RUnlock()
 
-		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, interval, l.logger)
+		segEnd := end
+		if nextBase >= 0 {
+			segEnd = nextBase
+		}
+		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
 		s.release()
 		if err != nil || found || nextBase < 0 {
 			return out, err

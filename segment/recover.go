@@ -385,7 +385,7 @@ func (l *Log) scanHeaders(from int64, fn func(*BatchHeader)) error {
 		var pos int64
 		if s.base < from {
 			var err error
-			if pos, err = s.position(from, s.size, l.w.cfg.IndexIntervalBytes, l.logger); err != nil {
+			if pos, _, err = s.position(from, s.size, l.w.cfg.IndexIntervalBytes, l.logger); err != nil {
 				return err
 			}
 		}

@@ -92,6 +92,8 @@ type Tier struct {
 	log   *slog.Logger
 	cache *chunkCache
 	index *indexCache
+	// corrupt reports corrupt remote reads (read.go).
+	corrupt corruptReports
 
 	mu         sync.Mutex
 	partitions map[format.TopicPartition]*partitionState // guarded by mu
@@ -362,6 +364,10 @@ type CacheStats struct {
 	// DiskWrites counts chunks written to the disk level (downloaded a
 	// second time); DiskEvictions, chunks evicted from it.
 	DiskWrites, DiskEvictions int64
+	// CorruptReads counts remote reads that found bytes failing their
+	// checks (CRC-32C, batch structure or offsets), healed by a fresh
+	// download or not.
+	CorruptReads int64
 }
 
 // CacheStats returns the chunk cache's current figures.
@@ -374,5 +380,6 @@ func (t *Tier) CacheStats() CacheStats {
 		Misses:        c.misses.Load(),
 		DiskWrites:    c.admissions.Load(),
 		DiskEvictions: c.evictions.Load(),
+		CorruptReads:  t.corrupt.count.Load(),
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Internal topics cannot be deleted, and the refusal is the code Apache
@@ -68,5 +70,84 @@ func TestTopicNameCollision(t *testing.T) {
 	r := cl.ProduceSync(ctx, &kgo.Record{Topic: "a_b", Value: []byte("v")})
 	if err := r.FirstErr(); !errors.Is(err, kerr.InvalidTopicException) {
 		t.Errorf("produce to a_b: err %v, want INVALID_TOPIC_EXCEPTION", err)
+	}
+}
+
+// The older AlterConfigs replaces a topic's configs as a whole: keys left
+// out go back to their defaults (kadm's AlterTopicConfigsState).
+func TestLegacyAlterConfigs(t *testing.T) {
+	b := testBroker(t, "")
+	adm := testAdmin(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	createTopic(t, adm, "legacy", 1, map[string]*string{"retention.ms": ptr("3600000")})
+
+	describe := func() map[string]kadm.Config {
+		t.Helper()
+		rcs, err := adm.DescribeTopicConfigs(ctx, "legacy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On("legacy", nil)
+		if err != nil || rc.Err != nil {
+			t.Fatalf("describe: %v %v", err, rc.Err)
+		}
+		m := make(map[string]kadm.Config)
+		for _, c := range rc.Configs {
+			m[c.Key] = c
+		}
+		return m
+	}
+
+	// ValidateOnly and bad input change nothing.
+	for _, tc := range []struct {
+		name    string
+		configs []kadm.AlterConfig
+		want    error
+	}{
+		{"unknown key", []kadm.AlterConfig{{Name: "no.such.key", Value: ptr("1")}}, kerr.InvalidConfig},
+		{"bad value", []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("lots")}}, kerr.InvalidConfig},
+		{"null value", []kadm.AlterConfig{{Name: "retention.bytes"}}, kerr.InvalidRequest},
+	} {
+		resps, err := adm.AlterTopicConfigsState(ctx, tc.configs, "legacy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resps) != 1 || !errors.Is(resps[0].Err, tc.want) {
+			t.Errorf("%s: %+v, want %v", tc.name, resps, tc.want)
+		}
+	}
+	if _, err := adm.ValidateAlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("1048576")}}, "legacy"); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe()["retention.ms"]; got.MaybeValue() != "3600000" {
+		t.Fatalf("after refused and validate-only alters: retention.ms %q", got.MaybeValue())
+	}
+
+	resps, err := adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("1048576")}}, "legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resps) != 1 || resps[0].Err != nil {
+		t.Fatalf("alter: %+v", resps)
+	}
+	got := describe()
+	if c := got["retention.bytes"]; c.MaybeValue() != "1048576" || c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+		t.Errorf("retention.bytes = %q from %v, want 1048576 set on the topic", c.MaybeValue(), c.Source)
+	}
+	if c := got["retention.ms"]; c.Source == kmsg.ConfigSourceDynamicTopicConfig || c.MaybeValue() == "3600000" {
+		t.Errorf("retention.ms = %q from %v, want the default back", c.MaybeValue(), c.Source)
+	}
+	if rb := b.partition("legacy", 0).settings.Load().log.RetentionBytes; rb != 1048576 {
+		t.Errorf("partition retention bytes %d, want 1048576", rb)
+	}
+
+	// A missing topic is named as such.
+	resps, err = adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("1")}}, "nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resps) != 1 || !errors.Is(resps[0].Err, kerr.UnknownTopicOrPartition) {
+		t.Errorf("missing topic: %+v", resps)
 	}
 }

@@ -166,7 +166,7 @@ type jsonResult struct {
 // RunCommand runs `loadtest args...` and returns its stdout and error.
 func RunCommand(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	cmd := loadtest.Command()
+	cmd := loadtest.Command(loadtest.Options{})
 	var stdout, stderr bytes.Buffer
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)

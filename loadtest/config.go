@@ -37,7 +37,10 @@ type ProduceConfig struct {
 	Linger        time.Duration // how long a partition's batch waits for more records; 0 sends at once
 	BatchMaxBytes int32         // largest record batch; 0 keeps the client default (1 MB)
 
-	// Create creates the topic first; an existing topic is used as it is.
+	// Create creates the topic first with the settings below; an existing
+	// topic is used as it is. Without it the run produces as any client
+	// does, and a missing topic exists if the broker creates it on first
+	// use.
 	Create            bool
 	Partitions        int32 // for Create; 0 or -1 take the broker default
 	ReplicationFactor int16 // for Create; 0 or -1 take the broker default

@@ -33,7 +33,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	nparts, err := a.partitions(ctx, cfg.Topic, 0)
+	nparts, err := a.partitions(ctx, cfg.Topic, 0, false)
 	var unread map[int32]int64
 	if err == nil && cfg.Verify {
 		unread, err = a.unread(ctx, cfg.Topic, from, cfg.Group)

@@ -227,7 +227,8 @@ the producer runs at the same time on the same host).
 
 With --verify, every record written by "produce --verify" with the same --seed
 is checked: missing, duplicated, corrupt and out-of-order records make the
-command fail. A verifying consumer stops by itself once it has read up to the
+command fail. Records other clients wrote to the topic are skipped and counted
+in one line. A verifying consumer stops by itself once it has read up to the
 end offsets it saw at start and every producer's end markers; give --duration
 as a timeout.`,
 		Example:      `  strata loadtest consume --bootstrap 127.0.0.1:9092 --topic t --verify --duration 1m`,
@@ -348,6 +349,9 @@ func printSummary(w io.Writer, mode string, r Result) {
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(w, "verify: %d missing, %d duplicated, %d corrupt, %d out of order, %d without end marker\n",
 			v.Missing, v.Duplicated, v.Corrupt, v.OutOfOrder, v.Unterminated)
+		if v.Foreign > 0 {
+			fmt.Fprintf(w, "verify: skipped %d records not written by produce --verify\n", v.Foreign)
+		}
 	}
 }
 

@@ -67,11 +67,14 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 		deadline = start.Add(cfg.Duration)
 	}
 	stop := startProgress(cfg.OnProgress, cfg.ProgressEvery, start, &c.m, cfg.Records, cfg.Duration)
+	// Records were there at start: once they are all read, a topic that
+	// held no loadtest run (only other clients' records) is done too.
+	hadUnread := len(unread) > 0
 	err = c.loop(ctx, func() bool {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return true
 		}
-		return c.ver != nil && len(c.pending) == 0 && c.ver.complete()
+		return c.ver != nil && len(c.pending) == 0 && (c.ver.complete() || hadUnread && !c.ver.sawRun())
 	})
 	stop()
 	if err != nil {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"errors"
 	"math/bits"
 	"slices"
 
@@ -19,6 +20,7 @@ type verifier struct {
 	streams map[streamKey]*streamState
 	runs    map[uint64]*runState
 	parts   map[int32]*PartitionReport
+	foreign int64 // records without a loadtest header
 }
 
 type streamKey struct {
@@ -108,6 +110,12 @@ func (s *streamState) countBelow(n uint64) int64 {
 // and hdrErr, and reports whether it is a data record (end markers are not
 // counted as records of the run).
 func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
+	if errors.Is(hdrErr, errNoHeader) {
+		// Not ours to judge: another client wrote it. It is counted once,
+		// as such, and is not a fault of the broker.
+		v.foreign++
+		return false
+	}
 	pr := v.part(r.Partition)
 	if hdrErr != nil {
 		pr.Records++
@@ -155,6 +163,9 @@ func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
 	return true
 }
 
+// sawRun reports whether any record of a loadtest run has been seen.
+func (v *verifier) sawRun() bool { return len(v.runs) > 0 }
+
 // complete reports whether every run seen has delivered all its end markers,
 // one per stream and partition: past that, nothing more of them can come.
 func (v *verifier) complete() bool {
@@ -182,7 +193,7 @@ func (v *verifier) report() *VerifyReport {
 			v.part(k.partition).Missing += missing
 		}
 	}
-	rep := &VerifyReport{}
+	rep := &VerifyReport{Foreign: v.foreign}
 	for _, r := range v.runs {
 		if want := int64(r.streams) * int64(v.nparts); r.ends < want {
 			rep.Unterminated += want - r.ends
@@ -209,5 +220,5 @@ func findHeader(r *kgo.Record) (header, error) {
 			return parseHeader(h.Value)
 		}
 	}
-	return header{}, errBadHeader
+	return header{}, errNoHeader
 }

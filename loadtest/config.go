@@ -81,6 +81,12 @@ type ConsumeConfig struct {
 
 	Verify bool
 	Seed   int64 // must match the producer's
+	// UnreadableAfter is how long a partition may answer nothing but
+	// errors (KAFKA_STORAGE_ERROR: its data is out of the broker's reach)
+	// before a verifying consumer gives up on it and counts its unread
+	// records, up to the end offsets seen at start, as missing. Default
+	// 30s.
+	UnreadableAfter time.Duration
 
 	ClientOpts    []kgo.Opt
 	OnProgress    func(Progress)
@@ -100,6 +106,7 @@ type E2EConfig struct {
 const (
 	defaultProgressEvery = time.Second
 	defaultDrain         = 10 * time.Second
+	defaultUnreadable    = 30 * time.Second
 	maxValueSize         = 64 << 20
 )
 
@@ -144,6 +151,9 @@ func (c *ProduceConfig) validate() error {
 func (c *ConsumeConfig) validate() error {
 	if err := validateCommon(c.Bootstrap, c.Topic, c.Records, c.Duration); err != nil {
 		return err
+	}
+	if c.UnreadableAfter < 0 {
+		return fmt.Errorf("unreadable-after %v is negative", c.UnreadableAfter)
 	}
 	_, err := parseFrom(c.From)
 	return err

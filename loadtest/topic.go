@@ -148,13 +148,13 @@ func offsetsOf(what string, l kadm.ListedOffsets, err error) (map[int32]int64, e
 
 // unread returns, for each partition holding records between where a
 // consumer will start and the end offsets now, the end offset it must
-// reach. A verifying consumer is not done before it has read them all.
-func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (map[int32]int64, error) {
+// reach, and the offset it starts from. A verifying consumer is not done
+// before it has read them all.
+func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (unread, starts map[int32]int64, err error) {
 	ends, err := a.endOffsets(ctx, topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var starts map[int32]int64
 	switch {
 	case from.earliest:
 		l, lerr := a.adm.ListStartOffsets(ctx, topic)
@@ -166,7 +166,7 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 		starts, err = offsetsOf("time", l, lerr)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if group != "" {
 		committed, err := a.adm.FetchOffsets(ctx, group)
@@ -174,7 +174,7 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 			err = nil // a new group: it starts where From says
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fetch offsets of group %q: %w", group, err)
+			return nil, nil, fmt.Errorf("fetch offsets of group %q: %w", group, err)
 		}
 		for p := range ends {
 			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
@@ -182,15 +182,16 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 			}
 		}
 	}
-	unread := make(map[int32]int64)
+	unread = make(map[int32]int64)
+	from0 := make(map[int32]int64)
 	for p, end := range ends {
 		start, ok := starts[p]
 		if !ok || start < 0 {
 			start = end
 		}
 		if end > start {
-			unread[p] = end
+			unread[p], from0[p] = end, start
 		}
 	}
-	return unread, nil
+	return unread, from0, nil
 }

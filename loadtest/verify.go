@@ -21,6 +21,8 @@ type verifier struct {
 	runs    map[uint64]*runState
 	parts   map[int32]*PartitionReport
 	foreign int64 // records without a loadtest header
+	// unreadableParts were given up on: their end markers cannot come.
+	unreadableParts map[int32]bool
 }
 
 type streamKey struct {
@@ -47,7 +49,32 @@ func newVerifier(seed int64, nparts int32) *verifier {
 		streams: make(map[streamKey]*streamState),
 		runs:    make(map[uint64]*runState),
 		parts:   make(map[int32]*PartitionReport),
+
+		unreadableParts: make(map[int32]bool),
 	}
+}
+
+// unreadable records that partition p could not be read past some point,
+// with n records below the end offset still unread: they count as
+// missing, and the end markers in them are no longer waited for.
+func (v *verifier) unreadable(p int32, n int64) {
+	v.part(p).Missing += max(n, 0)
+	v.unreadableParts[p] = true
+}
+
+// endsDue returns, for a run, how many end markers can still come (one per
+// stream and readable partition) and how many of those arrived.
+func (v *verifier) endsDue(id uint64, r *runState) (want, got int64) {
+	readable := int64(v.nparts) - int64(len(v.unreadableParts))
+	if len(v.unreadableParts) == 0 {
+		return int64(r.streams) * readable, r.ends
+	}
+	for k, s := range v.streams {
+		if k.run == id && s.end >= 0 && !v.unreadableParts[k.partition] {
+			got++
+		}
+	}
+	return int64(r.streams) * readable, got
 }
 
 func (v *verifier) part(p int32) *PartitionReport {
@@ -172,8 +199,8 @@ func (v *verifier) complete() bool {
 	if len(v.runs) == 0 {
 		return false
 	}
-	for _, r := range v.runs {
-		if r.ends < int64(r.streams)*int64(v.nparts) {
+	for id, r := range v.runs {
+		if want, got := v.endsDue(id, r); got < want {
 			return false
 		}
 	}
@@ -194,9 +221,11 @@ func (v *verifier) report() *VerifyReport {
 		}
 	}
 	rep := &VerifyReport{Foreign: v.foreign}
-	for _, r := range v.runs {
-		if want := int64(r.streams) * int64(v.nparts); r.ends < want {
-			rep.Unterminated += want - r.ends
+	for id, r := range v.runs {
+		// An unreadable partition's unread records, end markers among
+		// them, are already counted as missing.
+		if want, got := v.endsDue(id, r); got < want {
+			rep.Unterminated += want - got
 		}
 	}
 	for p := range v.nparts {

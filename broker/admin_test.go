@@ -150,4 +150,28 @@ func TestLegacyAlterConfigs(t *testing.T) {
 	if len(resps) != 1 || !errors.Is(resps[0].Err, kerr.UnknownTopicOrPartition) {
 		t.Errorf("missing topic: %+v", resps)
 	}
+
+	// The oldest version we serve, as raw frames: retention.ms set, and
+	// retention.bytes, left out, back to its default.
+	req := kmsg.NewPtrAlterConfigsRequest()
+	req.Version = 0
+	rr := kmsg.NewAlterConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "legacy"
+	rc := kmsg.NewAlterConfigsRequestResourceConfig()
+	rc.Name, rc.Value = "retention.ms", ptr("7200000")
+	rr.Configs = append(rr.Configs, rc)
+	req.Resources = append(req.Resources, rr)
+	resp := kmsg.NewPtrAlterConfigsResponse()
+	resp.Version = 0
+	if err := resp.ReadFrom(rawRoundTrip(t, b, req)); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 || resp.Resources[0].ResourceName != "legacy" {
+		t.Fatalf("v0: %+v", resp.Resources)
+	}
+	got = describe()
+	ms, rb := got["retention.ms"], got["retention.bytes"]
+	if ms.MaybeValue() != "7200000" || rb.Source == kmsg.ConfigSourceDynamicTopicConfig {
+		t.Errorf("after v0: retention.ms %q, retention.bytes from %v", ms.MaybeValue(), rb.Source)
+	}
 }

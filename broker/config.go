@@ -40,6 +40,9 @@ type Config struct {
 	// MaxRequestBytes refuses larger frames before allocating them
 	// (socket.request.max.bytes).
 	MaxRequestBytes int32
+	// FetchMaxBytes caps every Fetch response, whatever the client asks
+	// for (fetch.max.bytes); the first batch still goes whole (KIP-74).
+	FetchMaxBytes int32
 	// TopicDefaults are broker-level defaults for topic configs, keyed by
 	// topic config name (e.g. "retention.ms").
 	TopicDefaults map[string]string
@@ -83,6 +86,8 @@ type Config struct {
 const (
 	DefaultListen          = "127.0.0.1:9092"
 	DefaultMaxRequestBytes = 100 << 20
+	// DefaultFetchMaxBytes is Kafka's fetch.max.bytes.
+	DefaultFetchMaxBytes = 55 << 20
 	// DefaultOffsetsPartitions is Kafka's offsets.topic.num.partitions.
 	DefaultOffsetsPartitions = 50
 	defaultClusterID         = "strata"
@@ -99,6 +104,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = DefaultFetchMaxBytes
 	}
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = 10 * time.Second
@@ -144,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("max request bytes %d: must be at least 1024", c.MaxRequestBytes)
+	}
+	if c.FetchMaxBytes < 1024 {
+		return fmt.Errorf("fetch max bytes %d: must be at least 1024", c.FetchMaxBytes)
 	}
 	if c.MaintenanceInterval < 0 || c.FlushInterval < 0 {
 		return errors.New("maintenance and flush intervals must not be negative")

@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"strata/loadtest"
 )
 
 // newRootCmd builds the command tree. environ stands in for os.Environ so
@@ -40,7 +38,7 @@ Start a single local node with 'strata dev'.`,
 		newTierCmd(environ, stdout),
 		newLocalstackCmd(stdout, stderr),
 		newVersionCmd(stdout),
-		mount(loadtest.Command()),
+		newLoadtestCmd(environ),
 	)
 	asGroup(root)
 	return root

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,5 +161,22 @@ func TestApiVersionsProbeIsNotAnError(t *testing.T) {
 	}
 	if strings.Contains(body, `strata_request_errors_total{api="ApiVersions"`) {
 		t.Errorf("the probes are counted as errors")
+	}
+}
+
+// TestRuntimeMetrics: /metrics carries what every Go service's dashboards
+// start from (the Go runtime and process collectors) and which build is
+// running, so a scrape tells apart the nodes of a rolling upgrade.
+func TestRuntimeMetrics(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) { c.HTTPListen = "127.0.0.1:0" })
+	body := scrape(t, b)
+	want := []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", `strata_build_info{goversion="` + runtime.Version() + `",revision=`}
+	if runtime.GOOS == "linux" {
+		want = append(want, "process_resident_memory_bytes ", "process_open_fds ")
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %s", w)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // The tests run the command line two ways: in process through run, for
@@ -105,10 +108,21 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
+		// Syntax fine (key=value), meaning checked by the broker: still the
+		// command line's fault (issue 10).
+		{[]string{"serve", "--topic-default", "retention.ms=abc"}, []string{"retention.ms", `"abc"`, "strata serve --help"}},
+		{[]string{"serve", "--topic-default", "retention.mss=1"}, []string{"retention.mss", "strata serve --help"}},
+		// A mounted library command (loadtest) marks a bad value it finds
+		// in RunE through cobra's FlagErrorFunc.
+		{[]string{"fake", "--n", "0"}, []string{"--n 0: need at least 1", "strata fake --help"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, nil, tt.args...)
+			var out, errb bytes.Buffer
+			root := newRootCmd(nil, &out, &errb)
+			root.AddCommand(mount(fakeLibraryCommand()))
+			code := execute(context.Background(), root, tt.args, &errb)
+			stdout, stderr := out.String(), errb.String()
 			if code != 2 {
 				t.Errorf("exit status %d, want 2", code)
 			}
@@ -118,6 +132,22 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 			assertOneLineError(t, stderr, tt.want...)
 		})
 	}
+}
+
+// fakeLibraryCommand is built as package loadtest builds its commands:
+// without importing cmd, it reports a bad flag value found only in RunE
+// through FlagErrorFunc, which strata's root turns into a usage error.
+func fakeLibraryCommand() *cobra.Command {
+	var n int
+	c := &cobra.Command{Use: "fake", Args: cobra.NoArgs}
+	c.Flags().IntVar(&n, "n", 1, "at least 1")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if n < 1 {
+			return c.FlagErrorFunc()(c, fmt.Errorf("--n %d: need at least 1", n))
+		}
+		return nil
+	}
+	return c
 }
 
 func TestServeConfigErrors(t *testing.T) {

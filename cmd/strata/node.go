@@ -101,6 +101,9 @@ set. See docs/operations.md for the file format.`,
 	}
 	flags := config.AddFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFlagsAlone(flags); err != nil {
+			return cmd.FlagErrorFunc()(cmd, err)
+		}
 		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: flags})
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -116,6 +119,24 @@ set. See docs/operations.md for the file format.`,
 		return runNode(cmd.Context(), nodeRun{name: "strata serve", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
 	return cmd
+}
+
+// checkFlagsAlone validates the flags over the defaults, without the file
+// and the environment, the way the broker will: the flag parser checks
+// each value's syntax, and this its meaning (a topic default the broker
+// does not know, or one of the wrong type). What fails here is the command
+// line's fault, a usage error; a setting that is only wrong together with
+// the file or the environment fails later, as a config error.
+func checkFlagsAlone(flags *config.Flags) error {
+	c, _, err := config.Load(config.Sources{Flags: flags, FlagsOnly: true, DataDirOptional: true})
+	if err != nil {
+		return err
+	}
+	cfg := brokerConfig(c, nil)
+	if cfg.DataDir == "" {
+		cfg.DataDir = "." // only its presence is checked, and Load checks that
+	}
+	return cfg.WithDefaults().Validate()
 }
 
 // brokerConfig maps the operator-facing configuration onto the broker's.

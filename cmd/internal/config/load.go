@@ -112,9 +112,10 @@ type Sources struct {
 	Env []string
 	// Flags are the parsed command-line flags; nil means none.
 	Flags *Flags
-	// FlagsOnly ignores the config file and the STRATA_* setting
-	// variables: strata dev takes its settings from flags alone. The S3
-	// keys still come from Env, their only source.
+	// FlagsOnly ignores the config file (even one named by --config) and
+	// the STRATA_* setting variables: strata dev takes its settings from
+	// flags alone, and serve checks its flags alone this way. The S3 keys
+	// still come from Env, their only source.
 	FlagsOnly bool
 	// DataDirOptional accepts a configuration without node.data_dir, for
 	// commands that are not a node (the tier inspection verbs).
@@ -133,11 +134,11 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	cfg.S3.AccessKey, cfg.S3.SecretKey = env[EnvS3AccessKey], env[EnvS3SecretKey]
 
 	path := env[EnvConfig]
-	if src.FlagsOnly {
-		path = ""
-	}
 	if src.Flags != nil && src.Flags.configFile != "" {
 		path = src.Flags.configFile
+	}
+	if src.FlagsOnly {
+		path = ""
 	}
 	if path != "" {
 		data, err := os.ReadFile(path)

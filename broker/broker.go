@@ -65,7 +65,8 @@ type Broker struct {
 		conns      map[net.Conn]struct{}
 		closed     bool
 	}
-	started   bool // Start succeeded; set before any goroutine reads it
+	started   bool         // Start succeeded; set before any goroutine reads it
+	unlock    func() error // releases the data dir lock; Close calls it last
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -87,17 +88,28 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	b := &Broker{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		logsDir: filepath.Join(cfg.DataDir, "logs"),
+		unlock:  unlock,
 	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	started := false
+	defer func() {
+		if !started {
+			b.Close() // releases whatever was opened, the lock last
+		}
+	}()
 	if err := os.MkdirAll(b.logsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
 	b.mu.partitions = make(map[tp]*partition)
 	b.mu.conns = make(map[net.Conn]struct{})
-	b.ctx, b.cancel = context.WithCancel(context.Background())
 
 	reg := cfg.Registerer
 	gath := cfg.Gatherer
@@ -128,6 +140,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		b.closeListeners()
 		b.cancel()
+		if other := (*meta.OtherNodeError)(nil); errors.As(err, &other) {
+			return nil, fmt.Errorf("data dir %s holds the data of %s, not of node %d", cfg.DataDir, other.MadeBy(), cfg.NodeID)
+		}
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	b.meta = m
@@ -177,6 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true
+	started = true
 	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
 	return b, nil
 }
@@ -274,6 +290,9 @@ func (b *Broker) Close() error {
 			if err := b.meta.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close metadata: %w", err))
 			}
+		}
+		if err := b.unlock(); err != nil {
+			errs = append(errs, fmt.Errorf("unlock data dir: %w", err))
 		}
 		b.closeErr = errors.Join(errs...)
 		if b.started {

@@ -346,6 +346,20 @@ func TestDevStartupErrors(t *testing.T) {
 	})
 }
 
+// TestDataDirOfAnotherNode: a data dir made by `serve --node-id 1` and
+// started by `strata dev` (node 0) is refused at once in one line naming
+// both node ids (issue 10: it hung with the Kafka port bound); a second
+// process on a data dir in use is told so in strata's words.
+func TestDataDirOfAnotherNode(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, nil, "serve", "--node-id", "1", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	stderr := runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	assertOneLineError(t, stderr, "data dir "+dir+" is in use by another strata process")
+	n.stop(t)
+	stderr = runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	assertOneLineError(t, stderr, dir, "node 1", "node 0")
+}
+
 // TestDevLifecycle runs `strata dev` as a user would: it announces the real
 // bootstrap address, serves topic administration and metrics, and exits 0
 // on SIGTERM.

@@ -65,11 +65,19 @@ type Broker struct {
 		conns      map[net.Conn]struct{}
 		closed     bool
 	}
-	started   bool         // Start succeeded; set before any goroutine reads it
-	unlock    func() error // releases the data dir lock; Close calls it last
+	started bool         // Start succeeded; set before any goroutine reads it
+	unlock  func() error // releases the data dir lock; Close calls it last
+	// ready is set once Start has succeeded: /readyz, served from the
+	// start, reads it (and only then b.meta).
+	ready     atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// testHookStarting, when set by a test, runs in Start before the metadata
+// store opens (the part of start-up that waits for a raft leader), and
+// receives the HTTP listener's address.
+var testHookStarting func(httpAddr net.Addr)
 
 // tp names a partition by topic name and index.
 type tp struct {
@@ -119,6 +127,23 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.metrics = newMetrics(reg)
 
+	// HTTP first: probes get an answer (/readyz 503) for as long as the
+	// rest of start-up takes.
+	if cfg.HTTPListen != "" {
+		hl, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("http listener %s: %w", cfg.HTTPListen, err)
+		}
+		b.httpAddr = hl.Addr()
+		b.httpSrv = &http.Server{Handler: b.httpHandler(gath), ReadHeaderTimeout: 10 * time.Second}
+		b.goFunc(func() {
+			if err := b.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				b.log.Error("http server stopped", "err", err)
+			}
+		})
+	}
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		b.cancel()
@@ -131,6 +156,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 
+	if testHookStarting != nil {
+		testHookStarting(b.httpAddr)
+	}
 	m, err := meta.Open(ctx, meta.Config{
 		NodeID:    cfg.NodeID,
 		Dir:       filepath.Join(cfg.DataDir, "meta"),
@@ -147,21 +175,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.meta = m
 	b.pids.store = m
-
-	if cfg.HTTPListen != "" {
-		hl, err := net.Listen("tcp", cfg.HTTPListen)
-		if err != nil {
-			b.Close()
-			return nil, fmt.Errorf("http listener %s: %w", cfg.HTTPListen, err)
-		}
-		b.httpAddr = hl.Addr()
-		b.httpSrv = &http.Server{Handler: b.httpHandler(gath), ReadHeaderTimeout: 10 * time.Second}
-		b.goFunc(func() {
-			if err := b.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				b.log.Error("http server stopped", "err", err)
-			}
-		})
-	}
 
 	if err := m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack}); err != nil {
 		b.Close()
@@ -193,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.goFunc(b.acceptLoop)
 	b.started = true
 	started = true
+	b.ready.Store(true)
 	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
 	return b, nil
 }

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -62,4 +64,69 @@ func TestDataDirOfAnotherNode(t *testing.T) {
 	}
 	// And the data dir still starts as the node that made it.
 	testBroker(t, dir, func(c *Config) { c.NodeID = 1 })
+}
+
+// TestReadyzDuringStartup: the HTTP listener opens first, so that during a
+// slow start-up (a metadata store waiting for a leader, many partitions
+// to open) a probe gets an answer: /healthz 200, /readyz 503 until the
+// broker serves, then 200.
+func TestReadyzDuringStartup(t *testing.T) {
+	reached := make(chan net.Addr, 1)
+	release := make(chan struct{})
+	testHookStarting = func(httpAddr net.Addr) {
+		reached <- httpAddr
+		<-release
+	}
+	defer func() { testHookStarting = nil }()
+
+	type started struct {
+		b   *Broker
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := Start(ctx, Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Logger: testLogger()})
+		done <- started{b, err}
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-reached:
+	case s := <-done:
+		t.Fatalf("Start returned before its slow part: %v", s.err)
+	}
+	if addr == nil {
+		close(release)
+		<-done
+		t.Fatal("no HTTP listener during start-up")
+	}
+	get := func(path string) int {
+		t.Helper()
+		cl := http.Client{Timeout: 5 * time.Second}
+		resp, err := cl.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatalf("GET %s during start-up: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz during start-up: %d", code)
+	}
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during start-up: %d, want 503", code)
+	}
+	close(release)
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	defer s.b.Close()
+	if s.b.HTTPAddr().String() != addr.String() {
+		t.Errorf("HTTP address %s after start-up, %s during", s.b.HTTPAddr(), addr)
+	}
+	if code := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz once started: %d", code)
+	}
 }

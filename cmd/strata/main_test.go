@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"strata/localstack"
 )
 
 // The tests run the command line two ways: in process through run, for
@@ -358,6 +360,21 @@ func TestDataDirOfAnotherNode(t *testing.T) {
 	n.stop(t)
 	stderr = runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
 	assertOneLineError(t, stderr, dir, "node 1", "node 0")
+}
+
+// TestNoS3Credentials: an S3 bucket with no keys anywhere fails start-up
+// with one line that says so and how to give them, not that the (running)
+// endpoint is unreachable.
+func TestNoS3Credentials(t *testing.T) {
+	s3 := localstack.TestS3(t)
+	env := []string{"HOME=" + t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"}
+	_, _, stderr := runFailsEnv(t, env, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
+		"--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket)
+	line := lastLine(t, stderr)
+	assertOneLineError(t, line, "STRATA_S3_ACCESS_KEY", "no credentials", s3.Bucket, "AWS_ACCESS_KEY_ID")
+	if strings.Contains(line, "unreachable") {
+		t.Errorf("the error blames the endpoint: %s", line)
+	}
 }
 
 // TestDevLifecycle runs `strata dev` as a user would: it announces the real

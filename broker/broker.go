@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/internal/build"
 	"strata/meta"
 	"strata/tier"
 )
@@ -89,6 +90,7 @@ type tp struct {
 // Kafka listener (and the HTTP listener when configured), and returns once
 // the broker accepts connections.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	begun := time.Now()
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -207,7 +209,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.started = true
 	started = true
 	b.ready.Store(true)
-	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
+	// The one start-up summary; each partition's details are at debug.
+	in := build.Current()
+	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr(),
+		"partitions", len(b.partitionList()), "took", time.Since(begun).Round(time.Millisecond),
+		"version", in.Version, "revision", in.ShortRevision())
 	return b, nil
 }
 

@@ -494,6 +494,52 @@ func TestServeTakesEverySource(t *testing.T) {
 	}
 }
 
+// TestStartupLogIsShort: a fresh node (50 offsets partitions) logs a few
+// lines before "broker started", not one per partition (issue 10), and the
+// summary says how many partitions it opened; no brand-new log claims an
+// unclean shutdown; JSON logs print durations as Go durations, not
+// nanoseconds.
+func TestStartupLogIsShort(t *testing.T) {
+	dir := t.TempDir()
+	for _, restart := range []bool{false, true} {
+		n := startNode(t, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off", "--log-format", "json")
+		n.stop(t)
+		var records []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(n.stderr.String()), "\n") {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("log line is not JSON: %q", line)
+			}
+			records = append(records, r)
+		}
+		before := -1
+		for i, r := range records {
+			if r["msg"] == "broker started" {
+				before = i
+				if p, _ := r["partitions"].(float64); p < 50 {
+					t.Errorf("restart %v: broker started with partitions=%v, want the 50 offsets partitions counted", restart, r["partitions"])
+				}
+			}
+			if r["cleanShutdown"] == false && !restart {
+				t.Errorf("a brand-new log reports an unclean shutdown: %v", r)
+			}
+			if d, ok := r["took"]; ok {
+				if s, ok := d.(string); !ok {
+					t.Errorf("%s: took=%v is not a duration string", r["msg"], d)
+				} else if _, err := time.ParseDuration(s); err != nil {
+					t.Errorf("%s: took=%q: %v", r["msg"], s, err)
+				}
+			}
+		}
+		if before < 0 {
+			t.Fatalf("no 'broker started' record:\n%s", n.stderr.String())
+		}
+		if before > 10 {
+			t.Errorf("restart %v: %d log records before 'broker started':\n%s", restart, before, n.stderr.String())
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the writer goroutine of os/exec
 // and the test reading it.
 type syncBuffer struct {

@@ -216,7 +216,19 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
+		opts.ReplaceAttr = durationsAsText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationsAsText prints durations as the text handler does ("1.5s"):
+// the JSON handler's integer nanoseconds read as nonsense to people and
+// carry no unit for machines, while "1.5s" parses with Go's
+// time.ParseDuration and most log pipelines' duration filters.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

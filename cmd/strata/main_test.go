@@ -464,6 +464,42 @@ func TestDevLifecycle(t *testing.T) {
 	}
 }
 
+// TestSecondSignalForcesExit: two SIGTERMs in a row (as `timeout` sends,
+// to the process and to its group) end the process at once, and it says
+// so instead of exiting without a word (issue 10).
+func TestSecondSignalForcesExit(t *testing.T) {
+	n := startNode(t, nil, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	// The kernel merges a signal into one still pending, so the second is
+	// sent once the first is being handled: when shutdown has begun.
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(n.stderr.String(), "shutting down") {
+		select {
+		case <-n.exited:
+			t.Fatalf("exited before a second signal could be sent:\n%s", n.stderr.String())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("strata did not exit within 30s of two SIGTERMs")
+	}
+	stderr := n.stderr.String()
+	if !strings.Contains(stderr, "second signal") {
+		t.Errorf("nothing says the second signal forced the exit:\n%s", stderr)
+	}
+	var ee *exec.ExitError
+	if !errors.As(n.waitErr, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("exit after a forced shutdown: %v, want status 1", n.waitErr)
+	}
+	assertOneLineError(t, lastLine(t, stderr), "second signal")
+}
+
 // TestServeTakesEverySource starts `strata serve` with a setting in each
 // of the file, the environment and the flags, and checks the winner is
 // visible from outside: the advertised address comes back in the bootstrap

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -172,10 +173,11 @@ type nodeRun struct {
 
 // runNode opens the node's object store, starts a broker, announces its
 // bootstrap address on out once it accepts connections, and closes it on
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM. A second signal ends the process without waiting for
+// the clean shutdown to finish, and says so.
 func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, forced, stopSignals := notifySignals(ctx)
+	defer stopSignals()
 
 	cfg, where, err := withStore(ctx, r.cfg, r.s3, r.tier)
 	if err != nil {
@@ -200,16 +202,63 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	}
 
 	<-ctx.Done()
-	// Restore default signal handling: a second Ctrl-C during a slow
-	// shutdown kills the process instead of being swallowed.
-	stop()
 	start := time.Now()
 	cfg.Logger.Info("shutting down")
-	if err := b.Close(); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	// Close runs on its own goroutine so that a second signal can end the
+	// process; when one does, nobody waits for Close: the process exits,
+	// which is as safe as a crash (the next start-up re-validates).
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	case sig := <-forced:
+		cfg.Logger.Error("second signal: exiting before the clean shutdown finished", "signal", sig.String(), "after", time.Since(start).Round(time.Millisecond))
+		return fmt.Errorf("second signal (%s) during shutdown: exited before it finished; the next start-up re-validates the logs", sig)
 	}
 	cfg.Logger.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// notifySignals returns a context cancelled by the first SIGINT or SIGTERM
+// and a channel that receives the second. Unlike signal.NotifyContext it
+// counts every signal, so that two sent at once (as `timeout` does, to the
+// process and to its group) are both seen. stop releases the signals and
+// waits for the goroutine that watches them.
+func notifySignals(parent context.Context) (ctx context.Context, forced <-chan os.Signal, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	second := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first := true
+		for {
+			select {
+			case sig := <-sigs:
+				if first {
+					first = false
+					cancel()
+					continue
+				}
+				second <- sig
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, second, func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+		cancel()
+	}
 }
 
 // newLogger writes slog records to w; format is "text" or "json".

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -235,6 +236,22 @@ var metricsURL = regexp.MustCompile(`metrics (http://\S+/metrics)`)
 // startNode starts the binary and waits for its bootstrap line.
 func startNode(t *testing.T, env []string, args ...string) *node {
 	t.Helper()
+	n, line := startProcess(t, env, args...)
+	m := bootstrapLine.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("first stdout line has no bootstrap address: %q", line)
+	}
+	n.bootstrap = m[1]
+	if m := metricsURL.FindStringSubmatch(line); m != nil {
+		n.metrics = m[1]
+	}
+	return n
+}
+
+// startProcess starts the binary and returns once it has printed its first
+// line on stdout, which it returns.
+func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
+	t.Helper()
 	n := &node{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(binary(t), args...)
 	n.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
@@ -274,20 +291,13 @@ func startNode(t *testing.T, env []string, args ...string) *node {
 
 	select {
 	case line := <-lines:
-		m := bootstrapLine.FindStringSubmatch(line)
-		if m == nil {
-			t.Fatalf("first stdout line has no bootstrap address: %q", line)
-		}
-		n.bootstrap = m[1]
-		if m := metricsURL.FindStringSubmatch(line); m != nil {
-			n.metrics = m[1]
-		}
+		return n, line
 	case <-n.exited:
-		t.Fatalf("strata exited before printing the bootstrap line: %v\n%s", n.waitErr, n.stderr.String())
+		t.Fatalf("strata exited before printing its first line: %v\n%s", n.waitErr, n.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no bootstrap line within 30s\n%s", n.stderr.String())
+		t.Fatalf("no line on stdout within 30s\n%s", n.stderr.String())
 	}
-	return n
+	panic("unreachable")
 }
 
 // stop sends SIGTERM and checks for a clean exit with status 0.
@@ -498,6 +508,34 @@ func TestSecondSignalForcesExit(t *testing.T) {
 		t.Errorf("exit after a forced shutdown: %v, want status 1", n.waitErr)
 	}
 	assertOneLineError(t, lastLine(t, stderr), "second signal")
+}
+
+// TestLocalstackS3Signals: `strata localstack s3` stops cleanly (status 0)
+// on SIGTERM, and on SIGINT even when started in the background, where the
+// shell starts it with SIGINT ignored (issue 10).
+func TestLocalstackS3Signals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			// A child inherits an ignored signal, as from `strata ... &`.
+			signal.Ignore(syscall.SIGINT)
+			n, line := startProcess(t, nil, "localstack", "s3", "--listen", "127.0.0.1:0", "--dir", t.TempDir())
+			signal.Reset(syscall.SIGINT)
+			if !strings.Contains(line, "S3 endpoint") {
+				t.Fatalf("first line: %q", line)
+			}
+			if err := n.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-n.exited:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("still running 20s after %s", sig)
+			}
+			if n.waitErr != nil {
+				t.Errorf("exit after %s: %v, want a clean stop with status 0", sig, n.waitErr)
+			}
+		})
+	}
 }
 
 // TestServeTakesEverySource starts `strata serve` with a setting in each

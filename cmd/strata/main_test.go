@@ -538,6 +538,16 @@ func TestLocalstackS3Signals(t *testing.T) {
 	}
 }
 
+// TestDevWarnsOfIgnoredVariables: strata dev, which takes flags only, says
+// that it ignores STRATA_LISTEN instead of silently listening elsewhere.
+func TestDevWarnsOfIgnoredVariables(t *testing.T) {
+	n := startNode(t, []string{"STRATA_LISTEN=127.0.0.1:1"}, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	n.stop(t)
+	if !regexp.MustCompile(`level=WARN msg="ignoring STRATA_LISTEN: `).MatchString(n.stderr.String()) {
+		t.Errorf("no warning that STRATA_LISTEN is ignored:\n%s", n.stderr.String())
+	}
+}
+
 // TestServeTakesEverySource starts `strata serve` with a setting in each
 // of the file, the environment and the flags, and checks the winner is
 // visible from outside: the advertised address comes back in the bootstrap

@@ -35,7 +35,10 @@ tiered into the directory store ./strata-data/bucket (or the S3 bucket named
 by --s3-bucket; keys from STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY).
 Once the node accepts connections it prints one line with the bootstrap
 address to stdout; logs go to stderr. Ctrl-C or SIGTERM shuts it down
-cleanly.`,
+cleanly.
+
+Settings come from flags only: STRATA_* setting variables and config files
+are for 'strata serve', and each one set is reported as ignored.`,
 		Args: args(cobra.NoArgs),
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
@@ -45,9 +48,12 @@ cleanly.`,
 		if err != nil {
 			return err
 		}
-		c, _, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
+		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
+		}
+		for _, w := range warnings {
+			cfg.Logger.Warn(w)
 		}
 		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}

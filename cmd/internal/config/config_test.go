@@ -549,3 +549,28 @@ func TestSizesAcceptShortUnits(t *testing.T) {
 		t.Error(`"8Q" accepted`)
 	}
 }
+
+// TestFlagsOnlyWarnsOfIgnoredVariables: strata dev takes flags only; a
+// setting variable it ignores is reported, not silently dropped (issue 10),
+// while the S3 keys, which it does read, are not.
+func TestFlagsOnlyWarnsOfIgnoredVariables(t *testing.T) {
+	fs := pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	flags := AddFlagsFor(fs, false, "s3", "tier")
+	env := []string{"STRATA_LISTEN=127.0.0.1:1", "STRATA_TIER_CHUNK_BYTES=1M", "STRATA_S3_ACCESS_KEY=a", "STRATA_S3_SECRET_KEY=s", "STRATA_BOOTSTRAP=x:1"}
+	cfg, warnings, err := Load(Sources{Env: env, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.S3.AccessKey != "a" {
+		t.Errorf("keys not read")
+	}
+	got := strings.Join(warnings, "\n")
+	for _, want := range []string{"ignoring STRATA_LISTEN", "ignoring STRATA_TIER_CHUNK_BYTES"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if len(warnings) != 2 {
+		t.Errorf("want exactly the two settings warned of:\n%s", got)
+	}
+}

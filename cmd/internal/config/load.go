@@ -155,6 +155,8 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 		if err != nil {
 			return Config{}, nil, err
 		}
+	} else {
+		warnings = ignoredEnv(env)
 	}
 
 	if src.Flags != nil {
@@ -169,6 +171,20 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 		return Config{}, nil, err
 	}
 	return cfg, warnings, nil
+}
+
+// ignoredEnv warns of each setting variable (and STRATA_CONFIG) set for a
+// command that takes its settings from flags alone: an operator used to
+// serve would otherwise see STRATA_LISTEN silently have no effect.
+func ignoredEnv(env map[string]string) []string {
+	var warnings []string
+	for k := range env {
+		if byEnv[k] != nil || k == EnvConfig {
+			warnings = append(warnings, "ignoring "+k+": this command takes its settings from flags only (strata serve reads STRATA_* variables)")
+		}
+	}
+	sort.Strings(warnings)
+	return warnings
 }
 
 // knownEnv are the STRATA_* variables that are not settings.

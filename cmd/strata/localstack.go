@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,10 +47,13 @@ both cleanly.
 		}
 		// The environment only for its warnings: the keys used are the
 		// local server's own, not the user's STRATA_S3_* (which may name
-		// some other S3).
-		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
+		// some other S3, and are not checked here).
+		env := slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+			return strings.HasPrefix(kv, config.EnvS3AccessKey+"=") || strings.HasPrefix(kv, config.EnvS3SecretKey+"=")
+		})
+		c, warnings, err := loadFlagsOnly(cmd, env, tierFlags)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			return err
 		}
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)

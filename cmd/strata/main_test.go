@@ -153,6 +153,24 @@ func fakeLibraryCommand() *cobra.Command {
 	return c
 }
 
+// TestDevFlagValuesTheBrokerRefuses: in dev and localstack every setting
+// is a flag, so a value the broker refuses is a usage error too, found
+// before anything is created on disk.
+func TestDevFlagValuesTheBrokerRefuses(t *testing.T) {
+	for _, verb := range []string{"dev", "localstack"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		code, _, stderr := runCLI(t, nil, verb, "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off",
+			"--tier-chunk-bytes", "8M", "--tier-cache-bytes", "8M")
+		if code != 2 {
+			t.Errorf("%s: exit status %d, want 2", verb, code)
+		}
+		assertOneLineError(t, stderr, "tier.chunk_bytes", "must hold two chunks", "strata "+verb+" --help")
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s: data dir created for a command line that is refused", verb)
+		}
+	}
+}
+
 func TestServeConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {

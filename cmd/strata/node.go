@@ -48,9 +48,9 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		if err != nil {
 			return err
 		}
-		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
+		c, warnings, err := loadFlagsOnly(cmd, environ, tierFlags)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			return err
 		}
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)
@@ -126,6 +126,21 @@ set. See docs/operations.md for the file format.`,
 		return runNode(cmd.Context(), nodeRun{name: "strata serve", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
 	return cmd
+}
+
+// loadFlagsOnly loads the settings of a command that takes them from
+// flags only (dev, localstack): a setting refused there is a usage error,
+// while one refused only with environ (the S3 keys, read from there) is
+// not the command line's fault.
+func loadFlagsOnly(cmd *cobra.Command, environ []string, flags *config.Flags) (config.Config, []string, error) {
+	if _, _, err := config.Load(config.Sources{Flags: flags, FlagsOnly: true}); err != nil {
+		return config.Config{}, nil, cmd.FlagErrorFunc()(cmd, err)
+	}
+	c, warnings, err := config.Load(config.Sources{Env: environ, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		return config.Config{}, nil, fmt.Errorf("config: %w", err)
+	}
+	return c, warnings, nil
 }
 
 // checkFlagsAlone validates the flags over the defaults, without the file

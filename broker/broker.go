@@ -281,6 +281,7 @@ func (b *Broker) closeListeners() {
 // safe to call more than once.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
+		b.ready.Store(false)
 		b.cancel()
 		b.closeListeners()
 		b.mu.Lock()

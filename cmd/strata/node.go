@@ -244,10 +244,11 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 }
 
 // notifySignals returns a context cancelled by the first SIGINT or SIGTERM
-// and a channel that receives the second. Unlike signal.NotifyContext it
-// counts every signal, so that two sent at once (as `timeout` does, to the
-// process and to its group) are both seen. stop releases the signals and
-// waits for the goroutine that watches them.
+// and a channel that receives the second. Unlike signal.NotifyContext,
+// whose channel holds one signal and then drops the rest, it sees a second
+// signal arriving during shutdown (as from `timeout`, which signals the
+// process and then its group). stop releases the signals and waits for the
+// goroutine that watches them.
 func notifySignals(parent context.Context) (ctx context.Context, forced <-chan os.Signal, stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	sigs := make(chan os.Signal, 2)

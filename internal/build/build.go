@@ -17,8 +17,8 @@ var version string
 // Info describes a build.
 type Info struct {
 	// Version is the release: the link-time version, else the module
-	// version Go recorded (a tag, or a pseudo-version of the commit for
-	// `go install strata/cmd/strata@...`), else "(devel)".
+	// version Go recorded (a tag or pseudo-version, when the binary was
+	// built from a module version rather than a checkout), else "(devel)".
 	Version string
 	// Revision is the VCS commit, "" when the build recorded none (go
 	// run, go test, -buildvcs=false, a tree without .git).

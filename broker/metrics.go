@@ -1,14 +1,17 @@
 package broker
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/internal/build"
 	"strata/tier"
 )
 
@@ -47,6 +50,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	registerProcessMetrics(reg)
 	f := promauto.With(reg)
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs .. ~13s
 	return &metrics{
@@ -105,6 +109,37 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		uploadLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
 		}, []string{"topic", "partition"}),
+	}
+}
+
+// registerProcessMetrics adds what is the same for every Go service (the
+// runtime's and the process's figures) and strata_build_info, whose labels
+// say which build runs: a constant 1, joined in queries, as Prometheus's
+// own *_build_info series are. A registry that has them already (one
+// shared by several brokers in a process) keeps its own.
+func registerProcessMetrics(reg prometheus.Registerer) {
+	in := build.Current()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "strata_build_info",
+		Help: "Always 1; the labels name the running build's release, commit and Go version.",
+		ConstLabels: prometheus.Labels{
+			"version":   in.Version,
+			"revision":  in.ShortRevision(),
+			"goversion": in.GoVersion,
+		},
+	})
+	info.Set(1)
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		info,
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err) // a programming error, as promauto treats it
+			}
+		}
 	}
 }
 

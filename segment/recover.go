@@ -1,11 +1,13 @@
 package segment
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -170,7 +172,19 @@ func (l *Log) recover() error {
 		return err
 	}
 
-	l.logger.Info("opened log", "dir", l.dir,
+	if len(bases) == 0 {
+		// A brand-new log: there was no shutdown, clean or not, to report.
+		l.logger.Debug("created log", "dir", l.dir)
+		return nil
+	}
+	// One line per log is noise at start-up (a node has hundreds): the
+	// broker logs a summary, and a log only speaks up when recovery
+	// changed something on disk.
+	level := slog.LevelDebug
+	if rep.truncatedBytes > 0 || rep.indexesRebuilt > 0 {
+		level = slog.LevelWarn
+	}
+	l.logger.Log(context.Background(), level, "opened log", "dir", l.dir,
 		"segments", len(segs), "logStartOffset", l.mu.start, "logEndOffset", l.mu.end,
 		"cleanShutdown", rep.clean, "tempFilesRemoved", rep.tempRemoved,
 		"orphanIndexesRemoved", rep.orphansRemoved, "indexesRebuilt", rep.indexesRebuilt,

@@ -36,7 +36,7 @@ Start a single local node with 'strata dev'.`,
 		newTopicCmd(environ, stdout),
 		newGroupCmd(environ, stdout),
 		newTierCmd(environ, stdout),
-		newLocalstackCmd(stdout, stderr),
+		newLocalstackCmd(environ, stdout, stderr),
 		newVersionCmd(stdout),
 		newLoadtestCmd(environ),
 	)

@@ -409,7 +409,7 @@ func TestTierConfigErrors(t *testing.T) {
 		{2, nil, []string{"serve", "--data-dir", dir, "--tier-chunk-bytes", "-1"}, []string{"--tier-chunk-bytes", `"-1" is negative`}},
 		{2, nil, []string{"dev", "--tier-upload-interval", "0s"}, []string{"--tier-upload-interval", "not a positive duration"}},
 		{2, nil, []string{"dev", "--s3-access-key", "x"}, []string{"unknown flag: --s3-access-key"}},
-		{1, nil, []string{"dev", "--tier-chunk-bytes", "1MiB", "--tier-cache-bytes", "1MiB"}, []string{"tier.chunk_bytes 1048576 is more than half of tier.cache_bytes 1048576"}},
+		{2, nil, []string{"dev", "--tier-chunk-bytes", "1MiB", "--tier-cache-bytes", "1MiB"}, []string{"tier.chunk_bytes 1048576 is more than half of tier.cache_bytes 1048576", "strata dev --help"}},
 		{1, nil, []string{"serve", "--config", file}, []string{"strata.yaml:4", "unknown key tier.chunk_size"}},
 		{1, []string{"STRATA_TIER_LOCAL_DISK_LIMIT=-1"}, []string{"serve", "--data-dir", dir}, []string{"STRATA_TIER_LOCAL_DISK_LIMIT", `"-1" is negative`}},
 		{1, []string{"STRATA_S3_ACCESS_KEY=" + testAccessKey}, []string{"dev"}, []string{"STRATA_S3_ACCESS_KEY is set but STRATA_S3_SECRET_KEY is not"}},

@@ -206,6 +206,11 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 		o.UsePathStyle = cfg.PathStyle
 	})
 	st := &s3Store{cfg: cfg, client: client}
+	if cfg.AccessKey == "" && awsCfg.Credentials != nil {
+		if err := st.checkCredentials(ctx, awsCfg.Credentials); err != nil {
+			return nil, err
+		}
+	}
 	if err := st.checkBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -214,6 +219,10 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 	}
 	return st, nil
 }
+
+// ErrNoCredentials is returned by NewS3 when no keys were given and the
+// default AWS credential chain found none.
+var ErrNoCredentials = errors.New("no credentials")
 
 func (s *s3Store) where() string {
 	ep := s.cfg.Endpoint
@@ -224,6 +233,22 @@ func (s *s3Store) where() string {
 }
 
 func (s *s3Store) String() string { return "s3:" + s.where() }
+
+// checkCredentials resolves the default chain's credentials before the
+// first request, because the SDK reports a chain that found nothing as a
+// failure to send that request, which reads like a dead endpoint. The
+// chain caches what it finds, so the requests that follow reuse it.
+func (s *s3Store) checkCredentials(ctx context.Context, p aws.CredentialsProvider) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+dialTimeout)
+	defer cancel()
+	if _, err := p.Retrieve(ctx); err != nil {
+		return fmt.Errorf("objstore: s3: %w for %s: none given, and the default AWS chain found none "+
+			"(it looks at AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws/credentials and ~/.aws/config "+
+			"for AWS_PROFILE or the default profile, AWS_WEB_IDENTITY_TOKEN_FILE, ECS/EKS container credentials, "+
+			"and the EC2 instance metadata service): %v", ErrNoCredentials, s.where(), err)
+	}
+	return nil
+}
 
 func (s *s3Store) checkBucket(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+dialTimeout)

@@ -511,3 +511,66 @@ func TestParseBytes(t *testing.T) {
 }
 
 func equal(a, b Config) bool { return reflect.DeepEqual(a, b) }
+
+// TestSizesAcceptShortUnits pins issue 10: "8M", "8MiB" and "8388608" are
+// the same size wherever a size is read (flag, variable, file), as in the
+// tools operators already use (docker, JVM -Xmx), where a bare K, M, G or
+// T is binary.
+func TestSizesAcceptShortUnits(t *testing.T) {
+	for _, raw := range []string{"8M", "8m", "8MiB", "8388608", "8192K", "8192KiB"} {
+		for _, src := range []struct {
+			name string
+			yaml string
+			env  []string
+			args []string
+		}{
+			{"flag", "", nil, []string{"--tier-chunk-bytes", raw}},
+			{"env", "", []string{"STRATA_TIER_CHUNK_BYTES=" + raw}, nil},
+			{"file", "tier:\n  chunk_bytes: " + raw + "\n", nil, nil},
+		} {
+			cfg, _, err := load(t, src.yaml, append([]string{"STRATA_DATA_DIR=/d"}, src.env...), src.args...)
+			if err != nil {
+				t.Errorf("%s %q: %v", src.name, raw, err)
+				continue
+			}
+			if cfg.Tier.ChunkBytes != 8<<20 {
+				t.Errorf("%s %q: chunk bytes %d, want %d", src.name, raw, cfg.Tier.ChunkBytes, 8<<20)
+			}
+		}
+		cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"}, "--max-request-bytes", raw)
+		if err != nil || cfg.Kafka.MaxRequestBytes != 8<<20 {
+			t.Errorf("--max-request-bytes %q: %d, %v; want %d", raw, cfg.Kafka.MaxRequestBytes, err, 8<<20)
+		}
+	}
+	if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"}, "--max-request-bytes", "2G"); err == nil {
+		t.Error("--max-request-bytes 2G (beyond a Kafka request's int32 size) accepted")
+	}
+	if _, err := parseBytes("8Q"); err == nil {
+		t.Error(`"8Q" accepted`)
+	}
+}
+
+// TestFlagsOnlyWarnsOfIgnoredVariables: strata dev takes flags only; a
+// setting variable it ignores is reported, not silently dropped (issue 10),
+// while the S3 keys, which it does read, are not.
+func TestFlagsOnlyWarnsOfIgnoredVariables(t *testing.T) {
+	fs := pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	flags := AddFlagsFor(fs, false, "s3", "tier")
+	env := []string{"STRATA_LISTEN=127.0.0.1:1", "STRATA_TIER_CHUNK_BYTES=1M", "STRATA_S3_ACCESS_KEY=a", "STRATA_S3_SECRET_KEY=s", "STRATA_BOOTSTRAP=x:1"}
+	cfg, warnings, err := Load(Sources{Env: env, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.S3.AccessKey != "a" {
+		t.Errorf("keys not read")
+	}
+	got := strings.Join(warnings, "\n")
+	for _, want := range []string{"ignoring STRATA_LISTEN", "ignoring STRATA_TIER_CHUNK_BYTES"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if len(warnings) != 2 {
+		t.Errorf("want exactly the two settings warned of:\n%s", got)
+	}
+}

@@ -26,6 +26,9 @@ import (
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
 // (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
 //
+// A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
+// broker may stamp that, and the topic type is always CreateTime.
+//
 // Not done: transactional batches (no transaction coordinator yet: they
 // are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=
 // LogAppendTime, v13 (topic ids instead of names, KIP-516).

@@ -148,7 +148,8 @@ func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
 }
 
 // tsBounds limits record timestamps (CreateTime batches); a bound is off
-// when its flag is false.
+// when its flag is false. Validation with bounds is validation of what a
+// producer sent.
 type tsBounds struct {
 	min, max       int64
 	hasMin, hasMax bool
@@ -195,6 +196,13 @@ func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error)
 	if h.ProducerID >= 0 && !h.IsControl() && h.BaseSequence < 0 {
 		return f, fmt.Errorf("%w: idempotent batch with sequence %d", ErrInvalidRecord, h.BaseSequence)
 	}
+	logAppend := h.Attributes&attrLogAppendTime != 0
+	if logAppend && bounds != nil {
+		// Only the broker stamps LogAppendTime; a producer's claim would
+		// put its header timestamp beyond the bounds below, as Kafka's
+		// LogValidator also refuses.
+		return f, fmt.Errorf("%w: a producer may not set the LogAppendTime attribute", ErrInvalidTimestamp)
+	}
 	codec := h.Codec()
 	if codec > codecZstd {
 		return f, fmt.Errorf("%w: unknown compression codec %d", ErrCorruptMessage, codec)
@@ -208,7 +216,6 @@ func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error)
 		}
 		defer putBuf(pooled)
 	}
-	logAppend := h.Attributes&attrLogAppendTime != 0
 	f.maxTs, f.maxTsDelta = -1, 0
 	if logAppend {
 		f.maxTs = h.MaxTimestamp

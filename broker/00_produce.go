@@ -14,8 +14,8 @@ import (
 // Appends each partition's record batches to its log after the segment
 // package has validated them (lengths, magic 2, CRC-32C, record counts,
 // timestamps) and, for idempotent producers, checked their sequence: a
-// retried batch is answered with the offset it got the first time; a gap
-// is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
+// retried batch is answered with the offset it got the first time; a gap,
+// or the same batch twice in one request, is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
 // or not.
 //
 // acks=0 gets no response; acks=1 is answered once the leader appended;

@@ -1,12 +1,16 @@
 package broker
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // withAttributes returns batch (from rawBatch) with its attributes set to
@@ -36,5 +40,40 @@ func TestProduceRefusesLogAppendTimeFromProducer(t *testing.T) {
 	ok := produceRaw(t, cl, "lat", rawBatch(-1, -1, -1, time.Now().UnixMilli(), "now"))
 	if ok.ErrorCode != 0 || ok.BaseOffset != 0 {
 		t.Fatalf("CreateTime batch: %v at %d", kerr.ErrorForCode(ok.ErrorCode), ok.BaseOffset)
+	}
+}
+
+// initProducerID asks b for an idempotent producer id.
+func initProducerID(t *testing.T, cl *kgo.Client) int64 {
+	t.Helper()
+	resp, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(context.Background(), cl)
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("init producer id: %v %v", err, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	return resp.ProducerID
+}
+
+// One Produce request carrying the same idempotent batch twice: Kafka
+// checks duplicates against committed producer state only, so the second
+// copy is OUT_OF_ORDER_SEQUENCE_NUMBER and the request writes nothing; it
+// is not acknowledged as a duplicate of its own unwritten first copy.
+func TestProduceSameIdempotentBatchTwiceInOneRequest(t *testing.T) {
+	b := testBroker(t, "")
+	cl := testClient(t, b)
+	createTopic(t, kadmFor(cl), "twice", 1, nil)
+	pid := initProducerID(t, cl)
+	batch := rawBatch(pid, 0, 0, time.Now().UnixMilli(), "a", "b")
+	resp := produceRaw(t, cl, "twice", append(bytes.Clone(batch), batch...))
+	if resp.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("got %v at offset %d, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset)
+	}
+	if end := listOffset(t, cl, "twice", -1); end != 0 {
+		t.Fatalf("log end %d after a refused request", end)
+	}
+	if once := produceRaw(t, cl, "twice", batch); once.ErrorCode != 0 || once.BaseOffset != 0 {
+		t.Fatalf("the batch alone: %v at %d", kerr.ErrorForCode(once.ErrorCode), once.BaseOffset)
+	}
+	if end := listOffset(t, cl, "twice", -1); end != 2 {
+		t.Fatalf("log end %d, want 2", end)
 	}
 }

@@ -278,7 +278,10 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 
 // checkProducersLocked runs the idempotence checks for every batch against
 // the producer state plus the effect of the earlier batches of the same
-// append, which it stages in l.w.pending.
+// append, which it stages in l.w.pending. Duplicates are looked for in the
+// committed state only, as Kafka does: a batch repeated within one append
+// must not be answered with the offsets of its own unwritten first copy;
+// its sequence then fails the check against the staged state instead.
 func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) {
 	l.w.pending = l.w.pending[:0]
 	for i := range facts {
@@ -286,12 +289,12 @@ func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) 
 		if h.ProducerID < 0 {
 			continue
 		}
-		pp := l.pendingLocked(h.ProducerID)
-		if pp.known {
-			if dup, ok := pp.e.duplicateOf(h); ok && !h.IsControl() {
+		if e, ok := l.w.producers[h.ProducerID]; ok && !h.IsControl() {
+			if dup, ok := e.duplicateOf(h); ok {
 				return dup, true, nil
 			}
 		}
+		pp := l.pendingLocked(h.ProducerID)
 		if err := pp.e.check(pp.known, h); err != nil {
 			return batchMeta{}, false, err
 		}

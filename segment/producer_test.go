@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -204,4 +205,30 @@ func TestProducerExpiration(t *testing.T) {
 		t.Fatalf("expired producer continued: %v", err)
 	}
 	mustAppend(t, l, idemBatch(t, clock, 1, 0, 0, 1), 0)
+}
+
+// The same idempotent batch twice in one append: duplicates are checked
+// against what the log has committed, so the second copy is out of order
+// (as in Kafka's ProducerStateManager), not a "duplicate" of its own
+// unwritten first copy, and nothing is written.
+func TestIdempotentSameBatchTwiceInOneAppend(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	mustAppend(t, l, idemBatch(t, clock, 4, 0, 0, 2), 0) // seq 0-1, offsets 0-1
+	b := idemBatch(t, clock, 4, 0, 2, 3)
+	info, err := l.Append(append(bytes.Clone(b), b...), 0)
+	if !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("append of a batch and its copy: %+v, %v; want %v", info, err, ErrOutOfOrderSequence)
+	}
+	if l.EndOffset() != 2 {
+		t.Fatalf("log end %d: a refused append wrote something", l.EndOffset())
+	}
+	// The batch alone then goes in, and its retry is a duplicate of it.
+	if info := mustAppend(t, l, b, 0); info.Duplicate || info.BaseOffset != 2 {
+		t.Fatalf("the batch alone: %+v", info)
+	}
+	if info := mustAppend(t, l, b, 0); !info.Duplicate || info.BaseOffset != 2 || info.LastOffset != 4 {
+		t.Fatalf("its retry: %+v", info)
+	}
 }

@@ -77,3 +77,23 @@ func TestProduceSameIdempotentBatchTwiceInOneRequest(t *testing.T) {
 		t.Fatalf("log end %d, want 2", end)
 	}
 }
+
+// KIP-360: a producer the partition has no state for (never seen here, or
+// forgotten) is accepted at whatever sequence it is at, and checked from
+// there on.
+func TestProduceUnknownProducerAtAnySequence(t *testing.T) {
+	b := testBroker(t, "")
+	cl := testClient(t, b)
+	createTopic(t, kadmFor(cl), "kip360", 1, nil)
+	pid := initProducerID(t, cl)
+	now := time.Now().UnixMilli()
+	if resp := produceRaw(t, cl, "kip360", rawBatch(pid, 0, 17, now, "a", "b")); resp.ErrorCode != 0 || resp.BaseOffset != 0 {
+		t.Fatalf("first batch at sequence 17: %v at %d", kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset)
+	}
+	if resp := produceRaw(t, cl, "kip360", rawBatch(pid, 0, 20, now, "c")); resp.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("gap after it: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	if resp := produceRaw(t, cl, "kip360", rawBatch(pid, 0, 19, now, "c")); resp.ErrorCode != 0 || resp.BaseOffset != 2 {
+		t.Fatalf("next batch: %v at %d", kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset)
+	}
+}

@@ -40,9 +40,11 @@ type Config struct {
 	// TimestampAfterMax rejects record timestamps newer than now plus this
 	// (message.timestamp.after.max.ms; default 1h, negative: unlimited).
 	TimestampAfterMax time.Duration
-	// ProducerIDExpiration forgets an idempotent producer whose last batch
-	// timestamp is older than this, on Maintain (producer.id.expiration.ms;
-	// default 24h, negative: never).
+	// ProducerIDExpiration forgets, on Maintain, an idempotent producer
+	// that has not appended for this long by the log's clock, whatever its
+	// records' timestamps (producer.id.expiration.ms; default 24h,
+	// negative: never). A forgotten producer may resume at any sequence
+	// (KIP-360).
 	ProducerIDExpiration time.Duration
 	// Tiered marks a log whose closed segments are copied to the cold tier.
 	// Retention then deletes a local segment only once it is wholly below

@@ -192,7 +192,7 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 
 	// 3. Idempotence: a retry of a recent batch is answered with its
 	// original offsets, as Kafka does for the whole request.
-	if dup, ok, err := l.checkProducersLocked(facts); err != nil {
+	if dup, ok, err := l.checkProducersLocked(facts, now.UnixMilli()); err != nil {
 		return AppendInfo{}, err
 	} else if ok {
 		info.BaseOffset, info.LastOffset, info.Duplicate = dup.firstOffset, dup.lastOffset, true
@@ -282,7 +282,7 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 // committed state only, as Kafka does: a batch repeated within one append
 // must not be answered with the offsets of its own unwritten first copy;
 // its sequence then fails the check against the staged state instead.
-func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) {
+func (l *Log) checkProducersLocked(facts []batchFacts, nowMs int64) (batchMeta, bool, error) {
 	l.w.pending = l.w.pending[:0]
 	for i := range facts {
 		h := &facts[i].hdr
@@ -298,7 +298,7 @@ func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) 
 		if err := pp.e.check(pp.known, h); err != nil {
 			return batchMeta{}, false, err
 		}
-		pp.e.apply(h)
+		pp.e.apply(h, nowMs)
 		pp.known = true
 	}
 	return batchMeta{}, false, nil
@@ -332,7 +332,9 @@ func (l *Log) commitProducersLocked() {
 	}
 }
 
-func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader) {
+// applyProducerBatch replays a written batch into m; writeMs stands for
+// when it was written.
+func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader, writeMs int64) {
 	if h.ProducerID < 0 {
 		return
 	}
@@ -341,7 +343,7 @@ func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader) {
 		e = &producerEntry{epoch: h.ProducerEpoch}
 		m[h.ProducerID] = e
 	}
-	e.apply(h)
+	e.apply(h, writeMs)
 }
 
 func (l *Log) shouldRollLocked(s *segment, n, lastOffset int64, now time.Time) bool {
@@ -554,7 +556,7 @@ func (l *Log) Maintain() error {
 	if cfg.ProducerIDExpiration > 0 {
 		cutoff := now.Add(-cfg.ProducerIDExpiration).UnixMilli()
 		for id, e := range l.w.producers {
-			if e.lastTimestamp < cutoff {
+			if e.lastWrite < cutoff {
 				delete(l.w.producers, id)
 			}
 		}

@@ -445,9 +445,13 @@ func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
 		l.w.snapshots = append(l.w.snapshots, off)
 	}
 	slices.Sort(l.w.snapshots)
+	// The replayed batches were written after the snapshot, at times no
+	// file records: count them as written now, which at worst keeps a
+	// producer one expiration period longer than it needed.
+	nowMs := l.now().UnixMilli()
 	return l.scanHeaders(from, func(h *BatchHeader) {
 		rep.replayed++
-		applyProducerBatch(l.w.producers, h)
+		applyProducerBatch(l.w.producers, h, nowMs)
 	})
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/tier/format"
 )
 
 // withAttributes returns batch (from rawBatch) with its attributes set to
@@ -95,5 +97,71 @@ func TestProduceUnknownProducerAtAnySequence(t *testing.T) {
 	}
 	if resp := produceRaw(t, cl, "kip360", rawBatch(pid, 0, 19, now, "c")); resp.ErrorCode != 0 || resp.BaseOffset != 2 {
 		t.Fatalf("next batch: %v at %d", kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset)
+	}
+}
+
+// A topic setting of 0 means what it means in Kafka, not "the default":
+// retention.ms=0 and retention.bytes=0 delete every closed segment, and
+// message.timestamp.{after,before}.max.ms=0 allow no skew either way.
+func TestTopicZeroSettingsMeanZero(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) { c.MaintenanceInterval = 20 * time.Millisecond })
+	adm := testAdmin(t, b)
+	for _, key := range []string{"retention.ms", "retention.bytes"} {
+		t.Run(key, func(t *testing.T) {
+			topic := "zero-" + key
+			createTopic(t, adm, topic, 1, map[string]*string{"segment.bytes": ptr("1024"), key: ptr("0")})
+			produceKeyed(t, b, topic, 60, 100, kgo.ProducerBatchMaxBytes(512))
+			cl := testClient(t, b)
+			end := listOffset(t, cl, topic, -1)
+			waitFor(t, 10*time.Second, "every closed segment to go", func() bool {
+				return segmentFiles(t, b, topic, 0) == 1
+			})
+			if start := listOffset(t, cl, topic, -2); start == 0 || start > end {
+				t.Fatalf("earliest offset %d with %s=0, log end %d", start, key, end)
+			}
+		})
+	}
+
+	createTopic(t, adm, "zero-skew", 1, map[string]*string{
+		"message.timestamp.after.max.ms":  ptr("0"),
+		"message.timestamp.before.max.ms": ptr("0"),
+	})
+	cl := testClient(t, b)
+	for _, skew := range []time.Duration{time.Minute, -time.Minute} {
+		ts := time.Now().Add(skew).UnixMilli()
+		if resp := produceRaw(t, cl, "zero-skew", rawBatch(-1, -1, -1, ts, "skewed")); resp.ErrorCode != kerr.InvalidTimestamp.Code {
+			t.Fatalf("timestamp %v off: %v, want INVALID_TIMESTAMP", skew, kerr.ErrorForCode(resp.ErrorCode))
+		}
+	}
+}
+
+// On a tiered topic a 0 means the same on both tiers: with retention.ms=0
+// (or retention.bytes=0) and local.retention.* following them (-2), the
+// bucket drops every uploaded segment and the local log keeps no closed
+// segment, so the earliest offset reaches the active segment.
+func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
+	for _, key := range []string{"retention.ms", "retention.bytes"} {
+		t.Run(key, func(t *testing.T) {
+			b := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) { c.MaintenanceInterval = 20 * time.Millisecond })
+			createTopic(t, testAdmin(t, b), "zero", 1, map[string]*string{"segment.bytes": ptr("1024"), key: ptr("0")})
+			produceKeyed(t, b, "zero", 60, 100, kgo.ProducerBatchMaxBytes(512))
+			p := b.partition("zero", 0)
+			var m *format.Manifest
+			waitFor(t, 20*time.Second, "both tiers to drop every closed segment", func() bool {
+				var err error
+				if m, err = b.tier.Manifest(context.Background(), p.bucketName()); err != nil {
+					t.Fatal(err)
+				}
+				segs, err := p.log.ClosedSegments(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.EndOffset() > 0 && len(segs) == 0 && len(m.Segments) == 0
+			})
+			cl := testClient(t, b)
+			if start := listOffset(t, cl, "zero", -2); start < m.EndOffset() {
+				t.Fatalf("earliest offset %d below the uploaded end %d", start, m.EndOffset())
+			}
+		})
 	}
 }

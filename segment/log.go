@@ -150,10 +150,10 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 
 	// 1. Validate everything before touching anything.
 	var bounds tsBounds
-	if cfg.TimestampBeforeMax > 0 {
+	if cfg.TimestampBeforeMax >= 0 {
 		bounds.min, bounds.hasMin = now.Add(-cfg.TimestampBeforeMax).UnixMilli(), true
 	}
-	if cfg.TimestampAfterMax > 0 {
+	if cfg.TimestampAfterMax >= 0 {
 		bounds.max, bounds.hasMax = now.Add(cfg.TimestampAfterMax).UnixMilli(), true
 	}
 	facts := l.w.facts[:0]

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -163,5 +164,78 @@ func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
 				t.Fatalf("earliest offset %d below the uploaded end %d", start, m.EndOffset())
 			}
 		})
+	}
+}
+
+// zstdBomb is a Produce batch of one record whose value is size zero bytes,
+// zstd-compressed to a few KB.
+func zstdBomb(t *testing.T, size int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kmsg.Record{Value: make([]byte, size)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	w.Write(r.AppendTo(nil))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().UnixMilli()
+	rb := kmsg.RecordBatch{Magic: 2, Attributes: 4, FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		NumRecords: 1, PartitionLeaderEpoch: -1, Records: buf.Bytes()}
+	raw := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	return withAttributes(raw, 4)
+}
+
+// A small compressed batch that inflates past max.message.bytes per record
+// is MESSAGE_TOO_LARGE, found while it decompresses and before the
+// partition's append lock: produce to a partition whose appends are held
+// up still gets its answer.
+func TestProduceDecompressionBombOutsidePartitionLock(t *testing.T) {
+	b := testBroker(t, "")
+	cl := testClient(t, b)
+	createTopic(t, kadmFor(cl), "bomb", 1, nil)
+	bomb := zstdBomb(t, 32<<20)
+	p := b.partition("bomb", 0)
+	p.appendMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			p.appendMu.Unlock()
+		}
+	}()
+	done := make(chan kmsg.ProduceResponseTopicPartition, 1)
+	go func() {
+		// Not produceRaw: this goroutine may outlive a failed test.
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = 1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "bomb"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = bomb
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		var out kmsg.ProduceResponseTopicPartition
+		out.ErrorCode = -1
+		if resp, err := req.RequestWith(context.Background(), cl); err == nil && len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 1 {
+			out = resp.Topics[0].Partitions[0]
+		}
+		done <- out
+	}()
+	select {
+	case resp := <-done:
+		if resp.ErrorCode != kerr.MessageTooLarge.Code {
+			t.Fatalf("%d-byte batch inflating to 32 MiB: %v, want MESSAGE_TOO_LARGE", len(bomb), kerr.ErrorForCode(resp.ErrorCode))
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the batch was validated under the partition's append lock")
+	}
+	p.appendMu.Unlock()
+	locked = false
+	if end := listOffset(t, cl, "bomb", -1); end != 0 {
+		t.Fatalf("log end %d after a refused batch", end)
 	}
 }

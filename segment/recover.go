@@ -19,6 +19,7 @@ func Open(dir string, cfg Config) (*Log, error) {
 	cfg = cfg.WithDefaults()
 	l := &Log{dir: dir, logger: cfg.Logger, now: cfg.Now}
 	l.w.cfg = cfg
+	l.cfg.Store(&cfg) // a copy: SetConfig rewrites w.cfg in place
 	l.w.producers = make(map[int64]*producerEntry)
 	l.mu.interval = cfg.IndexIntervalBytes
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 )
@@ -114,5 +115,25 @@ func TestPrepareOutsideWriteLock(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		l.writeMu.Unlock()
 		t.Fatal("Prepare waited for the write lock")
+	}
+}
+
+// A snappy block cannot stream, so the length it claims is checked against
+// the bound before anything is allocated; a claim snappy cannot reach from
+// that many bytes is corrupt.
+func TestSnappyClaimBounded(t *testing.T) {
+	var rec []byte
+	rec = appendRecord(rec, 0, 0, nil, make([]byte, 2<<20), false)
+	b := encodeBatch(t, batchSpec{codec: codecSnappy, payload: s2.EncodeSnappy(nil, rec), count: 1})
+	if _, err := ValidateBatch(b, 1<<20); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("%d-byte snappy batch of a 2 MiB record, 1 MiB limit: %v, want %v", len(b), err, ErrMessageTooLarge)
+	}
+	if _, err := ValidateBatch(b, 4<<20); err != nil {
+		t.Fatalf("same batch under a 4 MiB limit: %v", err)
+	}
+	claim := binary.AppendUvarint(nil, 1<<24) // 16 MiB from a few bytes
+	b = encodeBatch(t, batchSpec{codec: codecSnappy, payload: append(claim, 0, 0, 0, 0), count: 1})
+	if _, err := ValidateBatch(b, 1<<30); !errors.Is(err, ErrCorruptMessage) {
+		t.Fatalf("impossible snappy claim: %v, want %v", err, ErrCorruptMessage)
 	}
 }

@@ -141,10 +141,11 @@ func batchCRC(b []byte) uint32 { return crc32.Checksum(b[offAttributes:], castag
 
 // ValidateBatch fully validates b, which must hold exactly one v2 batch:
 // lengths, magic, size against maxBytes (<= 0: no limit), CRC-32C, and the
-// records themselves, walked after decompression: their encoding, that
+// records themselves, walked as they decompress: their encoding, that
 // their count matches recordCount, that offset deltas run 0..n-1 and that
-// lastOffsetDelta is recordCount-1. It does not check timestamps against a
-// clock.
+// lastOffsetDelta is recordCount-1. Compressed records may decompress to
+// at most recordCount × maxBytes (ErrMessageTooLarge beyond). It does not
+// check timestamps against a clock.
 func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
 	f, err := validateBatch(b, maxBytes, nil)
 	return f.hdr, err

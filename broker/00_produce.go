@@ -14,8 +14,8 @@ import (
 // Appends each partition's record batches to its log after the segment
 // package has validated them (lengths, magic 2, CRC-32C, record counts,
 // timestamps) and, for idempotent producers, checked their sequence: a
-// retried batch is answered with the offset it got the first time; a gap
-// is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
+// retried batch is answered with the offset it got the first time; a gap,
+// or the same batch twice in one request, is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
 // or not.
 //
 // acks=0 gets no response; acks=1 is answered once the leader appended;
@@ -25,6 +25,13 @@ import (
 //
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
 // (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
+//
+// Validation runs before the partition's append lock. Compressed records
+// are checked as they decompress, at most recordCount × max.message.bytes
+// of them: a batch that inflates further is MESSAGE_TOO_LARGE.
+//
+// A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
+// broker may stamp that, and the topic type is always CreateTime.
 //
 // Not done: transactional batches (no transaction coordinator yet: they
 // are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=

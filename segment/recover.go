@@ -21,6 +21,7 @@ func Open(dir string, cfg Config) (*Log, error) {
 	cfg = cfg.WithDefaults()
 	l := &Log{dir: dir, logger: cfg.Logger, now: cfg.Now}
 	l.w.cfg = cfg
+	l.cfg.Store(&cfg) // a copy: SetConfig rewrites w.cfg in place
 	l.w.producers = make(map[int64]*producerEntry)
 	l.mu.interval = cfg.IndexIntervalBytes
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -459,9 +460,13 @@ func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
 		l.w.snapshots = append(l.w.snapshots, off)
 	}
 	slices.Sort(l.w.snapshots)
+	// The replayed batches were written after the snapshot, at times no
+	// file records: count them as written now, which at worst keeps a
+	// producer one expiration period longer than it needed.
+	nowMs := l.now().UnixMilli()
 	return l.scanHeaders(from, func(h *BatchHeader) {
 		rep.replayed++
-		applyProducerBatch(l.w.producers, h)
+		applyProducerBatch(l.w.producers, h, nowMs)
 	})
 }
 

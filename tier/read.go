@@ -263,10 +263,7 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 // partitions calls it for all of them first, so their GETs overlap instead
 // of queueing behind one another.
 func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
-	ps := t.state(tp)
-	ps.mu.Lock()
-	m := ps.manifest
-	ps.mu.Unlock()
+	m := t.cachedManifest(tp)
 	if m == nil {
 		return // not loaded yet: the read itself will load it
 	}

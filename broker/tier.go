@@ -352,7 +352,7 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 		return nil
 	}
 	cfg := p.settings.Load().log
-	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs}
+	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LeaderEpoch: p.leaderEpoch.Load()}
 	if r.Bytes < 0 && r.Age < 0 {
 		return nil
 	}

@@ -418,10 +418,7 @@ func (c *indexCache) finish(k indexKey, fl *indexFlight, b []byte, err error) {
 // partitions calls it for all of them first, so their GETs overlap instead
 // of queueing behind one another.
 func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
-	ps := t.state(tp)
-	ps.mu.Lock()
-	m := ps.manifest
-	ps.mu.Unlock()
+	m := t.cachedManifest(tp)
 	if m == nil {
 		return // not loaded yet: the read itself will load it
 	}

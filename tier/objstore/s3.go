@@ -304,6 +304,10 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 			return fmt.Errorf("objstore: s3 %s %q: %s is gone: %w", op, key, s.where(), err)
 		case "InvalidRange":
 			return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrInvalidRange)
+		case "PreconditionFailed":
+			return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrExists)
+		case "ConditionalRequestConflict":
+			return markRetryable(fmt.Errorf("objstore: s3 %s %q: %w", op, key, err))
 		}
 	}
 	var nsk *types.NoSuchKey
@@ -313,6 +317,9 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 		(errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound) {
 		return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrNotFound)
 	}
+	if re != nil && re.HTTPStatusCode() == http.StatusPreconditionFailed {
+		return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrExists)
+	}
 	wrapped := fmt.Errorf("objstore: s3 %s %q: %w", op, key, err)
 	if retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary {
 		return markRetryable(wrapped)
@@ -321,13 +328,27 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 }
 
 func (s *s3Store) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.put(ctx, "put", key, r, size, nil)
+}
+
+// Create is a PUT with If-None-Match: *, which AWS S3 (since August 2024),
+// MinIO and the in-process server (gofakes3) evaluate atomically: 412
+// Precondition Failed when the key exists. A 409 ConditionalRequestConflict
+// (a concurrent write of the key was in flight) is retryable; the retry
+// then sees the winner's object. A server that ignores the header would
+// silently replace, so docs/bucket-format.md lists the servers checked.
+func (s *s3Store) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.put(ctx, "create", key, r, size, aws.String("*"))
+}
+
+func (s *s3Store) put(ctx context.Context, op, key string, r io.ReaderAt, size int64, ifNoneMatch *string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("objstore: put %q: negative size %d", key, size)
+		return fmt.Errorf("objstore: %s %q: negative size %d", op, key, size)
 	}
-	if err := ctxErr(ctx, "put", key); err != nil {
+	if err := ctxErr(ctx, op, key); err != nil {
 		return err
 	}
 	// One deadline covers every attempt the SDK makes inside this call.
@@ -341,9 +362,10 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.ReaderAt, size int64
 		// the payload for signing and to rewind it for a retry.
 		Body:          io.NewSectionReader(r, 0, size),
 		ContentLength: aws.Int64(size),
+		IfNoneMatch:   ifNoneMatch,
 	})
 	if err != nil {
-		return s.classify(ctx, tctx, "put", key, err)
+		return s.classify(ctx, tctx, op, key, err)
 	}
 	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"strata/tier/objstore"
 )
 
-
 // testSegments returns n closed segments of a fresh log, a few batches
 // each.
 func testSegments(t *testing.T, n int) []segment.SegmentInfo {

@@ -98,3 +98,55 @@ func TestLongPollDoesNotBlockOthers(t *testing.T) {
 		t.Fatal("the parked fetch did not wake on new data")
 	}
 }
+
+// writeFrames writes reqs to c in one write, as a client pipelining them
+// would, with correlation ids from corr on.
+func writeFrames(t *testing.T, c net.Conn, corr int32, reqs ...kmsg.Request) {
+	t.Helper()
+	var out []byte
+	for i, r := range reqs {
+		body := encodeRequest(r, corr+int32(i))
+		out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// acksZeroProduce is an acks=0 Produce of one batch to topic/partition.
+func acksZeroProduce(topic string, partition int32) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(apis[req.Key()].max)
+	req.Acks = 0
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = partition
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "fire and forget")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// TestResponseBeforeAcksZeroProduceIsSent: a request pipelined in front of
+// an acks=0 Produce is answered although the Produce itself gets no
+// response; nothing waits in the broker's write buffer for a later
+// request that may never come.
+func TestResponseBeforeAcksZeroProduceIsSent(t *testing.T) {
+	b := testBroker(t, "")
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(apis[av.Key()].max)
+	writeFrames(t, c, 7, av, acksZeroProduce("fire", 0))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := readFrame(t, bufio.NewReader(c))
+	if corr := int32(binary.BigEndian.Uint32(resp)); corr != 7 {
+		t.Fatalf("response has correlation id %d, want 7 (the ApiVersions)", corr)
+	}
+}

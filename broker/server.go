@@ -133,15 +133,16 @@ func (b *Broker) serveConn(nc net.Conn) {
 			b.metrics.badRequests.Inc()
 			return
 		}
-		if resp == nil { // acks=0 produce: no response at all
-			continue
-		}
-		if err := c.writeResponse(req, resp); err != nil {
-			return
+		if resp != nil { // nil: acks=0 produce, no response at all
+			if err := c.writeResponse(req, resp); err != nil {
+				return
+			}
 		}
 		// Flush once no further request is already waiting, so pipelined
-		// requests share one write.
-		if c.r.Buffered() == 0 {
+		// requests share one write. This holds after an acks=0 produce
+		// too: a response buffered before it must not wait for a request
+		// the client may never send.
+		if c.r.Buffered() == 0 && c.w.Buffered() > 0 {
 			if err := c.w.Flush(); err != nil {
 				return
 			}

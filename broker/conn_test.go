@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -148,5 +149,40 @@ func TestResponseBeforeAcksZeroProduceIsSent(t *testing.T) {
 	resp := readFrame(t, bufio.NewReader(c))
 	if corr := int32(binary.BigEndian.Uint32(resp)); corr != 7 {
 		t.Fatalf("response has correlation id %d, want 7 (the ApiVersions)", corr)
+	}
+}
+
+// TestAcksZeroFailureClosesConnection: an acks=0 producer gets no response,
+// so Kafka tells it about a failed partition by closing the connection,
+// after which the client refreshes its metadata. Responses to requests
+// pipelined before the failed produce are still delivered; a produce that
+// succeeds leaves the connection open.
+func TestAcksZeroFailureClosesConnection(t *testing.T) {
+	b := testBroker(t, "")
+	createTopic(t, testAdmin(t, b), "fire", 1, nil)
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(apis[av.Key()].max)
+
+	// Success: the connection stays open and serves the next request.
+	writeFrames(t, c, 1, acksZeroProduce("fire", 0), av)
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, rd))); corr != 2 {
+		t.Fatalf("response has correlation id %d, want 2", corr)
+	}
+
+	// Partition 3 of a one-partition topic fails: the ApiVersions before
+	// it is answered, then the connection closes.
+	writeFrames(t, c, 3, av, acksZeroProduce("fire", 3), av)
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, rd))); corr != 3 {
+		t.Fatalf("response has correlation id %d, want 3", corr)
+	}
+	if n, err := rd.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after a failed acks=0 produce: read %d bytes, %v; want the connection closed (EOF)", n, err)
 	}
 }

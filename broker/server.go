@@ -107,6 +107,12 @@ const retainBytes = 128 << 20
 
 var errFrameTooLarge = errors.New("frame larger than the maximum request size")
 
+// errCloseConn marks a handler error that closes the connection as the
+// protocol's answer (a failed acks=0 produce), not because the client sent
+// something bad: responses already buffered are sent first, and it is not
+// counted as a bad request.
+var errCloseConn = errors.New("closing the connection to signal an error")
+
 func (b *Broker) serveConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -128,6 +134,11 @@ func (b *Broker) serveConn(nc net.Conn) {
 			return
 		}
 		resp, err := b.handle(req)
+		if errors.Is(err, errCloseConn) {
+			b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
+			c.w.Flush()
+			return
+		}
 		if err != nil {
 			b.log.Warn("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.kreq.Key()), "version", req.kreq.GetVersion(), "err", err)
 			b.metrics.badRequests.Inc()

@@ -172,6 +172,9 @@ func (b *Broker) serveConn(nc net.Conn) {
 				return
 			}
 		}
+		// The request is done with: its memory is free for others before
+		// the flush, which waits for the client.
+		c.release()
 		// Flush once no further request is already waiting, so pipelined
 		// requests share one write. This holds after an acks=0 produce
 		// too: a response buffered before it must not wait for a request
@@ -181,7 +184,6 @@ func (b *Broker) serveConn(nc net.Conn) {
 				return
 			}
 		}
-		c.release()
 	}
 }
 

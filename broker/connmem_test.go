@@ -244,3 +244,43 @@ func TestLargeRequestBuffersLetGo(t *testing.T) {
 			growth>>20, conns, value>>20, conns*value/4>>20)
 	}
 }
+
+// TestCloseWithConnectionsWaitingForMemory: a connection waiting for
+// request memory does not hold up the broker's shutdown.
+func TestCloseWithConnectionsWaitingForMemory(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) { c.QueuedMaxRequestBytes = 1 << 20 })
+	frame := binary.BigEndian.AppendUint32(nil, 900<<10)
+	var conns []net.Conn
+	for range 2 { // the first holds 900 KiB of 1 MiB, the second waits
+		c, err := net.Dial("tcp", b.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(append(frame, make([]byte, 10)...)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	waitFor(t, 10*time.Second, "the second connection to wait for memory", func() bool {
+		b.reqMem.mu.Lock()
+		defer b.reqMem.mu.Unlock()
+		return b.reqMem.mu.freed != nil
+	})
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return with a connection waiting for request memory")
+	}
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("connection %d after Close: read %d bytes, %v; want EOF", i, n, err)
+		}
+	}
+}

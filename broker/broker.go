@@ -46,6 +46,9 @@ type Broker struct {
 
 	pids producerIDs
 
+	// reqMem bounds the request bytes held across connections (server.go).
+	reqMem requestMemory
+
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
 	// localBytes is the size of the hosted logs as of the last upload

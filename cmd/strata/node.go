@@ -178,6 +178,9 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		TopicDefaults:     c.Topics.Defaults,
 		FlushInterval:     c.Storage.FlushInterval,
 		Logger:            log,
+
+		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
+		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
 	}
 }
 

@@ -44,6 +44,8 @@ kafka:
   listen: 0.0.0.0:19092
   advertised_addr: file.example:19092
   max_request_bytes: 2097152
+  queued_max_request_bytes: 64MiB
+  connections_max_idle: 90s
 http:
   listen: 127.0.0.1:19644
 topics:
@@ -89,7 +91,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 	want := Config{
 		Node:    Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
 		Cluster: Cluster{ID: "file-cluster"},
-		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20},
+		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
 		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",
@@ -572,5 +574,43 @@ func TestFlagsOnlyWarnsOfIgnoredVariables(t *testing.T) {
 	}
 	if len(warnings) != 2 {
 		t.Errorf("want exactly the two settings warned of:\n%s", got)
+	}
+}
+
+// TestConnectionSettings: the request memory bound and the idle timeout
+// default to Kafka's queued.max.request.bytes as Strata sets it (256 MiB)
+// and connections.max.idle.ms (10 minutes), are read from every source,
+// and refuse values that would mean "unset" or make no sense.
+func TestConnectionSettings(t *testing.T) {
+	cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.QueuedMaxRequestBytes != 256<<20 || cfg.Kafka.ConnectionsMaxIdle != 10*time.Minute {
+		t.Errorf("defaults: queued %d, idle %s", cfg.Kafka.QueuedMaxRequestBytes, cfg.Kafka.ConnectionsMaxIdle)
+	}
+	for _, src := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+	}{
+		{"file", "kafka:\n  queued_max_request_bytes: 64MiB\n  connections_max_idle: 90s\n", nil, nil},
+		{"env", "", []string{"STRATA_QUEUED_MAX_REQUEST_BYTES=64MiB", "STRATA_CONNECTIONS_MAX_IDLE=90s"}, nil},
+		{"flags", "", nil, []string{"--queued-max-request-bytes", "64MiB", "--connections-max-idle", "90s"}},
+	} {
+		cfg, _, err := load(t, src.yaml, append([]string{"STRATA_DATA_DIR=/d"}, src.env...), src.args...)
+		if err != nil {
+			t.Errorf("%s: %v", src.name, err)
+			continue
+		}
+		if cfg.Kafka.QueuedMaxRequestBytes != 64<<20 || cfg.Kafka.ConnectionsMaxIdle != 90*time.Second {
+			t.Errorf("%s: queued %d, idle %s", src.name, cfg.Kafka.QueuedMaxRequestBytes, cfg.Kafka.ConnectionsMaxIdle)
+		}
+	}
+	for _, env := range []string{"STRATA_QUEUED_MAX_REQUEST_BYTES=0", "STRATA_QUEUED_MAX_REQUEST_BYTES=-1", "STRATA_CONNECTIONS_MAX_IDLE=0", "STRATA_CONNECTIONS_MAX_IDLE=-1s"} {
+		if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", env}); err == nil {
+			t.Errorf("%s accepted", env)
+		}
 	}
 }

@@ -66,6 +66,16 @@ var settings = []*setting{
 		get: func(c *Config) string { return strconv.Itoa(int(c.Kafka.MaxRequestBytes)) },
 	},
 	{
+		key: "kafka.queued_max_request_bytes", flag: "queued-max-request-bytes", typ: "bytes", usage: "bytes of requests read or handled at once across all connections; beyond it sockets are not read (queued.max.request.bytes)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Kafka.QueuedMaxRequestBytes }, 1024),
+		get: func(c *Config) string { return formatBytes(c.Kafka.QueuedMaxRequestBytes) },
+	},
+	{
+		key: "kafka.connections_max_idle", flag: "connections-max-idle", typ: "duration", usage: "close a connection that sends and receives nothing for this long (connections.max.idle.ms)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Kafka.ConnectionsMaxIdle }),
+		get: func(c *Config) string { return c.Kafka.ConnectionsMaxIdle.String() },
+	},
+	{
 		key: "http.listen", flag: "http-listen", typ: "host:port", usage: `metrics and health listener ("off" disables it)`,
 		set: hostPortSetter(func(c *Config) *string { return &c.HTTP.Listen }, true),
 		get: func(c *Config) string { return c.HTTP.Listen },

@@ -181,6 +181,7 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 
 		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
 		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
+		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
 	}
 }
 

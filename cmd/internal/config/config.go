@@ -56,6 +56,7 @@ type Kafka struct {
 
 	QueuedMaxRequestBytes int64         // kafka.queued_max_request_bytes: request bytes held across connections
 	ConnectionsMaxIdle    time.Duration // kafka.connections_max_idle: close a connection idle this long
+	FetchMaxBytes         int32         // kafka.fetch_max_bytes: cap on one Fetch response
 }
 
 // HTTP is the metrics and health listener.
@@ -151,6 +152,7 @@ func Defaults() Config {
 
 			QueuedMaxRequestBytes: broker.DefaultQueuedMaxRequestBytes,
 			ConnectionsMaxIdle:    broker.DefaultConnectionsMaxIdle,
+			FetchMaxBytes:         broker.DefaultFetchMaxBytes,
 		},
 		HTTP: HTTP{Listen: DefaultHTTPListen},
 		S3:   S3{PathStyle: true},

@@ -46,6 +46,7 @@ kafka:
   max_request_bytes: 2097152
   queued_max_request_bytes: 64MiB
   connections_max_idle: 90s
+  fetch_max_bytes: 16MiB
 http:
   listen: 127.0.0.1:19644
 topics:
@@ -91,7 +92,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 	want := Config{
 		Node:    Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
 		Cluster: Cluster{ID: "file-cluster"},
-		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second},
+		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second, FetchMaxBytes: 16 << 20},
 		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
 		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",

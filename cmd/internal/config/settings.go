@@ -76,6 +76,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Kafka.ConnectionsMaxIdle.String() },
 	},
 	{
+		key: "kafka.fetch_max_bytes", flag: "fetch-max-bytes", typ: "bytes", usage: "largest Fetch response, whatever the client asks for; the first batch still goes whole (fetch.max.bytes)",
+		set: bytes32Setter(func(c *Config) *int32 { return &c.Kafka.FetchMaxBytes }, 1024),
+		get: func(c *Config) string { return strconv.Itoa(int(c.Kafka.FetchMaxBytes)) },
+	},
+	{
 		key: "http.listen", flag: "http-listen", typ: "host:port", usage: `metrics and health listener ("off" disables it)`,
 		set: hostPortSetter(func(c *Config) *string { return &c.HTTP.Listen }, true),
 		get: func(c *Config) string { return c.HTTP.Listen },

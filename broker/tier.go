@@ -146,6 +146,9 @@ func (b *Broker) uploadPass() {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
 			}
+			// Set whether or not the pass worked: during an outage the log
+			// end keeps growing and the lag is how operators see it.
+			b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-max(p.remoteEnd.Load(), 0))
 		}
 		local += p.log.Size()
 	}
@@ -190,7 +193,6 @@ func (b *Broker) uploadPartition(p *partition) error {
 		b.metrics.tierUploadBytes.Add(float64(seg.Size))
 		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
 	}
-	b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-m.EndOffset())
 	if err := b.applyRetention(ctx, p, m); err != nil {
 		return err
 	}

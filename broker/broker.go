@@ -50,6 +50,9 @@ type Broker struct {
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64
+	// collector is the state of the tier's collector goroutine
+	// (broker/tier_collect.go).
+	collector collector
 
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -98,12 +99,17 @@ func (b *Broker) reconcile() error {
 	var errs []error
 	for _, p := range drop {
 		p.wake()
+		// No upload may run on a log being deleted, nor put objects in
+		// the bucket once its deletion has begun.
+		p.stopTier()
+		if _, exists := st.TopicByID(p.topicID); !exists && b.tier != nil {
+			// The topic is gone, not just moved: its history goes too.
+			// Queued before the local log goes, so a crash in between
+			// still leaves the work recorded.
+			b.queueRemoteDelete(p.bucketName())
+		}
 		if err := p.log.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.topic, p.index, err))
-		}
-		if _, exists := st.TopicByID(p.topicID); !exists {
-			// The topic is gone, not just moved: its history goes too.
-			b.deleteRemote(p)
 		}
 		b.metrics.forgetPartition(p.topic, p.index)
 		b.log.Info("partition deleted", "topic", p.topic, "partition", p.index)
@@ -130,6 +136,7 @@ func (b *Broker) reconcile() error {
 			continue
 		}
 		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
+		p.tier.ctx, p.tier.stop = context.WithCancel(b.ctx)
 		b.loadRemote(p)
 		b.mu.Lock()
 		if b.mu.closed {

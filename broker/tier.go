@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -86,7 +87,34 @@ func (b *Broker) openTier() error {
 	}
 	b.tier = t
 	b.metrics.watchTierCache(t.CacheStats)
+	if err := b.collector.init(filepath.Join(b.cfg.DataDir, "tier-deletes")); err != nil {
+		return err
+	}
 	return nil
+}
+
+// partitionTier is what the tier's goroutines keep for one partition.
+type partitionTier struct {
+	// ctx is cancelled when the partition is dropped (its topic deleted
+	// or moved away) or the broker closes; uploads run under it.
+	ctx  context.Context
+	stop context.CancelFunc
+	// mu is held for a whole upload pass of the partition. Once ctx is
+	// cancelled, taking mu waits for the pass under way, and no pass
+	// starts after that.
+	mu sync.Mutex
+}
+
+// stopTier stops p's uploads and returns once none is under way, so that
+// nothing of p reaches the bucket after its local log or its bucket
+// objects are deleted.
+func (p *partition) stopTier() {
+	if p.tier.stop == nil {
+		return
+	}
+	p.tier.stop()
+	p.tier.mu.Lock()
+	p.tier.mu.Unlock() // empty on purpose: taking mu is waiting for the pass
 }
 
 // topicPartition names p in the bucket.
@@ -121,6 +149,7 @@ func (b *Broker) tiers(configs map[string]string, internal bool) bool {
 // local-disk figure that produce backpressure reads, and runs the orphan
 // collector.
 func (b *Broker) tierLoop() {
+	b.goFunc(b.collectLoop)
 	cfg := b.cfg.Tier
 	upload := time.NewTicker(cfg.UploadInterval)
 	defer upload.Stop()
@@ -142,7 +171,7 @@ func (b *Broker) uploadPass() {
 	var local int64
 	for _, p := range b.partitionList() {
 		if b.remoteEnabled(p) {
-			if err := b.uploadPartition(p); err != nil && b.ctx.Err() == nil {
+			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
 			}
@@ -160,7 +189,12 @@ func (b *Broker) uploadPass() {
 // one the manifest is published and only then may local retention delete
 // the local copy.
 func (b *Broker) uploadPartition(p *partition) error {
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	p.tier.mu.Lock()
+	defer p.tier.mu.Unlock()
+	if p.tier.ctx.Err() != nil {
+		return nil // dropped: see stopTier
+	}
+	ctx, cancel := context.WithTimeout(p.tier.ctx, 5*time.Minute)
 	defer cancel()
 	tp := p.bucketName()
 	m, err := b.tier.Manifest(ctx, tp)
@@ -296,25 +330,6 @@ func (b *Broker) collectPass() {
 		}
 		b.metrics.tierOrphansDeleted.Add(float64(n))
 	}
-}
-
-// deleteRemote removes a deleted topic's partition from the bucket.
-//
-// It runs in the background: DeleteTopics answers once the metadata and
-// the local logs are gone, and a slow or unreachable store does not hold
-// the request (objects it could not delete are reported and stay, outside
-// any manifest).
-func (b *Broker) deleteRemote(p *partition) {
-	if b.tier == nil {
-		return
-	}
-	b.goFunc(func() {
-		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-		defer cancel()
-		if err := b.tier.DeletePartition(ctx, p.bucketName()); err != nil {
-			b.log.Warn("delete partition from the bucket", "topic", p.topic, "partition", p.index, "err", err)
-		}
-	})
 }
 
 // tierSegmentConfig adds the tiering settings of a topic to its log

@@ -1,11 +1,18 @@
 package broker
 
 import (
+	"context"
+	"errors"
+	"io"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/tier/objstore"
@@ -64,4 +71,217 @@ func TestUploadLagGrowsDuringOutage(t *testing.T) {
 	if p.remoteEnd.Load() != uploaded {
 		t.Fatalf("remote end moved from %d to %d while every store call failed", uploaded, p.remoteEnd.Load())
 	}
+}
+
+// hookStore runs a hook before every call to the store it wraps: tests
+// use it to fail, hold or count the calls of one partition. A hook error
+// fails the call without reaching the inner store.
+type hookStore struct {
+	objstore.Store
+	hook atomic.Pointer[func(ctx context.Context, op, key string) error]
+}
+
+func (s *hookStore) setHook(h func(ctx context.Context, op, key string) error) {
+	if h == nil {
+		s.hook.Store(nil)
+		return
+	}
+	s.hook.Store(&h)
+}
+
+func (s *hookStore) before(ctx context.Context, op, key string) error {
+	if h := s.hook.Load(); h != nil {
+		return (*h)(ctx, op, key)
+	}
+	return nil
+}
+
+func (s *hookStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.before(ctx, "put", key); err != nil {
+		return err
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func (s *hookStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := s.before(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	return s.Store.GetRange(ctx, key, off, n)
+}
+
+func (s *hookStore) Stat(ctx context.Context, key string) (objstore.Attrs, error) {
+	if err := s.before(ctx, "stat", key); err != nil {
+		return objstore.Attrs{}, err
+	}
+	return s.Store.Stat(ctx, key)
+}
+
+func (s *hookStore) List(ctx context.Context, prefix string, fn func(objstore.Attrs) error) error {
+	if err := s.before(ctx, "list", prefix); err != nil {
+		return err
+	}
+	return s.Store.List(ctx, prefix, fn)
+}
+
+func (s *hookStore) Delete(ctx context.Context, key string) error {
+	if err := s.before(ctx, "delete", key); err != nil {
+		return err
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+var errTestStore = errors.New("test: store call refused")
+
+// topicObjects counts the segment objects and manifests of topic in
+// store.
+func topicObjects(t *testing.T, store objstore.Store, topic string) (segments, manifests int) {
+	t.Helper()
+	err := store.List(context.Background(), "", func(a objstore.Attrs) error {
+		switch {
+		case !strings.Contains(a.Key, "/"+topic+"-"):
+		case strings.Contains(a.Key, "/segments/"):
+			segments++
+		case strings.Contains(a.Key, "/manifests/"):
+			manifests++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return segments, manifests
+}
+
+func deleteTopic(t *testing.T, adm *kadm.Client, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := adm.DeleteTopics(ctx, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("delete topic %s: %v", topic, err)
+	}
+}
+
+// TestDeleteTopicSurvivesFailedDeletes: a DELETE that fails while a tiered
+// topic is deleted does not stop the others, the manifests (which let
+// anyone find the segments) go only after every segment, and once the
+// store accepts the DELETE again the bucket forgets the topic.
+func TestDeleteTopicSurvivesFailedDeletes(t *testing.T) {
+	inner := tierStores[0].open(t)
+	hs := &hookStore{Store: inner}
+	b := tieredBroker(t, "", hs)
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "gone", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "gone", 200, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "gone", 1)
+	segs, _ := topicObjects(t, inner, "gone")
+	if segs < 3 {
+		t.Fatalf("%d segments uploaded, want several", segs)
+	}
+	var stuck string // the first segment object: the first DELETE to fail
+	inner.List(context.Background(), "", func(a objstore.Attrs) error {
+		if stuck == "" && strings.Contains(a.Key, "/gone-") && strings.Contains(a.Key, "/segments/") {
+			stuck = a.Key
+		}
+		return nil
+	})
+	var failing atomic.Bool
+	failing.Store(true)
+	hs.setHook(func(_ context.Context, op, key string) error {
+		if op == "delete" && key == stuck && failing.Load() {
+			return errTestStore
+		}
+		return nil
+	})
+
+	deleteTopic(t, adm, "gone")
+	waitFor(t, 20*time.Second, "every segment but the failing one to be deleted", func() bool {
+		segs, _ := topicObjects(t, inner, "gone")
+		return segs == 1
+	})
+	if _, manifests := topicObjects(t, inner, "gone"); manifests == 0 {
+		t.Fatal("the manifests were deleted while a segment object is left: nothing lists it any more")
+	}
+	failing.Store(false)
+	waitFor(t, 30*time.Second, "the bucket to forget the topic", func() bool {
+		segs, manifests := topicObjects(t, inner, "gone")
+		return segs+manifests == 0
+	})
+}
+
+// TestDeleteTopicResumesAfterRestart: a broker that could not delete a
+// deleted topic's objects before it stopped finishes the job after a
+// restart.
+func TestDeleteTopicResumesAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	inner := tierStores[0].open(t)
+	hs := &hookStore{Store: inner}
+	b := tieredBroker(t, dir, hs)
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "later", 2, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "later", 200, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "later", 2)
+	var refused atomic.Int64
+	hs.setHook(func(_ context.Context, op, key string) error {
+		if op == "delete" && strings.Contains(key, "/later-") {
+			refused.Add(1)
+			return errTestStore
+		}
+		return nil
+	})
+	deleteTopic(t, adm, "later")
+	waitFor(t, 20*time.Second, "a DELETE to be refused", func() bool { return refused.Load() > 0 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := topicObjects(t, inner, "later"); segs == 0 {
+		t.Fatal("segments deleted although every DELETE failed")
+	}
+
+	hs.setHook(nil)
+	tieredBroker(t, dir, hs)
+	waitFor(t, 30*time.Second, "the restarted broker to finish deleting the topic", func() bool {
+		segs, manifests := topicObjects(t, inner, "later")
+		return segs+manifests == 0
+	})
+}
+
+// TestDeleteTopicStopsUploadFirst: deleting a topic while one of its
+// segments is being uploaded stops that upload before the bucket is
+// cleaned, so no object or manifest of the deleted topic appears after the
+// cleaning.
+func TestDeleteTopicStopsUploadFirst(t *testing.T) {
+	inner := tierStores[0].open(t)
+	hs := &hookStore{Store: inner}
+	entered := make(chan struct{})
+	var once sync.Once
+	var stopped atomic.Bool
+	hs.setHook(func(ctx context.Context, op, key string) error {
+		if op != "put" || !strings.Contains(key, "/racy-") || !strings.Contains(key, "/segments/") {
+			return nil
+		}
+		once.Do(func() { close(entered) })
+		<-ctx.Done() // the upload is held until someone stops it
+		stopped.Store(true)
+		return ctx.Err()
+	})
+	b := tieredBroker(t, "", hs)
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "racy", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "racy", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no upload started")
+	}
+	deleteTopic(t, adm, "racy")
+	waitFor(t, 10*time.Second, "the deletion to stop the upload under way", stopped.Load)
+	waitFor(t, 20*time.Second, "the bucket to forget the topic", func() bool {
+		segs, manifests := topicObjects(t, inner, "racy")
+		return segs+manifests == 0
+	})
 }

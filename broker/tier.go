@@ -37,9 +37,13 @@ type TierConfig struct {
 	// partition's data still reaches the bucket (default 10 minutes).
 	IdleUpload time.Duration
 	// OrphanGrace is how old an unreferenced object must be before the
-	// collector deletes it (default 1 hour); CollectInterval is how often
-	// the collector runs (default 10 minutes).
+	// collector deletes it (default 1 hour); CollectInterval is how long
+	// one collection pass over the partitions that need one is spread
+	// over (default 10 minutes).
 	OrphanGrace, CollectInterval time.Duration
+	// Now is the clock of the orphan grace and of the collector's record
+	// of when objects were dropped; nil is time.Now.
+	Now func() time.Time
 	// LocalDiskLimit: when the hosted logs exceed this many bytes (uploads
 	// are behind, e.g. the store is down), produce fails with a retriable
 	// error instead of filling the disk. Zero means no limit.
@@ -58,6 +62,9 @@ func (c TierConfig) withDefaults() TierConfig {
 	}
 	if c.CollectInterval <= 0 {
 		c.CollectInterval = 10 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -81,13 +88,14 @@ func (b *Broker) openTier() error {
 		ReadAhead:   b.cfg.Tier.ReadAhead,
 		ReadWorkers: b.cfg.Tier.ReadWorkers,
 		Logger:      b.log.With("component", "tier"),
+		Now:         b.cfg.Tier.Now,
 	})
 	if err != nil {
 		return err
 	}
 	b.tier = t
 	b.metrics.watchTierCache(t.CacheStats)
-	if err := b.collector.init(filepath.Join(b.cfg.DataDir, "tier-deletes")); err != nil {
+	if err := b.collector.init(filepath.Join(b.cfg.DataDir, "tier-deletes"), b.cfg.Tier.CollectInterval); err != nil {
 		return err
 	}
 	return nil
@@ -103,6 +111,11 @@ type partitionTier struct {
 	// cancelled, taking mu waits for the pass under way, and no pass
 	// starts after that.
 	mu sync.Mutex
+	// manifest, under mu, is the manifest as of the last pass, nil when
+	// it must be asked of the tier again (at first, and after a failure).
+	// Keeping it lets a pass with nothing to upload leave the tier's
+	// partition lock alone, which the collector may hold for a while.
+	manifest *format.Manifest
 }
 
 // stopTier stops p's uploads and returns once none is under way, so that
@@ -145,24 +158,20 @@ func (b *Broker) tiers(configs map[string]string, internal bool) bool {
 }
 
 // tierLoop uploads closed segments of the partitions this broker leads,
-// applies local retention once they are safe in the bucket, keeps the
-// local-disk figure that produce backpressure reads, and runs the orphan
-// collector.
+// applies local retention once they are safe in the bucket, and keeps the
+// local-disk figure that produce backpressure reads. It starts the
+// collector on a goroutine of its own (collectLoop), so that collection,
+// however slow, never holds uploads back.
 func (b *Broker) tierLoop() {
 	b.goFunc(b.collectLoop)
-	cfg := b.cfg.Tier
-	upload := time.NewTicker(cfg.UploadInterval)
+	upload := time.NewTicker(b.cfg.Tier.UploadInterval)
 	defer upload.Stop()
-	collect := time.NewTicker(cfg.CollectInterval)
-	defer collect.Stop()
 	for {
 		select {
 		case <-b.ctx.Done():
 			return
 		case <-upload.C:
 			b.uploadPass()
-		case <-collect.C:
-			b.collectPass()
 		}
 	}
 }
@@ -174,6 +183,9 @@ func (b *Broker) uploadPass() {
 			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
+				// A failed PUT may have been applied all the same, and
+				// a segment object may be left without its manifest.
+				b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
 			}
 			// Set whether or not the pass worked: during an outage the log
 			// end keeps growing and the lag is how operators see it.
@@ -197,9 +209,13 @@ func (b *Broker) uploadPartition(p *partition) error {
 	ctx, cancel := context.WithTimeout(p.tier.ctx, 5*time.Minute)
 	defer cancel()
 	tp := p.bucketName()
-	m, err := b.tier.Manifest(ctx, tp)
-	if err != nil {
-		return err
+	m := p.tier.manifest
+	p.tier.manifest = nil // until this pass succeeds
+	if m == nil {
+		var err error
+		if m, err = b.tier.Manifest(ctx, tp); err != nil {
+			return err
+		}
 	}
 	p.setRemote(m)
 	if _, err := p.log.RollIfOlder(b.cfg.Tier.IdleUpload); err != nil {
@@ -223,13 +239,17 @@ func (b *Broker) uploadPartition(p *partition) error {
 			return err
 		}
 		p.setRemote(m)
+		// The previous manifest is superseded: the collector will have it.
+		b.collector.dropped(tp, b.cfg.Tier.Now())
 		b.metrics.tierUploads.Inc()
 		b.metrics.tierUploadBytes.Add(float64(seg.Size))
 		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
 	}
-	if err := b.applyRetention(ctx, p, m); err != nil {
+	m, err = b.applyRetention(ctx, p, m)
+	if err != nil {
 		return err
 	}
+	p.tier.manifest = m
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
 	}
@@ -316,22 +336,6 @@ func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int
 	return out, err
 }
 
-// collectPass removes orphaned objects of the partitions this broker leads.
-func (b *Broker) collectPass() {
-	for _, p := range b.partitionList() {
-		if !b.remoteEnabled(p) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-		n, err := b.tier.CollectOrphans(ctx, p.bucketName(), b.cfg.Tier.OrphanGrace)
-		cancel()
-		if err != nil && b.ctx.Err() == nil {
-			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
-		}
-		b.metrics.tierOrphansDeleted.Add(float64(n))
-	}
-}
-
 // tierSegmentConfig adds the tiering settings of a topic to its log
 // config: a tiered log deletes locally only what is uploaded, bounded by
 // local.retention.* (-2: follow retention.*).
@@ -364,14 +368,16 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 // applyRetention enforces retention.bytes and retention.ms on the whole
 // log of a tiered partition: the bucket's oldest segments go first (the
 // manifest's log start moves; the objects follow after the orphan grace).
-func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) error {
+//
+// It returns the manifest that holds afterwards.
+func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) (*format.Manifest, error) {
 	if len(m.Segments) == 0 {
-		return nil
+		return m, nil
 	}
 	cfg := p.settings.Load().log
 	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs}
 	if r.Bytes < 0 && r.Age < 0 {
-		return nil
+		return m, nil
 	}
 	if r.Bytes >= 0 {
 		// The local bytes count toward the size bound only: listing the
@@ -380,7 +386,7 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 		local := p.log.Size()
 		segs, err := p.log.ClosedSegments(0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, s := range segs {
 			if s.EndOffset <= m.EndOffset() {
@@ -391,16 +397,18 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 	}
 	start, err := b.tier.ApplyRetention(ctx, p.bucketName(), r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if start != m.LogStartOffset {
+		// Segments left the manifest: theirs to delete after the grace.
+		b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
 		m, err = b.tier.Manifest(ctx, p.bucketName())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.setRemote(m)
 	}
-	return nil
+	return m, nil
 }
 
 // prefetchRemote starts the bucket reads of every partition of a fetch

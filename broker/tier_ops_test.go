@@ -285,3 +285,125 @@ func TestDeleteTopicStopsUploadFirst(t *testing.T) {
 		return segs+manifests == 0
 	})
 }
+
+// segmentLists counts, per topic, the LISTs of a partition's segment
+// objects: only the orphan collector makes them.
+type segmentLists struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *segmentLists) hook(_ context.Context, op, key string) error {
+	if op == "list" && strings.HasSuffix(key, "/segments/") {
+		topic := strings.Split(key, "/")[1] // <h>/<topic>-<id>/<partition>/segments/
+		topic = topic[:strings.LastIndexByte(topic, '-')]
+		c.mu.Lock()
+		c.n[topic]++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *segmentLists) count(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[topic]
+}
+
+// produceUntil produces to topic until stop is closed, for a partition
+// that keeps uploading.
+func produceUntil(t *testing.T, b *Broker, topic string, stop <-chan struct{}) (done <-chan struct{}) {
+	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cl.ProduceSync(ctx, &kgo.Record{Value: make([]byte, 1000)})
+			cancel()
+		}
+	}()
+	return ch
+}
+
+// TestCollectorSkipsQuietPartitions: a partition with nothing dropped
+// from its manifest since the collector last looked, and no upload or
+// failure that could have left an orphan, costs no LIST per collection
+// pass; a partition that keeps uploading is still collected.
+func TestCollectorSkipsQuietPartitions(t *testing.T) {
+	lists := &segmentLists{n: map[string]int{}}
+	hs := &hookStore{Store: tierStores[0].open(t)}
+	hs.setHook(lists.hook)
+	b := tieredBroker(t, "", hs, func(c *Config) {
+		c.Tier.CollectInterval = 20 * time.Millisecond
+		c.Tier.OrphanGrace = 100 * time.Millisecond
+	})
+	adm := testAdmin(t, b)
+	small := map[string]*string{"segment.bytes": ptr("16384")}
+	createTopic(t, adm, "quiet", 1, small)
+	createTopic(t, adm, "busy", 1, small)
+	produceKeyed(t, b, "quiet", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "quiet", 1)
+
+	stop := make(chan struct{})
+	done := produceUntil(t, b, "busy", stop)
+	defer func() { close(stop); <-done }()
+	// Many passes, each far more than the grace period after anything
+	// happened to the quiet partition...
+	start := lists.count("busy")
+	waitFor(t, 60*time.Second, "the busy partition to be collected 30 times", func() bool { return lists.count("busy") >= start+30 })
+	quiet := lists.count("quiet")
+	if quiet == 0 {
+		t.Fatal("the quiet partition was never collected")
+	}
+	// ...and many more: none of them lists the quiet partition.
+	start = lists.count("busy")
+	waitFor(t, 60*time.Second, "the busy partition to be collected 30 more times", func() bool { return lists.count("busy") >= start+30 })
+	if n := lists.count("quiet"); n != quiet {
+		t.Fatalf("the quiet partition's segments were listed %d more times with nothing dropped from it", n-quiet)
+	}
+}
+
+// TestCollectorDoesNotHoldUploads: while the collector is stuck on one
+// partition (its LIST hangs), another partition's segments still reach
+// the bucket.
+func TestCollectorDoesNotHoldUploads(t *testing.T) {
+	hs := &hookStore{Store: tierStores[0].open(t)}
+	stuck := make(chan struct{})
+	var once sync.Once
+	var armed atomic.Bool
+	hs.setHook(func(ctx context.Context, op, key string) error {
+		if armed.Load() && op == "list" && strings.Contains(key, "/archive-") && strings.HasSuffix(key, "/segments/") {
+			once.Do(func() { close(stuck) })
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	b := tieredBroker(t, "", hs, func(c *Config) {
+		c.Tier.CollectInterval = 20 * time.Millisecond
+		c.Tier.OrphanGrace = 50 * time.Millisecond
+	})
+	adm := testAdmin(t, b)
+	// An archive topic: no whole-log retention, so its idle partition
+	// needs nothing from the tier while it waits to be collected.
+	createTopic(t, adm, "archive", 1, map[string]*string{
+		"segment.bytes": ptr("16384"), "retention.ms": ptr("-1"), "retention.bytes": ptr("-1"),
+	})
+	produceKeyed(t, b, "archive", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploaded(t, b, "archive", 1)
+	armed.Store(true)
+	select {
+	case <-stuck:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the collector never listed the archive partition")
+	}
+	createTopic(t, adm, "live", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "live", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	waitUploadedWithin(t, b, "live", 1, 20*time.Second)
+}

@@ -116,6 +116,7 @@ func (b *Broker) reconcile() error {
 	}
 
 	// Open new partitions and apply config changes to open ones.
+	var opened []*partition
 	for key, w := range want {
 		if p := b.partition(key.topic, key.partition); p != nil {
 			// Metadata changes (a producer-id block, another topic) leave
@@ -137,7 +138,6 @@ func (b *Broker) reconcile() error {
 		}
 		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
 		p.tier.ctx, p.tier.stop = context.WithCancel(b.ctx)
-		b.loadRemote(p)
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()
@@ -146,7 +146,11 @@ func (b *Broker) reconcile() error {
 		}
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
+		opened = append(opened, p)
 	}
+	// Served at once: a tiered partition answers what needs its
+	// manifest with a retriable error until the manifest is in.
+	b.loadRemotes(opened)
 	return errors.Join(errs...)
 }
 

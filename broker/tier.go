@@ -275,20 +275,65 @@ func (p *partition) setRemote(m *format.Manifest) {
 // retriable, so clients wait instead of being sent to the wrong offset.
 var errRemoteUnknown = fmt.Errorf("%w: the partition's state in the object store is not loaded yet", kerr.KafkaStorageError)
 
-// loadRemote reads p's manifest when p is opened, so that its log start is
-// right from the first request. On failure the upload loop tries again.
-func (b *Broker) loadRemote(p *partition) {
-	if !b.remoteEnabled(p) {
-		p.remoteKnown.Store(true)
+// manifestLoaders bounds the manifests read at once when partitions open
+// (at start-up, all of them): enough to overlap the store's latency, few
+// enough not to set off its request throttling.
+const manifestLoaders = 16
+
+// loadRemotes reads the manifests of the tiered partitions among ps in the
+// background, manifestLoaders at a time, so that opening partitions (a
+// start-up among them) never waits for the bucket and each partition's
+// log start is known as soon as its own manifest is in. A manifest that
+// could not be read is read again by the upload loop.
+func (b *Broker) loadRemotes(ps []*partition) {
+	var tiered []*partition
+	for _, p := range ps {
+		if b.remoteEnabled(p) {
+			tiered = append(tiered, p)
+		} else {
+			p.remoteKnown.Store(true)
+		}
+	}
+	if len(tiered) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	b.goFunc(func() {
+		sem := make(chan struct{}, manifestLoaders)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for _, p := range tiered {
+			select {
+			case sem <- struct{}{}:
+			case <-b.ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				b.loadRemote(p)
+			})
+		}
+	})
+}
+
+// loadRemote reads p's manifest, so that its log start is right. It holds
+// p's upload lock, so that a manifest it read never replaces a newer one
+// an upload has just published.
+func (b *Broker) loadRemote(p *partition) {
+	p.tier.mu.Lock()
+	defer p.tier.mu.Unlock()
+	if p.tier.ctx.Err() != nil || p.remoteKnown.Load() {
+		return // dropped, or the upload loop got there first
+	}
+	ctx, cancel := context.WithTimeout(p.tier.ctx, 10*time.Second)
 	defer cancel()
 	m, err := b.tier.Manifest(ctx, p.bucketName())
 	if err != nil {
-		b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		if p.tier.ctx.Err() == nil {
+			b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		}
 		return
 	}
+	p.tier.manifest = m
 	p.setRemote(m)
 }
 

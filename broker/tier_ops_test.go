@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/tier/objstore"
@@ -406,4 +407,70 @@ func TestCollectorDoesNotHoldUploads(t *testing.T) {
 	createTopic(t, adm, "live", 1, map[string]*string{"segment.bytes": ptr("16384")})
 	produceKeyed(t, b, "live", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
 	waitUploadedWithin(t, b, "live", 1, 20*time.Second)
+}
+
+// TestStartupLoadsManifestsConcurrently: a restarted broker does not wait
+// for the bucket before it serves. The manifests of its partitions are
+// read side by side, each partition is served as soon as its own
+// manifest is in, and one whose store requests hang answers a retriable
+// error meanwhile, without holding the others or the start-up.
+func TestStartupLoadsManifestsConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	inner := tierStores[0].open(t)
+	b := tieredBroker(t, dir, inner)
+	adm := testAdmin(t, b)
+	topics := []string{"fast", "slowa", "slowb"}
+	for _, topic := range topics {
+		createTopic(t, adm, topic, 1, map[string]*string{"segment.bytes": ptr("16384"), "local.retention.bytes": ptr("0")})
+		produceKeyed(t, b, topic, 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+		waitUploaded(t, b, topic, 1)
+		p := b.partition(topic, 0)
+		waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The slow partitions' manifest LISTs hang until released.
+	hs := &hookStore{Store: inner}
+	release := make(chan struct{})
+	var waiting, most, cancelled atomic.Int64
+	hs.setHook(func(ctx context.Context, op, key string) error {
+		if op != "list" || !strings.Contains(key, "/slow") || !strings.HasSuffix(key, "/manifests/") {
+			return nil
+		}
+		n := waiting.Add(1)
+		defer waiting.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			cancelled.Add(1)
+			return ctx.Err()
+		}
+	})
+	b = tieredBroker(t, dir, hs)
+	if n := cancelled.Load(); n > 0 {
+		t.Fatalf("start-up gave up on %d manifest loads before serving", n)
+	}
+	waitFor(t, 20*time.Second, "both slow manifests to be loaded side by side", func() bool { return most.Load() >= 2 })
+	cl := testClient(t, b)
+	waitFor(t, 10*time.Second, "the fast partition to be served from the bucket's start", func() bool {
+		off, code := listOffsetV(t, cl, "fast", -2)
+		return code == 0 && off == 0
+	})
+	for _, topic := range topics[1:] {
+		if _, code := listOffsetV(t, cl, topic, -2); code != kerr.KafkaStorageError.Code {
+			t.Fatalf("%s earliest offset with its manifest not loaded: code %d, want KAFKA_STORAGE_ERROR", topic, code)
+		}
+	}
+	close(release)
+	for _, topic := range topics[1:] {
+		waitFor(t, 20*time.Second, topic+" to be served once its manifest is in", func() bool {
+			off, code := listOffsetV(t, cl, topic, -2)
+			return code == 0 && off == 0
+		})
+	}
 }

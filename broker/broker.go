@@ -162,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
 	changed := b.meta.Changed() // before the state reconcile reads
-	if err := b.reconcile(); err != nil {
+	if err := b.reconcileAtStart(); err != nil {
 		b.Close()
 		return nil, err
 	}

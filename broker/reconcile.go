@@ -78,8 +78,17 @@ func (b *Broker) reconcileLoop(changed <-chan struct{}) {
 // the logs of partitions assigned to this node, closes and deletes those of
 // deleted topics, and applies config changes. It is called from the
 // reconcile loop and, synchronously, by requests that changed the metadata
-// and want their effect visible before they answer.
-func (b *Broker) reconcile() error {
+// and want their effect visible before they answer: so it returns once
+// the manifests of the tiered partitions it opened are read (side by side)
+// or could not be.
+func (b *Broker) reconcile() error { return b.reconcilePartitions(true) }
+
+// reconcileAtStart is Start's reconcile: it leaves the manifests to load
+// in the background, so that the broker serves at once whatever the
+// store's state, each partition fully once its own manifest is in.
+func (b *Broker) reconcileAtStart() error { return b.reconcilePartitions(false) }
+
+func (b *Broker) reconcilePartitions(waitRemote bool) error {
 	b.reconcileMu.Lock()
 	defer b.reconcileMu.Unlock()
 
@@ -150,7 +159,13 @@ func (b *Broker) reconcile() error {
 	}
 	// Served at once: a tiered partition answers what needs its
 	// manifest with a retriable error until the manifest is in.
-	b.loadRemotes(opened)
+	loaded := b.loadRemotes(opened)
+	if waitRemote {
+		select {
+		case <-loaded:
+		case <-b.ctx.Done():
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -284,8 +284,10 @@ const manifestLoaders = 16
 // background, manifestLoaders at a time, so that opening partitions (a
 // start-up among them) never waits for the bucket and each partition's
 // log start is known as soon as its own manifest is in. A manifest that
-// could not be read is read again by the upload loop.
-func (b *Broker) loadRemotes(ps []*partition) {
+// could not be read is read again by the upload loop. The channel returned
+// is closed once every read has ended.
+func (b *Broker) loadRemotes(ps []*partition) <-chan struct{} {
+	done := make(chan struct{})
 	var tiered []*partition
 	for _, p := range ps {
 		if b.remoteEnabled(p) {
@@ -295,9 +297,11 @@ func (b *Broker) loadRemotes(ps []*partition) {
 		}
 	}
 	if len(tiered) == 0 {
-		return
+		close(done)
+		return done
 	}
 	b.goFunc(func() {
+		defer close(done)
 		sem := make(chan struct{}, manifestLoaders)
 		var wg sync.WaitGroup
 		defer wg.Wait()
@@ -313,6 +317,7 @@ func (b *Broker) loadRemotes(ps []*partition) {
 			})
 		}
 	})
+	return done
 }
 
 // loadRemote reads p's manifest, so that its log start is right. It holds

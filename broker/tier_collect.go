@@ -50,8 +50,8 @@ type collector struct {
 	}
 }
 
-// maxDrops bounds a partition's drop record; beyond it the two oldest
-// entries merge into the later one, which only delays their collection.
+// maxDrops bounds a partition's drop record; beyond it the oldest entry
+// is folded into the next (later) one, which only delays its collection.
 const maxDrops = 16
 
 // dropped records that something of tp may have become garbage at now.
@@ -250,7 +250,10 @@ func (b *Broker) collectPartition(p *partition) {
 	c := &b.collector
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := c.mu.drops[tp]
+	d, seen := c.mu.drops[tp]
+	if !seen {
+		return // no longer hosted: a partition hosted again starts unseen
+	}
 	covered := 0
 	for covered < len(d) && d[covered].Before(cutoff) {
 		covered++

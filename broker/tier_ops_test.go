@@ -474,3 +474,45 @@ func TestStartupLoadsManifestsConcurrently(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectorSpreadsPass: a collection pass does not list every due
+// partition in one burst; it spreads them over tier.collect_interval. With
+// an hour's interval and three partitions due after a restart, the first
+// is collected at once and the others are still waiting their turn while
+// the broker goes on uploading.
+func TestCollectorSpreadsPass(t *testing.T) {
+	dir := t.TempDir()
+	inner := tierStores[0].open(t)
+	b := tieredBroker(t, dir, inner)
+	adm := testAdmin(t, b)
+	topics := []string{"one", "two", "three"}
+	for _, topic := range topics {
+		createTopic(t, adm, topic, 1, map[string]*string{"segment.bytes": ptr("16384")})
+		produceKeyed(t, b, topic, 50, 1000, kgo.ProducerBatchMaxBytes(4096))
+		waitUploaded(t, b, topic, 1)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	lists := &segmentLists{n: map[string]int{}}
+	hs := &hookStore{Store: inner}
+	hs.setHook(lists.hook)
+	b = tieredBroker(t, dir, hs, func(c *Config) { c.Tier.CollectInterval = time.Hour })
+	total := func() (n int) {
+		for _, topic := range topics {
+			n += lists.count(topic)
+		}
+		return n
+	}
+	waitFor(t, 20*time.Second, "the first partition of the pass to be collected", func() bool { return total() > 0 })
+	// Meanwhile the broker works on: more data for each topic reaches the
+	// bucket, and still no second partition has been collected.
+	for _, topic := range topics {
+		produceKeyed(t, b, topic, 50, 1000, kgo.ProducerBatchMaxBytes(4096))
+		waitUploaded(t, b, topic, 1)
+	}
+	if n := total(); n != 1 {
+		t.Fatalf("%d partitions collected at once, want one per third of the interval", n)
+	}
+}

@@ -54,6 +54,9 @@ type Broker struct {
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64
+	// collector is the state of the tier's collector goroutine
+	// (broker/tier_collect.go).
+	collector collector
 
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
@@ -192,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
 	changed := b.meta.Changed() // before the state reconcile reads
-	if err := b.reconcile(); err != nil {
+	if err := b.reconcileAtStart(); err != nil {
 		b.Close()
 		return nil, err
 	}

@@ -42,6 +42,9 @@ type partition struct {
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
 	leaderEpoch atomic.Int32
+	// tier is what the cold tier's goroutines keep for the partition
+	// (broker/tier.go).
+	tier partitionTier
 
 	// waitMu guards waiters: long-poll fetches that want to hear when the
 	// high watermark moves.

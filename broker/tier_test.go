@@ -144,6 +144,14 @@ func waitUploadedWithin(tb testing.TB, b *Broker, topic string, partitions int32
 		}
 		return true
 	})
+	// The pass that moved the remote end applies local retention after
+	// it, holding the partition's upload lock throughout: once the lock
+	// is free, that pass is over.
+	for i := range partitions {
+		p := b.partition(topic, i)
+		p.tier.mu.Lock()
+		p.tier.mu.Unlock() // empty on purpose: taking mu is waiting for the pass
+	}
 }
 
 // uploadTarget is the offset p's bucket must reach to hold every closed

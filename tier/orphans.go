@@ -169,21 +169,50 @@ func (ps *partitionState) pruneRefs(live map[string]bool) {
 
 // DeletePartition removes every object of tp from the bucket: the topic
 // was deleted. Later calls for tp start from an empty manifest.
+//
+// Segment objects go first and the manifests only once every segment is
+// gone: as long as a segment object is left, the manifests that list it
+// stay too, so the partition still looks like one to whoever reads the
+// bucket, and a later call finds what this one left. A failed DELETE does
+// not stop the others; the error counts what is left, and calling again
+// resumes (deleting a missing key is no error).
 func (t *Tier) DeletePartition(ctx context.Context, tp format.TopicPartition) error {
 	t.mu.Lock()
 	delete(t.partitions, tp)
 	t.mu.Unlock()
-	var keys []string
+	var segments, manifests []string
 	if err := t.store.List(ctx, tp.Prefix(), func(a objstore.Attrs) error {
-		keys = append(keys, a.Key)
+		if _, err := format.ParseManifestKey(a.Key); err == nil {
+			manifests = append(manifests, a.Key)
+		} else {
+			segments = append(segments, a.Key) // and anything else of the partition
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("list %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	for _, k := range keys {
-		if err := t.store.Delete(ctx, k); err != nil {
-			return fmt.Errorf("delete %s: %w", k, err)
+	deleteAll := func(what string, keys []string) error {
+		failed := 0
+		var first error
+		for _, k := range keys {
+			if err := t.store.Delete(ctx, k); err != nil {
+				if failed++; first == nil {
+					first = err
+				}
+				if ctx.Err() != nil {
+					break
+				}
+			}
 		}
+		if failed > 0 {
+			return fmt.Errorf("delete %s-%d: %d of %d %s not deleted: %w", tp.Topic, tp.Partition, failed, len(keys), what, first)
+		}
+		return nil
 	}
-	return nil
+	if err := deleteAll("segment objects", segments); err != nil {
+		return fmt.Errorf("%w (manifests kept)", err)
+	}
+	// Oldest first (List is in key order), so the manifest left by a
+	// failure is still the newest one.
+	return deleteAll("manifests", manifests)
 }

@@ -409,3 +409,37 @@ func TestReadsDoNotWaitForWriters(t *testing.T) {
 	}
 	armed.Store(false)
 }
+
+// TestCollectorSparesTheUploadUnderWay: a collection that runs between an
+// upload's segment PUT and its manifest publication (the collector no
+// longer waits for writers) does not take the new object for an orphan,
+// even with no grace at all; the published manifest's object is there.
+func TestCollectorSparesTheUploadUnderWay(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	segs := testSegments(t, 2)
+	tr := openTier(t, store, clk.Now)
+	if _, err := tr.Upload(ctx, testTP, segs[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	collected := make(chan error, 1)
+	var once sync.Once
+	store.beforeWrite = func(ctx context.Context, key string) error {
+		if strings.HasSuffix(key, ".manifest") {
+			once.Do(func() {
+				clk.add(time.Hour) // the segment object is now an hour old
+				_, err := tr.CollectOrphans(ctx, testTP, 0)
+				collected <- err
+			})
+		}
+		return nil
+	}
+	if _, err := tr.Upload(ctx, testTP, segs[1], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-collected; err != nil {
+		t.Fatal(err)
+	}
+	checkCovers(t, store, segs[0].BaseOffset, segs[1].EndOffset)
+}

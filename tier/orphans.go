@@ -60,6 +60,11 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	}
 
 	referenced := make(map[string]bool)
+	// The upload under way is read before the current manifest: an upload
+	// that is no longer under way has published, so cur then names it.
+	if k := ps.uploading.Load(); k != nil {
+		referenced[*k] = true
+	}
 	cur := ps.cur.Load()
 	if n := len(manifests); n > 0 {
 		newest := manifests[n-1].key

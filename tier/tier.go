@@ -131,6 +131,11 @@ type partitionState struct {
 	// failed too). The next write resolves it first; the collector keeps
 	// its objects meanwhile. Written with mu held.
 	pending atomic.Pointer[pendingPublish]
+	// uploading is the key of the segment object this tier's writer is
+	// putting and publishing right now, so the collector never takes it
+	// for an orphan between its PUT and its manifest, whatever the grace.
+	// Set and cleared with mu held.
+	uploading atomic.Pointer[string]
 
 	refs struct {
 		sync.Mutex
@@ -274,6 +279,8 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 		return nil, err
 	}
 	defer obj.close()
+	ps.uploading.Store(&rs.Key)
+	defer ps.uploading.Store(nil)
 	if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
 		return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
 	}

@@ -61,7 +61,9 @@ func (c *testClock) Advance(d time.Duration) {
 // read that finds a batch failing its checks drops the chunks it read
 // from memory, disk and the ghost list and tries a fresh GET; while the
 // object stays damaged the read fails with ErrCorruptSegment, and once
-// the object is restored the very next read serves it, whether the bad
+// the object is restored the first read after corruptRetryInterval serves
+// it (a damage a fresh download confirmed is believed that long, costing
+// no GETs meanwhile), whether the bad
 // copy was in memory or on disk. Every corrupt read is counted, and the
 // log says so once per object per interval.
 func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
@@ -140,8 +142,16 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 	// restored. The log has one line for the object per interval, with
 	// the corrupt reads since the line before.
 	put(bad)
-	for range 5 {
-		mustFail("in memory")
+	mustFail("in memory")
+	// The damage a fresh download confirmed is believed for a while: the
+	// reads that meet it meanwhile cost no GET (a retrying consumer would
+	// otherwise download the chunk again several times a second).
+	store.reset()
+	for range 4 {
+		mustFail("in memory, confirmed")
+	}
+	if gets := store.getsOf(rs.Key); len(gets) != 0 {
+		t.Fatalf("%d GETs of the damaged object within the retry interval, want none: %v", len(gets), gets)
 	}
 	if lines := logs.lines(rs.Key); len(lines) != 1 || !strings.Contains(lines[0], "reads=1") {
 		t.Fatalf("log lines about %s within one interval, want 1:\n%s", rs.Key, strings.Join(lines, "\n"))
@@ -152,6 +162,7 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 		t.Fatalf("log lines about %s after the interval, want a second one counting 5 reads:\n%s", rs.Key, strings.Join(lines, "\n"))
 	}
 	put(good)
+	clock.Advance(corruptRetryInterval)
 	if _, err := read(victim); err != nil {
 		t.Fatalf("read after the object was restored, bad copy in memory: %v", err)
 	}
@@ -178,8 +189,10 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 	if inMem || !onDisk {
 		t.Fatalf("chunk 1 in memory %v, on disk %v: want it on disk only", inMem, onDisk)
 	}
+	clock.Advance(corruptRetryInterval)
 	mustFail("on disk")
 	put(good)
+	clock.Advance(corruptRetryInterval)
 	if _, err := read(victim); err != nil {
 		t.Fatalf("read after the object was restored, bad copy on disk: %v", err)
 	}

@@ -114,7 +114,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			from := pos
 			pos += used
 			err = fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos, err)
-			if damage == nil {
+			if damage == nil && !t.corrupt.confirmedSince(rs.Key, t.cfg.Now().Add(-corruptRetryInterval)) {
 				// What is damaged may be our copy: a chunk cached before
 				// the object was repaired, a download or a chunk file
 				// damaged on the way. Forget it and look again.
@@ -122,6 +122,9 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 				t.cache.invalidate(rs.Key, from, winLen)
 				need = 0
 				continue
+			}
+			if damage != nil {
+				t.corrupt.confirm(rs.Key, t.cfg.Now())
 			}
 			t.reportCorrupt(tp, rs.Key, err, false)
 			if len(dst) > start {
@@ -464,10 +467,44 @@ type corruptReports struct {
 }
 
 // corruptSeen is what was logged about one object: when, and the corrupt
-// reads since then.
+// reads since then; and when a fresh download of it last failed its
+// checks too.
 type corruptSeen struct {
-	logged time.Time
-	reads  int64
+	logged    time.Time
+	reads     int64
+	confirmed time.Time
+}
+
+// corruptRetryInterval is how long a damage that a fresh download
+// confirmed is believed: reads meeting it meanwhile fail at once from the
+// cached copy. Without it every retry of a consumer (several a second)
+// would download the chunk again, megabytes each, for as long as the
+// object stays damaged; with it a repaired object is served within this
+// interval.
+const corruptRetryInterval = 5 * time.Second
+
+// confirm records that a fresh download of key failed its checks at now.
+func (r *corruptReports) confirm(key string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = make(map[string]*corruptSeen)
+	}
+	s, ok := r.seen[key]
+	if !ok {
+		s = &corruptSeen{}
+		r.seen[key] = s
+	}
+	s.confirmed = now
+}
+
+// confirmedSince reports whether a fresh download of key failed its
+// checks after since.
+func (r *corruptReports) confirmedSince(key string, since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.seen[key]
+	return ok && s.confirmed.After(since)
 }
 
 // maxCorruptSeen bounds the objects corruptReports remembers: beyond it,

@@ -186,3 +186,32 @@ func TestAcksZeroFailureClosesConnection(t *testing.T) {
 		t.Fatalf("after a failed acks=0 produce: read %d bytes, %v; want the connection closed (EOF)", n, err)
 	}
 }
+
+// TestResponseNotHeldBehindPartialFrame: a response is flushed when the
+// next request has only begun to arrive (its length and part of its body
+// in the same write), not held until that request is complete.
+func TestResponseNotHeldBehindPartialFrame(t *testing.T) {
+	b := testBroker(t, "")
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(apis[av.Key()].max)
+	body := encodeRequest(av, 9)
+	var out []byte
+	out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+	out = append(out, body...)
+	next := encodeRequest(av, 10)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(next)))
+	out = append(out, next[:len(next)/2]...) // the rest never comes
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := readFrame(t, bufio.NewReader(c))
+	if corr := int32(binary.BigEndian.Uint32(resp)); corr != 9 {
+		t.Fatalf("response has correlation id %d, want 9", corr)
+	}
+}

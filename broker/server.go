@@ -175,16 +175,31 @@ func (b *Broker) serveConn(nc net.Conn) {
 		// The request is done with: its memory is free for others before
 		// the flush, which waits for the client.
 		c.release()
-		// Flush once no further request is already waiting, so pipelined
-		// requests share one write. This holds after an acks=0 produce
-		// too: a response buffered before it must not wait for a request
-		// the client may never send.
-		if c.r.Buffered() == 0 && c.w.Buffered() > 0 {
+		// Flush unless the next request is already here whole, so
+		// pipelined requests share one write. This holds after an acks=0
+		// produce too: a response buffered before it must not wait for a
+		// request the client may never send or has sent only in part.
+		if c.w.Buffered() > 0 && !c.frameBuffered() {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
 		}
 	}
+}
+
+// frameBuffered reports whether a whole request frame is already read
+// into the connection's buffer, so reading it cannot block.
+func (c *conn) frameBuffered() bool {
+	n := c.r.Buffered()
+	if n < 4 {
+		return false
+	}
+	head, err := c.r.Peek(4)
+	if err != nil {
+		return false
+	}
+	size := int64(binary.BigEndian.Uint32(head))
+	return int64(n) >= 4+size
 }
 
 // release gives back the request memory of the request just answered and
@@ -240,6 +255,12 @@ func (c *conn) reserve(size int64) error {
 	if c.b.reqMem.tryAcquire(size, limit) {
 		c.reserved = size
 		return nil
+	}
+	// The responses already handled must not wait behind this wait.
+	if c.w.Buffered() > 0 {
+		if err := c.w.Flush(); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.b.ctx, c.b.cfg.ConnectionsMaxIdle)
 	defer cancel()

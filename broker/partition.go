@@ -38,6 +38,10 @@ type partition struct {
 	// remoteStart and remoteEnd bound what the bucket holds, [start, end);
 	// both -1 while nothing is uploaded.
 	remoteStart, remoteEnd atomic.Int64
+	// uploadedEnd is the bucket manifest's end offset: where uploads have
+	// reached, even once retention has emptied the manifest (remoteEnd is
+	// then -1). 0 until a manifest is known.
+	uploadedEnd atomic.Int64
 	// remoteKnown is set once the bucket's manifest has been read; until
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool

@@ -189,7 +189,7 @@ func (b *Broker) uploadPass() {
 			}
 			// Set whether or not the pass worked: during an outage the log
 			// end keeps growing and the lag is how operators see it.
-			b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-max(p.remoteEnd.Load(), 0))
+			b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-p.uploadedEnd.Load())
 		}
 		local += p.log.Size()
 	}
@@ -260,6 +260,7 @@ func (b *Broker) uploadPartition(p *partition) error {
 // everything below its end may go under local retention.
 func (p *partition) setRemote(m *format.Manifest) {
 	defer p.remoteKnown.Store(true)
+	p.uploadedEnd.Store(m.EndOffset())
 	if len(m.Segments) == 0 {
 		p.remoteStart.Store(-1)
 		p.remoteEnd.Store(-1)

@@ -74,6 +74,32 @@ func TestUploadLagGrowsDuringOutage(t *testing.T) {
 	}
 }
 
+// TestUploadLagAfterRetentionEmptiesBucket: once whole-log retention has
+// dropped every remote segment of an idle partition, everything is still
+// uploaded: the lag is 0, not the whole log (review of issue 10 item 1).
+func TestUploadLagAfterRetentionEmptiesBucket(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) { c.Registerer, c.Gatherer = reg, reg })
+	createTopic(t, testAdmin(t, b), "gone", 1, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("0"),
+		"retention.bytes":       ptr("0"),
+	})
+	produceKeyed(t, b, "gone", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	p := b.partition("gone", 0)
+	waitFor(t, 20*time.Second, "retention to empty the bucket", func() bool {
+		segs, err := p.log.ClosedSegments(0)
+		return err == nil && len(segs) == 0 && p.remoteEnd.Load() == -1 && p.log.StartOffset() > 0
+	})
+	// What is left is the active segment, which is not uploaded (every
+	// closed segment was, then deleted locally): the lag is what it holds.
+	want := float64(p.log.EndOffset() - p.log.StartOffset())
+	waitFor(t, 10*time.Second, "the lag to be the active segment's records only", func() bool {
+		v, ok := gaugeValue(t, reg, "strata_tier_upload_lag_offsets", map[string]string{"topic": "gone", "partition": "0"})
+		return ok && v == want && v < float64(p.log.EndOffset())
+	})
+}
+
 // hookStore runs a hook before every call to the store it wraps: tests
 // use it to fail, hold or count the calls of one partition. A hook error
 // fails the call without reaching the inner store.

@@ -179,6 +179,11 @@ func (c Config) Validate() error {
 	if c.QueuedMaxRequestBytes < 1024 {
 		return fmt.Errorf("queued max request bytes %d: must be at least 1024", c.QueuedMaxRequestBytes)
 	}
+	// A request above the bound could only go when nothing else is in
+	// flight, which a busy broker may never be (Kafka refuses this too).
+	if c.QueuedMaxRequestBytes < int64(c.MaxRequestBytes) {
+		return fmt.Errorf("queued max request bytes %d: must be at least the max request bytes, %d", c.QueuedMaxRequestBytes, c.MaxRequestBytes)
+	}
 	if c.ConnectionsMaxIdle < 0 {
 		return fmt.Errorf("connections max idle %s: must not be negative", c.ConnectionsMaxIdle)
 	}

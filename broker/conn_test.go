@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,5 +214,20 @@ func TestResponseNotHeldBehindPartialFrame(t *testing.T) {
 	resp := readFrame(t, bufio.NewReader(c))
 	if corr := int32(binary.BigEndian.Uint32(resp)); corr != 9 {
 		t.Fatalf("response has correlation id %d, want 9", corr)
+	}
+}
+
+// TestQueuedMaxRequestBytesHoldsAnyRequest: the request memory bound must
+// hold the largest request allowed, as Kafka requires; a smaller bound
+// could keep a large request waiting for as long as the broker is busy.
+func TestQueuedMaxRequestBytesHoldsAnyRequest(t *testing.T) {
+	c := Config{DataDir: t.TempDir(), MaxRequestBytes: 8 << 20, QueuedMaxRequestBytes: 4 << 20}
+	err := c.WithDefaults().Validate()
+	if err == nil || !strings.Contains(err.Error(), "at least the max request bytes") {
+		t.Fatalf("a bound below max request bytes: %v, want refused", err)
+	}
+	c.QueuedMaxRequestBytes = 8 << 20
+	if err := c.WithDefaults().Validate(); err != nil {
+		t.Fatalf("a bound equal to max request bytes: %v", err)
 	}
 }

@@ -60,7 +60,9 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	}
 	pos, indexed, err := format.LookupOffsetEntry(index, rs.BaseOffset, offset)
 	if err != nil {
-		return dst, fmt.Errorf("%w: offset index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
+		err = fmt.Errorf("%w: offset index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
+		t.reportCorrupt(tp, rs.Key, err, false)
+		return dst, err
 	}
 	order := batchOrder{prevLast: rs.BaseOffset - 1, end: rs.LastOffset + 1, indexed: indexed}
 	logEnd := rs.Log.End()
@@ -276,7 +278,9 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		from, _, err := format.LookupTimestamp(timeIndex, rs.BaseOffset, ts)
 		if err != nil {
-			return 0, 0, false, fmt.Errorf("%w: time index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
+			err = fmt.Errorf("%w: time index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
+			t.reportCorrupt(tp, rs.Key, err, false)
+			return 0, 0, false, err
 		}
 		from = max(from, m.LogStartOffset, rs.BaseOffset)
 		for from <= rs.LastOffset {

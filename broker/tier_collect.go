@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"strata/tier"
 	"strata/tier/format"
 )
 
@@ -242,7 +243,9 @@ func (b *Broker) collectPartition(p *partition) {
 	cancel()
 	b.metrics.tierOrphansDeleted.Add(float64(n))
 	if err != nil {
-		if p.tier.ctx.Err() == nil {
+		if errors.Is(err, tier.ErrCollectionSkipped) {
+			b.log.Debug("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
+		} else if p.tier.ctx.Err() == nil {
 			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
 		}
 		return // the drops stay due: the next pass tries again

@@ -10,6 +10,11 @@ import (
 	"strata/tier/objstore"
 )
 
+// ErrCollectionSkipped is returned by a collection pass that deleted
+// nothing because the bucket's listing is behind what this tier knows (a
+// lagging LIST): the caller should try again later, not count the pass.
+var ErrCollectionSkipped = errors.New("collection skipped: the listing is behind")
+
 // listedManifest is one manifest version found by a listing.
 type listedManifest struct {
 	objstore.Attrs
@@ -32,7 +37,8 @@ type listedManifest struct {
 //
 // The collector reads the bucket, not this tier's writers' state, and does
 // not wait for them. A pass whose listing shows an older newest manifest
-// than this tier already knows (a lagging LIST) deletes nothing.
+// than this tier already knows (a lagging LIST) deletes nothing and
+// returns ErrCollectionSkipped.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
 	ps := t.state(tp)
 	cutoff := t.cfg.Now().Add(-grace)
@@ -69,12 +75,10 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	if n := len(manifests); n > 0 {
 		newest := manifests[n-1].key
 		if cur != nil && (cur.LeaderEpoch > newest.LeaderEpoch || cur.LeaderEpoch == newest.LeaderEpoch && cur.Seq > newest.Seq) {
-			t.log.Debug("collection skipped: the listing is behind", "topic", tp.Topic, "partition", tp.Partition, "listed", manifests[n-1].Key, "known", cur.Key())
-			return 0, nil
+			return 0, fmt.Errorf("%w: the listing shows %s, this tier knows %s", ErrCollectionSkipped, manifests[n-1].Key, cur.Key())
 		}
 	} else if cur != nil && cur.Seq > 0 {
-		t.log.Debug("collection skipped: the listing shows no manifest", "topic", tp.Topic, "partition", tp.Partition, "known", cur.Key())
-		return 0, nil
+		return 0, fmt.Errorf("%w: the listing shows no manifest, this tier knows %s", ErrCollectionSkipped, cur.Key())
 	}
 	live := make(map[string]bool)
 	for i, lm := range manifests {

@@ -64,6 +64,15 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 				}
 				set[c.Name] = *c.Value
 			}
+			if rr.ResourceName == offsetsTopic {
+				// A key left out goes back to its default, and the offsets
+				// topic's defaults are its own (compacted, large segments).
+				for k, v := range offsetsTopicConfigs {
+					if _, ok := set[k]; !ok {
+						set[k] = v
+					}
+				}
+			}
 			if r.ValidateOnly {
 				return nil
 			}

@@ -175,3 +175,38 @@ func TestLegacyAlterConfigs(t *testing.T) {
 		t.Errorf("after v0: retention.ms %q, retention.bytes from %v", ms.MaybeValue(), rb.Source)
 	}
 }
+
+// TestLegacyAlterConfigsKeepsOffsetsTopicSettings: the older AlterConfigs
+// replaces a topic's whole set, but the offsets topic's own settings
+// (compaction, large segments) are its defaults: a request that leaves
+// them out keeps them.
+func TestLegacyAlterConfigsKeepsOffsetsTopicSettings(t *testing.T) {
+	b := testBroker(t, "")
+	adm := testAdmin(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resps, err := adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: ptr("86400000")}}, offsetsTopic)
+	if err != nil || len(resps) != 1 || resps[0].Err != nil {
+		t.Fatalf("alter: %+v %v", resps, err)
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, offsetsTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rcs.On(offsetsTopic, nil)
+	if err != nil || rc.Err != nil {
+		t.Fatalf("describe: %v %v", err, rc.Err)
+	}
+	got := map[string]string{}
+	for _, c := range rc.Configs {
+		got[c.Key] = c.MaybeValue()
+	}
+	for k, v := range offsetsTopicConfigs {
+		if got[k] != v {
+			t.Errorf("%s = %q after the alter, want %q", k, got[k], v)
+		}
+	}
+	if got["retention.ms"] != "86400000" {
+		t.Errorf("retention.ms = %q, want 86400000", got["retention.ms"])
+	}
+}

@@ -113,8 +113,8 @@ type partitionTier struct {
 	mu sync.Mutex
 	// manifest, under mu, is the manifest as of the last pass, nil when
 	// it must be asked of the tier again (at first, and after a failure).
-	// Keeping it lets a pass with nothing to upload leave the tier's
-	// partition lock alone, which the collector may hold for a while.
+	// Keeping it lets a pass with nothing to upload skip the tier, and a
+	// pass after a failure ask the tier again.
 	manifest *format.Manifest
 }
 

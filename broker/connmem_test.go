@@ -146,7 +146,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	b := testBroker(t, "", func(c *Config) {
 		c.ConnectionsMaxIdle = idle
-		c.QueuedMaxRequestBytes = 1 << 20
+		c.QueuedMaxRequestBytes, c.MaxRequestBytes = 1<<20, 1<<20
 	})
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", b.Addr().String())
@@ -248,7 +248,7 @@ func TestLargeRequestBuffersLetGo(t *testing.T) {
 // TestCloseWithConnectionsWaitingForMemory: a connection waiting for
 // request memory does not hold up the broker's shutdown.
 func TestCloseWithConnectionsWaitingForMemory(t *testing.T) {
-	b := testBroker(t, "", func(c *Config) { c.QueuedMaxRequestBytes = 1 << 20 })
+	b := testBroker(t, "", func(c *Config) { c.QueuedMaxRequestBytes, c.MaxRequestBytes = 1<<20, 1<<20 })
 	frame := binary.BigEndian.AppendUint32(nil, 900<<10)
 	var conns []net.Conn
 	for range 2 { // the first holds 900 KiB of 1 MiB, the second waits

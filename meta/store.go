@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,11 +44,22 @@ type Config struct {
 	Dir string
 	// RaftAddr is the TCP address raft binds to for talking to peers. Empty
 	// means an in-memory transport: a single node that can never have
-	// peers. Either way, a node that is the only voter of its raft
-	// configuration uses short timeouts, since nobody else could lead.
+	// peers (only without Voters). Either way, a node that is the only
+	// voter of its raft configuration uses short timeouts, since nobody
+	// else could lead. A voter's RaftAddr must be its entry's address, or
+	// the same port on an unspecified host (0.0.0.0) to listen everywhere.
 	RaftAddr string
-	// Bootstrap makes a node without raft state start a cluster of which it
-	// is the only voter. It is ignored when state exists.
+	// Voters is the quorum's voting set. Empty means a one-node store,
+	// as Bootstrap says. Otherwise a node listed here is a voter and,
+	// without raft state, bootstraps all of Voters (each voter the same
+	// configuration, so no separate bootstrap step); a node not listed
+	// starts without bootstrapping and waits for the controller to add it
+	// as a non-voter (AddNonvoter). With state, the stored configuration
+	// wins and Voters only serves to warn when they differ.
+	Voters []Voter
+	// Bootstrap makes a node without raft state and without Voters start
+	// a cluster of which it is the only voter. It is ignored when state
+	// exists, and with Voters.
 	Bootstrap bool
 	// Logger receives raft's warnings and errors, and Badger's. Nil
 	// discards them.
@@ -60,6 +72,9 @@ func (c *Config) validate() error {
 	}
 	if c.NodeID < 0 {
 		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
+	}
+	if len(c.Voters) > 0 {
+		return c.validateQuorum()
 	}
 	return nil
 }
@@ -111,6 +126,9 @@ type Store struct {
 // Open opens the metadata store in cfg.Dir, creating and bootstrapping it
 // if asked, and returns once a raft leader is known and, on the leader,
 // the state reflects every committed entry. It fails when ctx ends first.
+//
+// A node outside Config.Voters does not wait for a leader: until the
+// controller adds it, it knows none and its State stays as stored.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -120,6 +138,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	inmem := cfg.RaftAddr == ""
+	selfVoter, isVoter := cfg.selfVoter()
+	nonvoter := len(cfg.Voters) > 0 && !isVoter
 	hl := newHCLogAdapter(logger)
 
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -149,7 +169,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// A fixed address, because the bootstrap configuration persists it.
 		_, s.trans = raft.NewInmemTransport(raft.ServerAddress("inmem:" + string(s.nodeID)))
 	} else {
-		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, tcpMaxPool, tcpTimeout, hl)
+		// A voter advertises its entry, which lets it listen on 0.0.0.0.
+		var adv net.Addr
+		if isVoter {
+			if adv, err = net.ResolveTCPAddr("tcp", selfVoter.Addr); err != nil {
+				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
+			}
+		}
+		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, tcpMaxPool, tcpTimeout, hl)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
@@ -167,7 +194,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: inspect raft state in %s: %w", cfg.Dir, err)
 	}
-	sole := inmem || (!exists && cfg.Bootstrap)
+	boot, bootstrap := cfg.bootstrapConfiguration(s.trans.LocalAddr())
+	sole := inmem || (!exists && bootstrap && isSoleVoter(boot, s.nodeID))
 	if exists {
 		// Read the persisted membership without starting raft (on a copy:
 		// GetConfiguration marks the config it is given).
@@ -183,6 +211,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		sole = sole || isSoleVoter(conf, s.nodeID)
+		if len(cfg.Voters) > 0 && !sameVoters(conf, cfg.Voters) {
+			// Changing the voters of a running quorum takes membership
+			// changes, which are not built: the stored set stays.
+			logger.Warn("the stored raft configuration's voters differ from the voters setting; using the stored ones",
+				"stored", conf.Servers, "setting", cfg.Voters)
+		}
 	}
 	if sole {
 		rc.HeartbeatTimeout = soleVoterTimeout
@@ -192,12 +226,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if !exists {
 		switch {
-		case cfg.Bootstrap:
-			boot := raft.Configuration{Servers: []raft.Server{{
-				Suffrage: raft.Voter,
-				ID:       s.nodeID,
-				Address:  s.trans.LocalAddr(),
-			}}}
+		case bootstrap:
 			if err := raft.BootstrapCluster(rc, s.logs, s.logs, snaps, s.trans, boot); err != nil {
 				return nil, fmt.Errorf("meta: bootstrap raft in %s: %w", cfg.Dir, err)
 			}
@@ -210,8 +239,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: start raft: %w", err)
 	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
+	if !nonvoter {
+		if err := s.waitReady(ctx); err != nil {
+			return nil, err
+		}
 	}
 	opened = true
 	return s, nil

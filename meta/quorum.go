@@ -99,18 +99,26 @@ func isUnspecified(host string) bool {
 	return ip != nil && ip.IsUnspecified()
 }
 
-// validateQuorum checks the quorum settings of c, which has Voters.
-func (c *Config) validateQuorum() error {
-	if err := checkVoters(c.Voters); err != nil {
-		return fmt.Errorf("meta: %w", err)
+// CheckQuorum checks the quorum settings of node id, as Open will: Voters
+// as ParseVoters does, a raft listen address, and for a voter one that is
+// its own entry's (or the same port on an unspecified host). It is for
+// configuration front ends, to refuse bad settings before anything
+// starts; no voters is the one-node store and always passes.
+func CheckQuorum(id int32, raftListen string, voters []Voter) error {
+	if len(voters) == 0 {
+		return nil
 	}
-	if c.RaftAddr == "" {
-		return fmt.Errorf("meta: node %d has no raft listen address; with voters, nodes talk raft over TCP", c.NodeID)
+	if err := checkVoters(voters); err != nil {
+		return err
 	}
-	lhost, lport, err := net.SplitHostPort(c.RaftAddr)
+	if raftListen == "" {
+		return fmt.Errorf("node %d has no raft listen address; with voters, nodes talk raft over TCP", id)
+	}
+	lhost, lport, err := net.SplitHostPort(raftListen)
 	if err != nil {
-		return fmt.Errorf("meta: raft listen address %q is not host:port", c.RaftAddr)
+		return fmt.Errorf("raft listen address %q is not host:port", raftListen)
 	}
+	c := Config{NodeID: id, Voters: voters}
 	self, ok := c.selfVoter()
 	if !ok {
 		// A non-voter's address is handed to the controller by whoever
@@ -119,7 +127,7 @@ func (c *Config) validateQuorum() error {
 	}
 	ehost, eport, _ := net.SplitHostPort(self.Addr)
 	if lport != eport || (lhost != ehost && lhost != "" && !isUnspecified(lhost)) {
-		return fmt.Errorf("meta: raft listen address %s does not match node %d's voter entry %s", c.RaftAddr, c.NodeID, self)
+		return fmt.Errorf("raft listen address %s does not match node %d's voter entry %s", raftListen, id, self)
 	}
 	return nil
 }

@@ -481,4 +481,3 @@ func TestParseVoters(t *testing.T) {
 		}
 	}
 }
-

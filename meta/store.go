@@ -73,8 +73,8 @@ func (c *Config) validate() error {
 	if c.NodeID < 0 {
 		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
 	}
-	if len(c.Voters) > 0 {
-		return c.validateQuorum()
+	if err := CheckQuorum(c.NodeID, c.RaftAddr, c.Voters); err != nil {
+		return fmt.Errorf("meta: %w", err)
 	}
 	return nil
 }

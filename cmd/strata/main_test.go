@@ -255,6 +255,13 @@ var metricsURL = regexp.MustCompile(`metrics (http://\S+/metrics)`)
 func startNode(t *testing.T, env []string, args ...string) *node {
 	t.Helper()
 	n, line := startProcess(t, env, args...)
+	n.readBootstrap(t, line)
+	return n
+}
+
+// readBootstrap takes the addresses from the node's bootstrap line.
+func (n *node) readBootstrap(t *testing.T, line string) {
+	t.Helper()
 	m := bootstrapLine.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("first stdout line has no bootstrap address: %q", line)
@@ -263,12 +270,20 @@ func startNode(t *testing.T, env []string, args ...string) *node {
 	if m := metricsURL.FindStringSubmatch(line); m != nil {
 		n.metrics = m[1]
 	}
-	return n
 }
 
 // startProcess starts the binary and returns once it has printed its first
 // line on stdout, which it returns.
 func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
+	t.Helper()
+	n, lines := launch(t, env, args...)
+	return n, n.firstLine(t, lines)
+}
+
+// launch starts the binary without waiting for it: nodes of a quorum print
+// nothing until enough of them run to elect a controller. The channel
+// receives its stdout lines.
+func launch(t *testing.T, env []string, args ...string) (*node, <-chan string) {
 	t.Helper()
 	n := &node{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(binary(t), args...)
@@ -306,10 +321,15 @@ func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
 			t.Logf("node stderr:\n%s", n.stderr.String())
 		}
 	})
+	return n, lines
+}
 
+// firstLine waits for the first line launch's process prints on stdout.
+func (n *node) firstLine(t *testing.T, lines <-chan string) string {
+	t.Helper()
 	select {
 	case line := <-lines:
-		return n, line
+		return line
 	case <-n.exited:
 		t.Fatalf("strata exited before printing its first line: %v\n%s", n.waitErr, n.stderr.String())
 	case <-time.After(30 * time.Second):

@@ -141,6 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	selfVoter, isVoter := cfg.selfVoter()
 	nonvoter := len(cfg.Voters) > 0 && !isVoter
 	hl := newHCLogAdapter(logger)
+	hl.nonvoter.Store(nonvoter)
 
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("meta: data directory: %w", err)

@@ -108,6 +108,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"loadtest", "bogus"}, []string{`"bogus"`, "strata loadtest"}},
 		{[]string{"serve", "--default-partitions", "abc"}, []string{"--default-partitions", `"abc" is not an integer`}},
 		{[]string{"serve", "--listen", "9092"}, []string{"--listen", `"9092" is not host:port`}},
+		{[]string{"serve", "--voters", "1@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--voters", "node 1 twice"}},
+		{[]string{"serve", "--voters", "1@127.0.0.1"}, []string{"--voters", `"127.0.0.1" is not host:port`}},
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
@@ -199,6 +201,12 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad environment value", []string{"STRATA_NODE_ID=one"}, []string{"--data-dir", dir}, []string{"STRATA_NODE_ID", `"one" is not an integer`}},
 		{"no data dir", nil, nil, []string{"node.data_dir is not set"}},
 		{"value the broker refuses", nil, []string{"--config", badTopicDefault}, []string{"config", "retention.ms", "soon"}},
+		{"duplicate voter", []string{"STRATA_VOTERS=0@127.0.0.1:9093,0@127.0.0.1:9094"}, []string{"--data-dir", dir, "--raft-listen", "127.0.0.1:9093"},
+			[]string{"STRATA_VOTERS", "node 0 twice"}},
+		{"raft listener is not the voter's", []string{"STRATA_VOTERS=0@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--data-dir", dir, "--raft-listen", "127.0.0.1:9094"},
+			[]string{"config", "raft listen address 127.0.0.1:9094 does not match node 0's voter entry 0@127.0.0.1:9093"}},
+		{"voters without a raft listener", []string{"STRATA_VOTERS=0@127.0.0.1:9093"}, []string{"--data-dir", dir},
+			[]string{"config", "node 0 has no raft listen address", "--raft-listen"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

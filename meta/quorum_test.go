@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +138,12 @@ func (q *quorum) followers() []*Store {
 		}
 	}
 	return fs
+}
+
+// idOf returns s's node id.
+func idOf(s *Store) int32 {
+	id, _ := strconv.ParseInt(string(s.nodeID), 10, 32)
+	return int32(id)
 }
 
 // waitFor polls cond until it holds, failing the test after 15 seconds.
@@ -286,8 +294,7 @@ func TestQuorumWipedVoterRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := q.followers()[0]
-	id := int32(0)
-	fmt.Sscan(string(victim.nodeID), &id)
+	id := idOf(victim)
 	waitTopic(t, victim, "kept")
 	q.close(id)
 	if err := os.RemoveAll(q.dirs[id]); err != nil {
@@ -479,5 +486,30 @@ func TestParseVoters(t *testing.T) {
 		} else {
 			t.Logf("%q: %v", bad, err)
 		}
+	}
+}
+
+// Closing every node of a quorum, leader last, stops everything raft and
+// its TCP transport started: nothing is left running for the process.
+func TestQuorumCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	q := newQuorum(t, 3)
+	q.open(1, 2, 3)
+	leader := q.leader()
+	if err := leader.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	leaderID := leader.ControllerID()
+	for _, f := range q.followers() {
+		q.close(idOf(f))
+	}
+	q.close(leaderID)
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before Open, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -4,7 +4,8 @@
 // log and stable store in Badger (meta/internal/badgerstore) and snapshots
 // in raft's file snapshot store. A single node is a one-voter quorum, so a
 // laptop and a cluster run the same code; the raft leader is the
-// controller.
+// controller. With Config.Voters, the voters talk raft over TCP and
+// bootstrap themselves (quorum.go); other nodes join as non-voters.
 //
 // Consensus decides metadata only. No record ever passes through here: the
 // broker reads State and reconciles its partitions when Changed fires.
@@ -241,7 +242,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: start raft: %w", err)
 	}
 	if !nonvoter {
-		if err := s.waitReady(ctx); err != nil {
+		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
 			return nil, err
 		}
 	}
@@ -298,7 +299,7 @@ func isSoleVoter(conf raft.Configuration, id raft.ServerID) bool {
 
 // waitReady waits for a leader to be known and, if it is this node, for the
 // FSM to have applied the log it inherited, so State is current on return.
-func (s *Store) waitReady(ctx context.Context) error {
+func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Voter) error {
 	ch := make(chan raft.Observation, 1)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -308,9 +309,13 @@ func (s *Store) waitReady(ctx context.Context) error {
 	defer s.raft.DeregisterObserver(obs)
 	// The channel only wakes us; the leader is read back after registering,
 	// so an election that finished before registration is not missed.
-	for {
+	for said := false; ; said = true {
 		if addr, _ := s.raft.LeaderWithID(); addr != "" {
 			break
+		}
+		if !said && len(voters) > 1 {
+			// Otherwise a voter started before its peers says nothing.
+			logger.Info("waiting for a majority of the voters to elect a controller", "voters", voters)
 		}
 		select {
 		case <-ch:

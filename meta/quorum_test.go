@@ -1,12 +1,14 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -511,5 +513,42 @@ func TestQuorumCloseLeavesNoGoroutines(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before Open, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// A fresh node started with a voters list that names it, while the
+// running voters' stored configuration does not, bootstraps a
+// configuration nobody else holds. It cannot split the cluster: the
+// members refuse to vote for a node outside their configuration, so it
+// never learns of a leader, and the quorum carries on undisturbed.
+// Adding voters is a membership change, which is not built.
+func TestQuorumStrayVoterCannotSplit(t *testing.T) {
+	q := newQuorum(t, 3)
+	q.open(1, 2, 3)
+	leader := q.leader()
+	if err := leader.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	stray := Voter{ID: 4, Addr: freeAddrs(t, 1)[0]}
+	cfg := testConfig(t, t.TempDir())
+	cfg.NodeID, cfg.Bootstrap, cfg.RaftAddr = 4, false, stray.Addr
+	cfg.Voters = append(slices.Clone(q.voters), stray)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if s, err := Open(ctx, cfg); err == nil {
+		s.Close()
+		t.Fatal("a voter outside the stored configuration found a leader")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Open: %v", err)
+	}
+	if got := q.leader(); got != leader {
+		t.Fatalf("controller moved from %s to %s", leader.nodeID, got.nodeID)
+	}
+	if _, err := leader.CreateTopic(testCtx(t), TopicSpec{Name: "still", Partitions: 1, ReplicationFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srvs, err := leader.Servers()
+	if err != nil || len(srvs) != 3 {
+		t.Fatalf("configuration %+v, %v", srvs, err)
 	}
 }

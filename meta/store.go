@@ -345,6 +345,12 @@ func (s *Store) Close() error {
 			}
 		}
 		s.wg.Wait()
+		// Closing the TCP transport only stops its listener: the
+		// connections it pooled to peers stay open, and so do the peers'
+		// goroutines serving them, until someone closes them.
+		if cs, ok := s.trans.(interface{ CloseStreams() }); ok {
+			cs.CloseStreams()
+		}
 		if s.trans != nil {
 			if err := s.trans.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("meta: raft transport: %w", err))

@@ -170,6 +170,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	m, err := meta.Open(ctx, meta.Config{
 		NodeID:    cfg.NodeID,
 		Dir:       filepath.Join(cfg.DataDir, "meta"),
+		RaftAddr:  cfg.RaftListen,
+		Voters:    cfg.Voters,
 		Bootstrap: true,
 		Logger:    b.log.With("component", "meta"),
 	})
@@ -184,7 +186,16 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.meta = m
 	b.pids.store = m
 
-	if err := m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack}); err != nil {
+	err = m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack})
+	if len(cfg.Voters) > 0 && errors.Is(err, meta.ErrNotController) {
+		// Registering through the controller is not built yet: a node
+		// that is not the controller serves the metadata it applies, and
+		// leads no partition.
+		b.log.Info("not the controller: broker not registered (registration with the controller is not built yet)",
+			"node", cfg.NodeID, "controller", m.ControllerID())
+		err = nil
+	}
+	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("register broker: %w", err)
 	}
@@ -202,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.removeStaleDirs(); err != nil {
 		b.log.Warn("remove logs of deleted topics", "err", err)
 	}
-	if err := b.startGroups(ctx); err != nil {
+	if err := b.startGroupsInQuorum(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -221,6 +232,30 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		"partitions", len(b.partitionList()), "took", time.Since(begun).Round(time.Millisecond),
 		"version", in.Version, "revision", in.ShortRevision())
 	return b, nil
+}
+
+// startGroupsInQuorum is startGroups for a node that may not be the
+// controller: only the controller can create __consumer_offsets, so the
+// others wait until its creation reaches them, or until they become the
+// controller themselves (retrying covers that, since a change of leader
+// applies nothing that Changed would report).
+func (b *Broker) startGroupsInQuorum(ctx context.Context) error {
+	for {
+		changed := b.meta.Changed()
+		err := b.startGroups(ctx)
+		if len(b.cfg.Voters) == 0 || !errors.Is(err, meta.ErrNotController) {
+			return err
+		}
+		retry := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-retry.C:
+		case <-ctx.Done():
+			retry.Stop()
+			return fmt.Errorf("waiting for the controller to create %s: %w", offsetsTopic, context.Cause(ctx))
+		}
+		retry.Stop()
+	}
 }
 
 func (b *Broker) setAdvertised() error {

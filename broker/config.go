@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"strata/meta"
 )
 
 // Config configures one broker. Only cmd reads flags, files and the
@@ -18,6 +20,11 @@ type Config struct {
 	// DataDir holds the partition logs (DataDir/logs) and the Raft
 	// metadata (DataDir/meta).
 	DataDir string
+	// RaftListen and Voters place the node in the metadata quorum (see
+	// meta.Config's RaftAddr and Voters); both empty is a one-node cluster
+	// whose raft stays in-process.
+	RaftListen string
+	Voters     []meta.Voter
 	// Listen is the Kafka listener, host:port. Port 0 picks a free port;
 	// Addr reports the one chosen.
 	Listen string

@@ -24,16 +24,24 @@ type hclogAdapter struct {
 	// own quorum, and a warning at every start teaches operators to ignore
 	// warnings.
 	soleVoter *atomic.Bool
+	// nonvoter, shared likewise, demotes nonvoterRoutine: a node outside
+	// the voters never stands for election, by design.
+	nonvoter *atomic.Bool
 }
 
 var soleVoterRoutine = map[string]bool{
 	"heartbeat timeout reached, starting election": true,
 }
 
+var nonvoterRoutine = map[string]bool{
+	"no known peers, aborting election":                   true,
+	"not part of stable configuration, aborting election": true,
+}
+
 var _ hclog.Logger = (*hclogAdapter)(nil)
 
 func newHCLogAdapter(l *slog.Logger) *hclogAdapter {
-	a := &hclogAdapter{l: l, name: "raft", level: new(atomic.Int32), soleVoter: new(atomic.Bool)}
+	a := &hclogAdapter{l: l, name: "raft", level: new(atomic.Int32), soleVoter: new(atomic.Bool), nonvoter: new(atomic.Bool)}
 	a.level.Store(int32(hclog.Warn))
 	return a
 }
@@ -57,7 +65,7 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
-	if level == hclog.Warn && a.soleVoter.Load() && soleVoterRoutine[msg] {
+	if level == hclog.Warn && (a.soleVoter.Load() && soleVoterRoutine[msg] || a.nonvoter.Load() && nonvoterRoutine[msg]) {
 		level = hclog.Info
 	}
 	if level < a.GetLevel() || level == hclog.Off {

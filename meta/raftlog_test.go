@@ -42,3 +42,19 @@ func TestHCLogAdapterPassesWarningsOnly(t *testing.T) {
 		t.Error("level predicates disagree with the warn threshold")
 	}
 }
+
+// A node outside the voters never stands for election: raft's warnings
+// that it did not are routine there, and only there.
+func TestHCLogAdapterNonvoterRoutine(t *testing.T) {
+	const routine = "not part of stable configuration, aborting election"
+	for _, nonvoter := range []bool{false, true} {
+		var buf bytes.Buffer
+		a := newHCLogAdapter(slog.New(slog.NewTextHandler(&buf, nil)))
+		a.nonvoter.Store(nonvoter)
+		a.Warn(routine)
+		a.Warn("no known peers, aborting election")
+		if got := strings.Contains(buf.String(), "aborting election"); got == nonvoter {
+			t.Errorf("nonvoter %v: logged %q", nonvoter, buf.String())
+		}
+	}
+}

@@ -4,7 +4,8 @@
 // log and stable store in Badger (meta/internal/badgerstore) and snapshots
 // in raft's file snapshot store. A single node is a one-voter quorum, so a
 // laptop and a cluster run the same code; the raft leader is the
-// controller.
+// controller. With Config.Voters, the voters talk raft over TCP and
+// bootstrap themselves (quorum.go); other nodes join as non-voters.
 //
 // Consensus decides metadata only. No record ever passes through here: the
 // broker reads State and reconciles its partitions when Changed fires.
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,11 +45,22 @@ type Config struct {
 	Dir string
 	// RaftAddr is the TCP address raft binds to for talking to peers. Empty
 	// means an in-memory transport: a single node that can never have
-	// peers. Either way, a node that is the only voter of its raft
-	// configuration uses short timeouts, since nobody else could lead.
+	// peers (only without Voters). Either way, a node that is the only
+	// voter of its raft configuration uses short timeouts, since nobody
+	// else could lead. A voter's RaftAddr must be its entry's address, or
+	// the same port on an unspecified host (0.0.0.0) to listen everywhere.
 	RaftAddr string
-	// Bootstrap makes a node without raft state start a cluster of which it
-	// is the only voter. It is ignored when state exists.
+	// Voters is the quorum's voting set. Empty means a one-node store,
+	// as Bootstrap says. Otherwise a node listed here is a voter and,
+	// without raft state, bootstraps all of Voters (each voter the same
+	// configuration, so no separate bootstrap step); a node not listed
+	// starts without bootstrapping and waits for the controller to add it
+	// as a non-voter (AddNonvoter). With state, the stored configuration
+	// wins and Voters only serves to warn when they differ.
+	Voters []Voter
+	// Bootstrap makes a node without raft state and without Voters start
+	// a cluster of which it is the only voter. It is ignored when state
+	// exists, and with Voters.
 	Bootstrap bool
 	// Logger receives raft's warnings and errors, and Badger's. Nil
 	// discards them.
@@ -60,6 +73,9 @@ func (c *Config) validate() error {
 	}
 	if c.NodeID < 0 {
 		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
+	}
+	if err := CheckQuorum(c.NodeID, c.RaftAddr, c.Voters); err != nil {
+		return fmt.Errorf("meta: %w", err)
 	}
 	return nil
 }
@@ -111,6 +127,9 @@ type Store struct {
 // Open opens the metadata store in cfg.Dir, creating and bootstrapping it
 // if asked, and returns once a raft leader is known and, on the leader,
 // the state reflects every committed entry. It fails when ctx ends first.
+//
+// A node outside Config.Voters does not wait for a leader: until the
+// controller adds it, it knows none and its State stays as stored.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -120,7 +139,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	inmem := cfg.RaftAddr == ""
+	selfVoter, isVoter := cfg.selfVoter()
+	nonvoter := len(cfg.Voters) > 0 && !isVoter
 	hl := newHCLogAdapter(logger)
+	hl.nonvoter.Store(nonvoter)
 
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("meta: data directory: %w", err)
@@ -149,7 +171,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// A fixed address, because the bootstrap configuration persists it.
 		_, s.trans = raft.NewInmemTransport(raft.ServerAddress("inmem:" + string(s.nodeID)))
 	} else {
-		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, tcpMaxPool, tcpTimeout, hl)
+		// A voter advertises its entry, which lets it listen on 0.0.0.0.
+		var adv net.Addr
+		if isVoter {
+			if adv, err = net.ResolveTCPAddr("tcp", selfVoter.Addr); err != nil {
+				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
+			}
+		}
+		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, tcpMaxPool, tcpTimeout, hl)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
@@ -167,7 +196,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: inspect raft state in %s: %w", cfg.Dir, err)
 	}
-	sole := inmem || (!exists && cfg.Bootstrap)
+	boot, bootstrap := cfg.bootstrapConfiguration(s.trans.LocalAddr())
+	sole := inmem || (!exists && bootstrap && isSoleVoter(boot, s.nodeID))
 	if exists {
 		// Read the persisted membership without starting raft (on a copy:
 		// GetConfiguration marks the config it is given).
@@ -183,6 +213,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		sole = sole || isSoleVoter(conf, s.nodeID)
+		if len(cfg.Voters) > 0 && !sameVoters(conf, cfg.Voters) {
+			// Changing the voters of a running quorum takes membership
+			// changes, which are not built: the stored set stays.
+			logger.Warn("the stored raft configuration's voters differ from the voters setting; using the stored ones",
+				"stored", conf.Servers, "setting", cfg.Voters)
+		}
 	}
 	if sole {
 		rc.HeartbeatTimeout = soleVoterTimeout
@@ -192,12 +228,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if !exists {
 		switch {
-		case cfg.Bootstrap:
-			boot := raft.Configuration{Servers: []raft.Server{{
-				Suffrage: raft.Voter,
-				ID:       s.nodeID,
-				Address:  s.trans.LocalAddr(),
-			}}}
+		case bootstrap:
 			if err := raft.BootstrapCluster(rc, s.logs, s.logs, snaps, s.trans, boot); err != nil {
 				return nil, fmt.Errorf("meta: bootstrap raft in %s: %w", cfg.Dir, err)
 			}
@@ -210,8 +241,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: start raft: %w", err)
 	}
-	if err := s.waitReady(ctx); err != nil {
-		return nil, err
+	if !nonvoter {
+		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
+			return nil, err
+		}
 	}
 	opened = true
 	return s, nil
@@ -266,7 +299,7 @@ func isSoleVoter(conf raft.Configuration, id raft.ServerID) bool {
 
 // waitReady waits for a leader to be known and, if it is this node, for the
 // FSM to have applied the log it inherited, so State is current on return.
-func (s *Store) waitReady(ctx context.Context) error {
+func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Voter) error {
 	ch := make(chan raft.Observation, 1)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -276,9 +309,13 @@ func (s *Store) waitReady(ctx context.Context) error {
 	defer s.raft.DeregisterObserver(obs)
 	// The channel only wakes us; the leader is read back after registering,
 	// so an election that finished before registration is not missed.
-	for {
+	for said := false; ; said = true {
 		if addr, _ := s.raft.LeaderWithID(); addr != "" {
 			break
+		}
+		if !said && len(voters) > 1 {
+			// Otherwise a voter started before its peers says nothing.
+			logger.Info("waiting for a majority of the voters to elect a controller", "voters", voters)
 		}
 		select {
 		case <-ch:
@@ -308,6 +345,12 @@ func (s *Store) Close() error {
 			}
 		}
 		s.wg.Wait()
+		// Closing the TCP transport only stops its listener: the
+		// connections it pooled to peers stay open, and so do the peers'
+		// goroutines serving them, until someone closes them.
+		if cs, ok := s.trans.(interface{ CloseStreams() }); ok {
+			cs.CloseStreams()
+		}
 		if s.trans != nil {
 			if err := s.trans.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("meta: raft transport: %w", err))

@@ -108,6 +108,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"loadtest", "bogus"}, []string{`"bogus"`, "strata loadtest"}},
 		{[]string{"serve", "--default-partitions", "abc"}, []string{"--default-partitions", `"abc" is not an integer`}},
 		{[]string{"serve", "--listen", "9092"}, []string{"--listen", `"9092" is not host:port`}},
+		{[]string{"serve", "--voters", "1@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--voters", "node 1 twice"}},
+		{[]string{"serve", "--voters", "1@127.0.0.1"}, []string{"--voters", `"127.0.0.1" is not host:port`}},
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
@@ -199,6 +201,12 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad environment value", []string{"STRATA_NODE_ID=one"}, []string{"--data-dir", dir}, []string{"STRATA_NODE_ID", `"one" is not an integer`}},
 		{"no data dir", nil, nil, []string{"node.data_dir is not set"}},
 		{"value the broker refuses", nil, []string{"--config", badTopicDefault}, []string{"config", "retention.ms", "soon"}},
+		{"duplicate voter", []string{"STRATA_VOTERS=0@127.0.0.1:9093,0@127.0.0.1:9094"}, []string{"--data-dir", dir, "--raft-listen", "127.0.0.1:9093"},
+			[]string{"STRATA_VOTERS", "node 0 twice"}},
+		{"raft listener is not the voter's", []string{"STRATA_VOTERS=0@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--data-dir", dir, "--raft-listen", "127.0.0.1:9094"},
+			[]string{"config", "raft listen address 127.0.0.1:9094 does not match node 0's voter entry 0@127.0.0.1:9093"}},
+		{"voters without a raft listener", []string{"STRATA_VOTERS=0@127.0.0.1:9093"}, []string{"--data-dir", dir},
+			[]string{"config", "node 0 has no raft listen address", "--raft-listen"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,6 +263,13 @@ var metricsURL = regexp.MustCompile(`metrics (http://\S+/metrics)`)
 func startNode(t *testing.T, env []string, args ...string) *node {
 	t.Helper()
 	n, line := startProcess(t, env, args...)
+	n.readBootstrap(t, line)
+	return n
+}
+
+// readBootstrap takes the addresses from the node's bootstrap line.
+func (n *node) readBootstrap(t *testing.T, line string) {
+	t.Helper()
 	m := bootstrapLine.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("first stdout line has no bootstrap address: %q", line)
@@ -263,12 +278,20 @@ func startNode(t *testing.T, env []string, args ...string) *node {
 	if m := metricsURL.FindStringSubmatch(line); m != nil {
 		n.metrics = m[1]
 	}
-	return n
 }
 
 // startProcess starts the binary and returns once it has printed its first
 // line on stdout, which it returns.
 func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
+	t.Helper()
+	n, lines := launch(t, env, args...)
+	return n, n.firstLine(t, lines)
+}
+
+// launch starts the binary without waiting for it: nodes of a quorum print
+// nothing until enough of them run to elect a controller. The channel
+// receives its stdout lines.
+func launch(t *testing.T, env []string, args ...string) (*node, <-chan string) {
 	t.Helper()
 	n := &node{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(binary(t), args...)
@@ -306,10 +329,15 @@ func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
 			t.Logf("node stderr:\n%s", n.stderr.String())
 		}
 	})
+	return n, lines
+}
 
+// firstLine waits for the first line launch's process prints on stdout.
+func (n *node) firstLine(t *testing.T, lines <-chan string) string {
+	t.Helper()
 	select {
 	case line := <-lines:
-		return n, line
+		return line
 	case <-n.exited:
 		t.Fatalf("strata exited before printing its first line: %v\n%s", n.waitErr, n.stderr.String())
 	case <-time.After(30 * time.Second):

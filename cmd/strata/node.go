@@ -168,6 +168,8 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		DataDir:           c.Node.DataDir,
 		Rack:              c.Node.Rack,
 		ClusterID:         c.Cluster.ID,
+		RaftListen:        c.Cluster.RaftListen,
+		Voters:            c.Cluster.Voters,
 		Listen:            c.Kafka.Listen,
 		Advertised:        c.Kafka.AdvertisedAddr,
 		MaxRequestBytes:   c.Kafka.MaxRequestBytes,

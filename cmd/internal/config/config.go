@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"strata/broker"
+	"strata/meta"
 	"strata/tier"
 )
 
@@ -43,9 +44,16 @@ type Node struct {
 	Rack    string // node.rack
 }
 
-// Cluster holds settings every node of a cluster shares.
+// Cluster holds settings every node of a cluster shares, and this node's
+// place in the metadata quorum.
 type Cluster struct {
 	ID string // cluster.id; empty lets the broker choose its default
+	// RaftListen is cluster.raft_listen, host:port of this node's raft
+	// listener; empty (with no voters) keeps raft in-process.
+	RaftListen string
+	// Voters is cluster.voters: the metadata quorum's voters. Empty is a
+	// one-node cluster whose node is its own only voter.
+	Voters []meta.Voter
 }
 
 // Kafka is the client-facing Kafka listener.
@@ -175,6 +183,20 @@ func Defaults() Config {
 		},
 		Logging: Logging{Level: slog.LevelInfo, Format: "text"},
 	}
+}
+
+// checkQuorum checks this node's place in the metadata quorum, once every
+// source is applied: the raft listener and the voters may come from
+// different ones.
+func (c *Config) checkQuorum() error {
+	if len(c.Cluster.Voters) > 0 && c.Cluster.RaftListen == "" {
+		return fmt.Errorf("cluster.voters is set but node %d has no raft listen address (use --raft-listen, %s or cluster.raft_listen in the config file)",
+			c.Node.ID, envName("raft-listen"))
+	}
+	if err := meta.CheckQuorum(c.Node.ID, c.Cluster.RaftListen, c.Cluster.Voters); err != nil {
+		return fmt.Errorf("cluster.voters: %w", err)
+	}
+	return nil
 }
 
 // check reports settings that no source provided but that a node needs,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"strata/meta"
 )
 
 // load runs Load with a config file holding yaml (none if empty), the given
@@ -40,6 +42,8 @@ node:
   rack: file-rack
 cluster:
   id: file-cluster
+  raft_listen: 0.0.0.0:19093
+  voters: 3@node-3.example:19093, 4@node-4.example:19093,5@node-5.example:19093
 kafka:
   listen: 0.0.0.0:19092
   advertised_addr: file.example:19092
@@ -90,10 +94,12 @@ func TestFileSetsEverySetting(t *testing.T) {
 		t.Errorf("warnings: %v", warnings)
 	}
 	want := Config{
-		Node:    Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
-		Cluster: Cluster{ID: "file-cluster"},
-		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second, FetchMaxBytes: 16 << 20},
-		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
+		Node: Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
+		Cluster: Cluster{ID: "file-cluster", RaftListen: "0.0.0.0:19093", Voters: []meta.Voter{
+			{ID: 3, Addr: "node-3.example:19093"}, {ID: 4, Addr: "node-4.example:19093"}, {ID: 5, Addr: "node-5.example:19093"},
+		}},
+		Kafka: Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second, FetchMaxBytes: 16 << 20},
+		HTTP:  HTTP{Listen: "127.0.0.1:19644"},
 		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",
 		}},
@@ -379,6 +385,36 @@ func TestErrorsNameTheProblem(t *testing.T) {
 			want: []string{"node.data_dir is not set", "--data-dir", "STRATA_DATA_DIR"},
 		},
 		{
+			name: "malformed voter",
+			args: []string{"--data-dir", "/d", "--voters", "1@127.0.0.1:9093,2-127.0.0.1:9094"},
+			want: []string{`--voters`, `"2-127.0.0.1:9094" is not ID@HOST:PORT`},
+		},
+		{
+			name: "duplicate voter id",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_VOTERS=1@127.0.0.1:9093,1@127.0.0.1:9094"},
+			want: []string{`environment STRATA_VOTERS`, `node 1 twice`},
+		},
+		{
+			name: "duplicate voter address",
+			yaml: "node:\n  data_dir: /d\ncluster:\n  voters: 1@h:9093,2@h:9093\n",
+			want: []string{`cluster.voters`, `address h:9093 twice`},
+		},
+		{
+			name: "voters without a raft listener",
+			args: []string{"--data-dir", "/d", "--node-id", "2", "--voters", "1@127.0.0.1:9093,2@127.0.0.1:9094"},
+			want: []string{`node 2 has no raft listen address`, `--raft-listen`},
+		},
+		{
+			name: "raft listener is not the node's voter entry",
+			env:  []string{"STRATA_DATA_DIR=/d", "STRATA_NODE_ID=2", "STRATA_RAFT_LISTEN=127.0.0.1:9093", "STRATA_VOTERS=1@127.0.0.1:9093,2@127.0.0.1:9094"},
+			want: []string{`raft listen address 127.0.0.1:9093 does not match node 2's voter entry 2@127.0.0.1:9094`},
+		},
+		{
+			name: "raft listener not host:port",
+			args: []string{"--data-dir", "/d", "--raft-listen", "9093"},
+			want: []string{`--raft-listen`, `"9093" is not host:port`},
+		},
+		{
 			name: "bad value in file masked by a flag is still reported",
 			yaml: "node:\n  id: x\n",
 			args: []string{"--node-id", "1", "--data-dir", "/d"},
@@ -401,6 +437,34 @@ func TestErrorsNameTheProblem(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestQuorumSettings: the voters come from any source, and a node is a
+// voter, a non-voter, or (with no voters) the one-node store of old.
+func TestQuorumSettings(t *testing.T) {
+	cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", "STRATA_VOTERS=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"},
+		"--node-id", "2", "--raft-listen", "127.0.0.1:9094")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{RaftListen: "127.0.0.1:9094", Voters: []meta.Voter{{ID: 1, Addr: "127.0.0.1:9093"}, {ID: 2, Addr: "127.0.0.1:9094"}, {ID: 3, Addr: "127.0.0.1:9095"}}}
+	if !reflect.DeepEqual(cfg.Cluster, want) {
+		t.Errorf("voter: %+v, want %+v", cfg.Cluster, want)
+	}
+	// A node outside the voters is a non-voter on any raft listener.
+	if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", "STRATA_VOTERS=1@127.0.0.1:9093"}, "--node-id", "7", "--raft-listen", "127.0.0.1:0"); err != nil {
+		t.Errorf("non-voter: %v", err)
+	}
+	// No voters: the one-node default, with nothing to listen on.
+	cfg, _, err = load(t, "", []string{"STRATA_DATA_DIR=/d"})
+	if err != nil || cfg.Cluster.Voters != nil || cfg.Cluster.RaftListen != "" {
+		t.Errorf("default: %+v, %v", cfg.Cluster, err)
+	}
+	// A flag overrides the environment's voters, and "" clears them.
+	cfg, _, err = load(t, "", []string{"STRATA_DATA_DIR=/d", "STRATA_VOTERS=1@127.0.0.1:9093"}, "--voters", "")
+	if err != nil || cfg.Cluster.Voters != nil {
+		t.Errorf("cleared voters: %+v, %v", cfg.Cluster, err)
 	}
 }
 

@@ -170,6 +170,13 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	if err := cfg.check(!src.FlagsOnly && !src.DataDirOptional); err != nil {
 		return Config{}, nil, err
 	}
+	// Flags alone may lack what the file or environment adds (a voters
+	// flag with STRATA_RAFT_LISTEN); the quorum is checked when complete.
+	if !src.FlagsOnly {
+		if err := cfg.checkQuorum(); err != nil {
+			return Config{}, nil, err
+		}
+	}
 	return cfg, warnings, nil
 }
 

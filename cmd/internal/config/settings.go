@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"strata/meta"
 )
 
 // setting is one configurable value, reachable as a YAML key, a flag and an
@@ -49,6 +51,29 @@ var settings = []*setting{
 		key: "cluster.id", flag: "cluster-id", typ: "string", usage: "cluster id reported to clients",
 		set: stringSetter(func(c *Config) *string { return &c.Cluster.ID }),
 		get: func(c *Config) string { return c.Cluster.ID },
+	},
+	{
+		key: "cluster.raft_listen", flag: "raft-listen", typ: "host:port", usage: "this node's raft listener for the metadata quorum (needed with --voters)",
+		set: hostPortSetter(func(c *Config) *string { return &c.Cluster.RaftListen }, true),
+		get: func(c *Config) string { return c.Cluster.RaftListen },
+	},
+	{
+		key: "cluster.voters", flag: "voters", typ: "id@host:port,...", usage: "the metadata quorum's voters; a node not listed joins as a non-voter (default: this node alone)",
+		set: func(c *Config, raw string) error {
+			vs, err := meta.ParseVoters(raw)
+			if err != nil {
+				return err
+			}
+			c.Cluster.Voters = vs
+			return nil
+		},
+		get: func(c *Config) string {
+			var parts []string
+			for _, v := range c.Cluster.Voters {
+				parts = append(parts, v.String())
+			}
+			return strings.Join(parts, ",")
+		},
 	},
 	{
 		key: "kafka.listen", flag: "listen", typ: "host:port", usage: "Kafka listener address (port 0 picks a free port)",

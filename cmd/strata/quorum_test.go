@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// metadataOf asks the node at addr, and only it, for its metadata: a
+// client would route the request to any broker it has learned of.
+func metadataOf(t *testing.T, addr string) *kmsg.MetadataResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl := newClient(t, addr)
+	req := kmsg.NewPtrMetadataRequest()
+	resp, err := req.RequestWith(ctx, cl.SeedBrokers()[0])
+	if err != nil {
+		t.Fatalf("metadata from %s: %v", addr, err)
+	}
+	return resp
+}
+
+// TestServeQuorum: three `strata serve` processes given the same --voters
+// form one metadata quorum with no bootstrap step: they elect one
+// controller that all of them name, a topic created through the
+// controller's node is in every node's metadata, and after all three
+// restart from their data the topic is still there, under the same id.
+func TestServeQuorum(t *testing.T) {
+	// Voters must know each other's raft addresses before any listens.
+	var raftAddrs []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raftAddrs = append(raftAddrs, ln.Addr().String())
+		ln.Close()
+	}
+	var voters []string
+	for i, a := range raftAddrs {
+		voters = append(voters, fmt.Sprintf("%d@%s", i+1, a))
+	}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	// Each node's Kafka port is kept across the restart, so clients and
+	// the registered broker address stay valid.
+	listens := []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	start := func() []*node {
+		nodes := make([]*node, 3)
+		lines := make([]<-chan string, 3)
+		for i := range nodes {
+			nodes[i], lines[i] = launch(t, nil, "serve", "--node-id", fmt.Sprint(i+1), "--data-dir", dirs[i],
+				"--listen", listens[i], "--http-listen", "off",
+				"--raft-listen", raftAddrs[i], "--voters", strings.Join(voters, ","))
+		}
+		for i, n := range nodes {
+			n.readBootstrap(t, n.firstLine(t, lines[i]))
+			listens[i] = n.bootstrap
+		}
+		return nodes
+	}
+	nodes := start()
+
+	controller := waitController(t, nodes)
+	t.Logf("controller: node %d", controller)
+	mustCreate(t, nodes[controller-1].bootstrap, "quorum-topic", 3, nil)
+	id := waitTopicEverywhere(t, nodes, "quorum-topic", [16]byte{})
+
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	nodes = start()
+	waitController(t, nodes)
+	waitTopicEverywhere(t, nodes, "quorum-topic", id)
+	for _, n := range nodes {
+		n.stop(t)
+	}
+}
+
+// waitController waits until every node names the same controller, one
+// of them, and returns its id.
+func waitController(t *testing.T, nodes []*node) int32 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ids := map[int32]bool{}
+		for _, n := range nodes {
+			ids[metadataOf(t, n.bootstrap).ControllerID] = true
+		}
+		if len(ids) == 1 {
+			for id := range ids {
+				if id >= 1 && int(id) <= len(nodes) {
+					return id
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes name controllers %v", ids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitTopicEverywhere waits for every node's metadata to hold topic, with
+// the id want (any, if zero), and returns the id.
+func waitTopicEverywhere(t *testing.T, nodes []*node, topic string, want [16]byte) [16]byte {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i, n := range nodes {
+		for {
+			var found *kmsg.MetadataResponseTopic
+			resp := metadataOf(t, n.bootstrap)
+			for j := range resp.Topics {
+				if tp := &resp.Topics[j]; tp.Topic != nil && *tp.Topic == topic && tp.ErrorCode == 0 {
+					found = tp
+				}
+			}
+			if found != nil {
+				if len(found.Partitions) != 3 {
+					t.Fatalf("node %d: %d partitions", i+1, len(found.Partitions))
+				}
+				if want == ([16]byte{}) {
+					want = found.TopicID
+				}
+				if found.TopicID != want {
+					t.Fatalf("node %d: topic id %x, want %x", i+1, found.TopicID, want)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d has no topic %s", i+1, topic)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return want
+}

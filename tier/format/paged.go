@@ -58,9 +58,9 @@ type Root struct {
 	LogStartOffset int64
 	// Pages summarise the older segments, in offset order and contiguous.
 	Pages []PageRef
-	// Segments are the newest segments, inline, continuing right after the
-	// last page.
-	Segments []RemoteSegment
+	// Tail is the newest segments, inline, continuing right after the last
+	// page (the "segments" field of the encoding).
+	Tail []RemoteSegment
 	// V1 reports a root read from a version 1 manifest: every segment is
 	// inline, and the next transition moves them into pages.
 	V1 bool
@@ -163,8 +163,8 @@ func (r *Root) Key() string {
 // EndOffset returns the offset after the last remote segment, or the log
 // start offset if there is none.
 func (r *Root) EndOffset() int64 {
-	if n := len(r.Segments); n > 0 {
-		return r.Segments[n-1].LastOffset + 1
+	if n := len(r.Tail); n > 0 {
+		return r.Tail[n-1].LastOffset + 1
 	}
 	if n := len(r.Pages); n > 0 {
 		return r.Pages[n-1].LastOffset + 1
@@ -172,14 +172,17 @@ func (r *Root) EndOffset() int64 {
 	return r.LogStartOffset
 }
 
+// Empty reports whether the root lists no segment.
+func (r *Root) Empty() bool { return len(r.Pages) == 0 && len(r.Tail) == 0 }
+
 // firstOffset returns the first offset the root covers, and false if it
 // lists nothing.
 func (r *Root) firstOffset() (int64, bool) {
 	switch {
 	case len(r.Pages) > 0:
 		return r.Pages[0].BaseOffset, true
-	case len(r.Segments) > 0:
-		return r.Segments[0].BaseOffset, true
+	case len(r.Tail) > 0:
+		return r.Tail[0].BaseOffset, true
 	}
 	return 0, false
 }
@@ -226,8 +229,8 @@ func (r *Root) Totals() Span {
 	for i := range r.Pages {
 		t = t.add(r.Pages[i].span())
 	}
-	for i := range r.Segments {
-		t = t.add(segmentSpan(&r.Segments[i]))
+	for i := range r.Tail {
+		t = t.add(segmentSpan(&r.Tail[i]))
 	}
 	return t
 }
@@ -257,8 +260,8 @@ func (r *Root) Validate() error {
 	if r.LeaderEpoch < 0 || r.Seq < 0 || r.LogStartOffset < 0 {
 		return fmt.Errorf("format: root epoch %d, seq %d, log start %d", r.LeaderEpoch, r.Seq, r.LogStartOffset)
 	}
-	if len(r.Pages) > MaxPageEntries || len(r.Segments) > MaxPageEntries && !r.V1 {
-		return fmt.Errorf("format: root with %d pages and %d segments", len(r.Pages), len(r.Segments))
+	if len(r.Pages) > MaxPageEntries || len(r.Tail) > MaxPageEntries && !r.V1 {
+		return fmt.Errorf("format: root with %d pages and %d segments", len(r.Pages), len(r.Tail))
 	}
 	next := int64(-1)
 	for i := range r.Pages {
@@ -271,15 +274,15 @@ func (r *Root) Validate() error {
 		}
 		next = p.LastOffset + 1
 	}
-	if err := validateSegments(r.TopicPartition, r.LeaderEpoch, r.Segments, next); err != nil {
+	if err := validateSegments(r.TopicPartition, r.LeaderEpoch, r.Tail, next); err != nil {
 		return err
 	}
 	if first, ok := r.firstOffset(); ok {
 		if r.LogStartOffset < first || r.LogStartOffset >= r.EndOffset() {
 			return fmt.Errorf("format: log start offset %d outside the first entry [%d, %d)", r.LogStartOffset, first, r.EndOffset())
 		}
-		if len(r.Pages) == 0 && r.LogStartOffset > r.Segments[0].LastOffset {
-			return fmt.Errorf("format: log start offset %d above the first segment [%d, %d]", r.LogStartOffset, first, r.Segments[0].LastOffset)
+		if len(r.Pages) == 0 && r.LogStartOffset > r.Tail[0].LastOffset {
+			return fmt.Errorf("format: log start offset %d above the first segment [%d, %d]", r.LogStartOffset, first, r.Tail[0].LastOffset)
 		}
 		if len(r.Pages) > 0 && r.LogStartOffset > r.Pages[0].LastOffset {
 			return fmt.Errorf("format: log start offset %d above the first page [%d, %d]", r.LogStartOffset, first, r.Pages[0].LastOffset)
@@ -403,14 +406,14 @@ func EncodeRoot(r *Root) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	if len(r.Segments) > MaxPageEntries {
-		return nil, fmt.Errorf("format: root with %d inline segments", len(r.Segments))
+	if len(r.Tail) > MaxPageEntries {
+		return nil, fmt.Errorf("format: root with %d inline segments", len(r.Tail))
 	}
 	w := wireRoot{
 		Format: ManifestFormat, Version: RootVersion,
 		Topic: r.Topic, TopicID: hex.EncodeToString(r.TopicID[:]), Partition: r.Partition,
 		LeaderEpoch: r.LeaderEpoch, Seq: r.Seq, LogStartOffset: r.LogStartOffset,
-		Pages: r.Pages, Segments: r.Segments,
+		Pages: r.Pages, Segments: r.Tail,
 	}
 	if w.Pages == nil {
 		w.Pages = []PageRef{}
@@ -501,7 +504,7 @@ func DecodeRoot(b []byte) (*Root, error) {
 			return nil, err
 		}
 		return &Root{TopicPartition: m.TopicPartition, LeaderEpoch: m.LeaderEpoch, Seq: m.Seq,
-			LogStartOffset: m.LogStartOffset, Segments: m.Segments, V1: true}, nil
+			LogStartOffset: m.LogStartOffset, Tail: m.Segments, V1: true}, nil
 	}
 	var w wireRoot
 	if err := decodeStrict(body, &w, "manifest"); err != nil {
@@ -517,7 +520,7 @@ func DecodeRoot(b []byte) (*Root, error) {
 	r := &Root{
 		TopicPartition: TopicPartition{Topic: w.Topic, TopicID: id, Partition: w.Partition},
 		LeaderEpoch:    w.LeaderEpoch, Seq: w.Seq, LogStartOffset: w.LogStartOffset,
-		Pages: nilIfEmpty(w.Pages), Segments: normalSegments(w.Segments),
+		Pages: nilIfEmpty(w.Pages), Tail: normalSegments(w.Segments),
 	}
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)

@@ -112,8 +112,8 @@ func TestRootRoundTripAndShape(t *testing.T) {
 	}
 	// 50 segments, 4 per leaf and fanout 3: the root keeps fewer than
 	// Fanout summaries per level and at most a few inline segments.
-	if len(r.Segments) > 2*testPaging.PageSegments || len(r.Pages) > 3*testPaging.Fanout {
-		t.Fatalf("root of %d pages and %d segments", len(r.Pages), len(r.Segments))
+	if len(r.Tail) > 2*testPaging.PageSegments || len(r.Pages) > 3*testPaging.Fanout {
+		t.Fatalf("root of %d pages and %d segments", len(r.Pages), len(r.Tail))
 	}
 	levels := map[int]bool{}
 	for _, p := range r.Pages {
@@ -531,8 +531,8 @@ func TestPagedMatchesV1(t *testing.T) {
 		if r.LogStartOffset != m.LogStartOffset || r.EndOffset() != m.EndOffset() {
 			t.Fatalf("step %d: [%d, %d), want [%d, %d)", step, r.LogStartOffset, r.EndOffset(), m.LogStartOffset, m.EndOffset())
 		}
-		if len(r.Pages) > 40 || len(r.Segments) > 2*pg.PageSegments {
-			t.Fatalf("step %d: root of %d pages, %d segments", step, len(r.Pages), len(r.Segments))
+		if len(r.Pages) > 40 || len(r.Tail) > 2*pg.PageSegments {
+			t.Fatalf("step %d: root of %d pages, %d segments", step, len(r.Pages), len(r.Tail))
 		}
 		if step%50 == 0 {
 			if got := flatten(t, r, src); !reflect.DeepEqual(got, nilIfEmpty(m.Segments)) {
@@ -585,8 +585,8 @@ func TestV1Upgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.V1 || r.Seq != m.Seq || r.LogStartOffset != 10+5 || len(r.Segments) != 999 || len(r.Pages) != 0 {
-		t.Fatalf("v1 root: v1 %v seq %d start %d, %d segments", r.V1, r.Seq, r.LogStartOffset, len(r.Segments))
+	if !r.V1 || r.Seq != m.Seq || r.LogStartOffset != 10+5 || len(r.Tail) != 999 || len(r.Pages) != 0 {
+		t.Fatalf("v1 root: v1 %v seq %d start %d, %d segments", r.V1, r.Seq, r.LogStartOffset, len(r.Tail))
 	}
 	src := newMemPages()
 	ch, err := r.Append(pseg(10000, 10009, 5, 1, 0), 1, DefaultPaging)
@@ -595,8 +595,8 @@ func TestV1Upgrade(t *testing.T) {
 	}
 	src.apply(t, ch)
 	n := ch.Root
-	if n.V1 || len(n.Segments) > 2*DefaultPaging.PageSegments || len(n.Pages) > 2*DefaultPaging.Fanout || n.Seq != m.Seq+1 {
-		t.Fatalf("after the first write: v1 %v, %d pages, %d segments", n.V1, len(n.Pages), len(n.Segments))
+	if n.V1 || len(n.Tail) > 2*DefaultPaging.PageSegments || len(n.Pages) > 2*DefaultPaging.Fanout || n.Seq != m.Seq+1 {
+		t.Fatalf("after the first write: v1 %v, %d pages, %d segments", n.V1, len(n.Pages), len(n.Tail))
 	}
 	got := flatten(t, n, src)
 	want := append(append([]RemoteSegment(nil), m.Segments...), pseg(10000, 10009, 5, 1, 0))

@@ -105,7 +105,7 @@ func (r *Root) next(epoch int32) (*Root, error) {
 	n.LeaderEpoch = epoch
 	n.V1 = false
 	n.Pages = append([]PageRef(nil), r.Pages...)
-	n.Segments = append([]RemoteSegment(nil), r.Segments...)
+	n.Tail = append([]RemoteSegment(nil), r.Tail...)
 	return &n, nil
 }
 
@@ -117,8 +117,8 @@ func (ch *Change) finish(pg Paging, budget int) (*Change, error) {
 	for {
 		n := len(r.Pages)
 		fold := n >= pg.Fanout && r.Pages[n-1].Level < maxLevel && sameLevel(r.Pages[n-pg.Fanout:])
-		flush := len(r.Segments) >= pg.PageSegments
-		over := len(r.Segments) > 2*pg.PageSegments
+		flush := len(r.Tail) >= pg.PageSegments
+		over := len(r.Tail) > 2*pg.PageSegments
 		if !fold && !flush || budget <= 0 && !over {
 			break
 		}
@@ -136,15 +136,15 @@ func (ch *Change) finish(pg Paging, budget int) (*Change, error) {
 			continue
 		}
 		po, err := summarise(&Page{TopicPartition: r.TopicPartition, LeaderEpoch: r.LeaderEpoch,
-			Segments: append([]RemoteSegment(nil), r.Segments[:pg.PageSegments]...)}, pg.NewUID())
+			Segments: append([]RemoteSegment(nil), r.Tail[:pg.PageSegments]...)}, pg.NewUID())
 		if err != nil {
 			return nil, err
 		}
 		ch.Pages = append(ch.Pages, po)
 		r.Pages = append(r.Pages, po.Ref)
-		r.Segments = append([]RemoteSegment(nil), r.Segments[pg.PageSegments:]...)
+		r.Tail = append([]RemoteSegment(nil), r.Tail[pg.PageSegments:]...)
 	}
-	r.Pages, r.Segments = nilIfEmpty(r.Pages), nilIfEmpty(r.Segments)
+	r.Pages, r.Tail = nilIfEmpty(r.Pages), nilIfEmpty(r.Tail)
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (r *Root) Append(seg RemoteSegment, epoch int32, pg Paging) (*Change, error
 	} else if seg.BaseOffset != r.EndOffset() {
 		return nil, fmt.Errorf("format: segment %s starts at %d, want %d", seg.Key, seg.BaseOffset, r.EndOffset())
 	}
-	n.Segments = append(n.Segments, seg)
+	n.Tail = append(n.Tail, seg)
 	return (&Change{Root: n}).finish(pg, 1)
 }
 
@@ -243,11 +243,11 @@ func (r *Root) WithLogStart(ctx context.Context, src PageSource, offset int64, e
 		break
 	}
 	if len(n.Pages) == 0 {
-		i := sort.Search(len(n.Segments), func(i int) bool { return n.Segments[i].LastOffset >= start })
-		for _, s := range n.Segments[:i] {
+		i := sort.Search(len(n.Tail), func(i int) bool { return n.Tail[i].LastOffset >= start })
+		for _, s := range n.Tail[:i] {
 			ch.Dropped.Segments = append(ch.Dropped.Segments, s.Key)
 		}
-		n.Segments = n.Segments[i:]
+		n.Tail = n.Tail[i:]
 	}
 	return ch.finish(pg, 0)
 }
@@ -284,7 +284,7 @@ func (r *Root) Replace(ctx context.Context, src PageSource, segs []RemoteSegment
 	if n.Pages, err = x.refs(ctx, n.Pages); err != nil {
 		return nil, err
 	}
-	if n.Segments, err = x.segments(n.Segments); err != nil {
+	if n.Tail, err = x.segments(n.Tail); err != nil {
 		return nil, err
 	}
 	if x.removedTo != x.last {
@@ -397,7 +397,7 @@ func (r *Root) Find(ctx context.Context, src PageSource, offset int64) (RemoteSe
 	if offset < r.LogStartOffset || offset >= r.EndOffset() {
 		return RemoteSegment{}, false, nil
 	}
-	if s, ok := findSegment(r.Segments, offset); ok {
+	if s, ok := findSegment(r.Tail, offset); ok {
 		return s, true, nil
 	}
 	refs := r.Pages
@@ -456,8 +456,8 @@ func (r *Root) FindMaxTimestamp(ctx context.Context, src PageSource) (RemoteSegm
 	for i := range r.Pages {
 		best = max(best, r.Pages[i].MaxTimestamp)
 	}
-	for i := range r.Segments {
-		best = max(best, r.Segments[i].MaxTimestamp)
+	for i := range r.Tail {
+		best = max(best, r.Tail[i].MaxTimestamp)
 	}
 	return r.FindTimestamp(ctx, src, best)
 }
@@ -487,8 +487,8 @@ func (r *Root) descend(ctx context.Context, src PageSource, pickRef func([]PageR
 			return RemoteSegment{}, false, fmt.Errorf("%w: %s does not hold what its summary says", ErrPageMismatch, refs[i].Key)
 		}
 	}
-	if j := pickSeg(r.Segments); j >= 0 {
-		return r.Segments[j], true, nil
+	if j := pickSeg(r.Tail); j >= 0 {
+		return r.Tail[j], true, nil
 	}
 	return RemoteSegment{}, false, nil
 }
@@ -500,8 +500,8 @@ func (r *Root) Walk(ctx context.Context, src PageSource, fn func(ref *PageRef, s
 	if err := walkRefs(ctx, src, r.Pages, fn); err != nil {
 		return err
 	}
-	for i := range r.Segments {
-		if err := fn(nil, &r.Segments[i]); err != nil {
+	for i := range r.Tail {
+		if err := fn(nil, &r.Tail[i]); err != nil {
 			return err
 		}
 	}
@@ -543,7 +543,7 @@ func (r *Root) CutPrefix(ctx context.Context, src PageSource, drop func(Span) bo
 	if err != nil || stop {
 		return start, err
 	}
-	cutSegments(r.Segments, drop, &start)
+	cutSegments(r.Tail, drop, &start)
 	return start, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -303,8 +304,8 @@ func TestFindFetchesOnePagePerLevel(t *testing.T) {
 			t.Errorf("FindTimestamp(%d) fetched %d pages, depth %d", c.ts, src.fetches, depth(r))
 		}
 	}
-	if s, ok, err := r.FindMaxTimestamp(ctx, src); err != nil || !ok || s.BaseOffset != 1990 {
-		t.Fatalf("FindMaxTimestamp: %d %v %v", s.BaseOffset, ok, err)
+	if s, ok, err := r.FindMaxTimestampFrom(ctx, src, 0); err != nil || !ok || s.BaseOffset != 1990 {
+		t.Fatalf("FindMaxTimestampFrom: %d %v %v", s.BaseOffset, ok, err)
 	}
 }
 
@@ -316,7 +317,8 @@ func TestFindTimestampUnordered(t *testing.T) {
 	m := &Manifest{TopicPartition: testTP}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 100 {
-		s := pseg(int64(i)*10, int64(i)*10+9, rng.Int64N(1000), 1, 0)
+		// Few distinct timestamps, so that ties are common too.
+		s := pseg(int64(i)*10, int64(i)*10+9, rng.Int64N(60)*17, 1, 0)
 		ch, err := r.Append(s, 1, testPaging)
 		if err != nil {
 			t.Fatal(err)
@@ -327,11 +329,34 @@ func TestFindTimestampUnordered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	all := m.Segments
 	for ts := int64(-1); ts <= 1001; ts += 7 {
-		want, wok := m.FindTimestamp(ts)
-		got, ok, err := r.FindTimestamp(context.Background(), src, ts)
-		if err != nil || ok != wok || got.Key != want.Key {
-			t.Fatalf("FindTimestamp(%d) = %s %v %v, want %s", ts, got.Key, ok, err, want.Key)
+		for _, from := range []int64{-1, 0, 5, 333, 640, 995, 1000} {
+			want := slices.IndexFunc(all, func(s RemoteSegment) bool { return s.LastOffset >= from && s.MaxTimestamp >= ts })
+			src.resetFetches()
+			got, ok, err := r.FindTimestampFrom(context.Background(), src, ts, from)
+			if err != nil || ok != (want >= 0) || ok && got.Key != all[want].Key {
+				t.Fatalf("FindTimestampFrom(%d, %d) = %s %v %v, want %d", ts, from, got.Key, ok, err, want)
+			}
+			if src.fetches > 2*depth(r) {
+				t.Fatalf("FindTimestampFrom(%d, %d) fetched %d pages, depth %d", ts, from, src.fetches, depth(r))
+			}
+		}
+	}
+	for _, from := range []int64{-1, 0, 5, 333, 640, 995, 1000} {
+		want := -1
+		for i, s := range all {
+			if s.LastOffset >= from && (want < 0 || s.MaxTimestamp > all[want].MaxTimestamp) {
+				want = i
+			}
+		}
+		src.resetFetches()
+		got, ok, err := r.FindMaxTimestampFrom(context.Background(), src, from)
+		if err != nil || ok != (want >= 0) || ok && got.Key != all[want].Key {
+			t.Fatalf("FindMaxTimestampFrom(%d) = %s %v %v, want %d", from, got.Key, ok, err, want)
+		}
+		if src.fetches > 2*depth(r) {
+			t.Fatalf("FindMaxTimestampFrom(%d) fetched %d pages, depth %d", from, src.fetches, depth(r))
 		}
 	}
 }

@@ -429,68 +429,94 @@ func findSegment(segs []RemoteSegment, offset int64) (RemoteSegment, bool) {
 // FindTimestamp returns the first segment whose MaxTimestamp is >= ts: the
 // one holding the first record with a timestamp >= ts (which may lie below
 // LogStartOffset; the caller clamps). Timestamps need not grow from
-// segment to segment (CreateTime), so the summaries are scanned rather than
-// bisected, but only the summaries: one page per level is fetched.
+// segment to segment (CreateTime), so the summaries are scanned in order
+// rather than bisected, but only the summaries: one page per level is
+// fetched.
 func (r *Root) FindTimestamp(ctx context.Context, src PageSource, ts int64) (RemoteSegment, bool, error) {
-	return r.descend(ctx, src, func(refs []PageRef) int {
-		for i := range refs {
-			if refs[i].MaxTimestamp >= ts {
-				return i
-			}
-		}
-		return -1
-	}, func(segs []RemoteSegment) int {
-		for i := range segs {
-			if segs[i].MaxTimestamp >= ts {
-				return i
-			}
-		}
-		return -1
-	})
+	return r.FindTimestampFrom(ctx, src, ts, math.MinInt64)
 }
 
-// FindMaxTimestamp returns the first segment holding the largest
-// MaxTimestamp of all, fetching one page per level.
-func (r *Root) FindMaxTimestamp(ctx context.Context, src PageSource) (RemoteSegment, bool, error) {
-	best := int64(math.MinInt64)
-	for i := range r.Pages {
-		best = max(best, r.Pages[i].MaxTimestamp)
-	}
-	for i := range r.Tail {
-		best = max(best, r.Tail[i].MaxTimestamp)
-	}
-	return r.FindTimestamp(ctx, src, best)
+// FindTimestampFrom is FindTimestamp among the segments ending at or after
+// from. A page straddling from may hold its MaxTimestamp below from; it is
+// then searched too, so at most two pages per level are fetched.
+func (r *Root) FindTimestampFrom(ctx context.Context, src PageSource, ts, from int64) (RemoteSegment, bool, error) {
+	return findTimestamp(ctx, src, r.Pages, r.Tail, ts, from)
 }
 
-// descend picks, with pickRef among the root's summaries, then the
-// fetched pages' summaries, down to a leaf, or with pickSeg among the
-// inline segments once no summary is picked, the first matching segment.
-func (r *Root) descend(ctx context.Context, src PageSource, pickRef func([]PageRef) int, pickSeg func([]RemoteSegment) int) (RemoteSegment, bool, error) {
-	refs := r.Pages
-	for {
-		i := pickRef(refs)
-		if i < 0 {
-			break
+func findTimestamp(ctx context.Context, src PageSource, refs []PageRef, segs []RemoteSegment, ts, from int64) (RemoteSegment, bool, error) {
+	for i := range refs {
+		if refs[i].LastOffset < from || refs[i].MaxTimestamp < ts {
+			continue
 		}
 		p, err := src.Page(ctx, refs[i])
 		if err != nil {
-			return RemoteSegment{}, false, err
+			return RemoteSegment{}, false, fmt.Errorf("format: finding timestamp %d: %w", ts, err)
 		}
-		if p.Level == 0 {
-			if j := pickSeg(p.Segments); j >= 0 {
-				return p.Segments[j], true, nil
-			}
-			return RemoteSegment{}, false, fmt.Errorf("%w: %s does not hold what its summary says", ErrPageMismatch, refs[i].Key)
-		}
-		refs = p.Pages
-		if pickRef(refs) < 0 {
-			return RemoteSegment{}, false, fmt.Errorf("%w: %s does not hold what its summary says", ErrPageMismatch, refs[i].Key)
+		if s, ok, err := findTimestamp(ctx, src, p.Pages, p.Segments, ts, from); err != nil || ok {
+			return s, ok, err
 		}
 	}
-	if j := pickSeg(r.Tail); j >= 0 {
-		return r.Tail[j], true, nil
+	for i := range segs {
+		if segs[i].LastOffset >= from && segs[i].MaxTimestamp >= ts {
+			return segs[i], true, nil
+		}
 	}
 	return RemoteSegment{}, false, nil
+}
+
+// FindMaxTimestampFrom returns, among the segments ending at or after
+// from, the first of those with the largest MaxTimestamp. The summaries
+// are visited largest maximum first, so only the pages that can hold the
+// answer are fetched: those on the way down to it, and those straddling
+// from.
+func (r *Root) FindMaxTimestampFrom(ctx context.Context, src PageSource, from int64) (RemoteSegment, bool, error) {
+	return findMax(ctx, src, r.Pages, r.Tail, from)
+}
+
+func findMax(ctx context.Context, src PageSource, refs []PageRef, segs []RemoteSegment, from int64) (RemoteSegment, bool, error) {
+	var best RemoteSegment
+	found := false
+	// better reports whether s beats the best so far: a larger maximum,
+	// or the same at a lower offset.
+	better := func(maxTs, base int64) bool {
+		return !found || maxTs > best.MaxTimestamp || maxTs == best.MaxTimestamp && base < best.BaseOffset
+	}
+	for i := range segs {
+		if segs[i].LastOffset >= from && better(segs[i].MaxTimestamp, segs[i].BaseOffset) {
+			best, found = segs[i], true
+		}
+	}
+	order := make([]int, 0, len(refs))
+	for i := range refs {
+		if refs[i].LastOffset >= from {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return refs[order[a]].MaxTimestamp > refs[order[b]].MaxTimestamp })
+	for _, i := range order {
+		ref := &refs[i]
+		if !better(ref.MaxTimestamp, ref.BaseOffset) {
+			// Nothing beneath ref can do better: its maximum is at most
+			// ref's, at an offset no lower than ref's base. The refs after
+			// it in this order have smaller maxima, or equal ones further on.
+			if ref.MaxTimestamp < best.MaxTimestamp {
+				break
+			}
+			continue
+		}
+		p, err := src.Page(ctx, *ref)
+		if err != nil {
+			return RemoteSegment{}, false, fmt.Errorf("format: finding the largest timestamp: %w", err)
+		}
+		s, ok, err := findMax(ctx, src, p.Pages, p.Segments, from)
+		if err != nil {
+			return RemoteSegment{}, false, err
+		}
+		if ok && better(s.MaxTimestamp, s.BaseOffset) {
+			best, found = s, true
+		}
+	}
+	return best, found, nil
 }
 
 // Walk calls fn for every page summary (ref set, before what is beneath

@@ -700,3 +700,28 @@ func TestOpenPageChecksSummary(t *testing.T) {
 		t.Fatalf("another page under the summary: %v", err)
 	}
 }
+
+// Paging a large version 1 list happens in one change, in time linear in
+// its length.
+func TestV1UpgradeLarge(t *testing.T) {
+	const n = 100_000
+	tail := make([]RemoteSegment, n)
+	for i := range tail {
+		tail[i] = pseg(int64(i)*10, int64(i)*10+9, int64(i), 1, 0)
+	}
+	r := &Root{TopicPartition: testTP, LeaderEpoch: 1, Seq: n, Tail: tail, V1: true}
+	ch, err := r.Append(pseg(n*10, n*10+9, n, 1, 0), 1, DefaultPaging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.Root.Totals(); got.Segments != n+1 || got.LastOffset != n*10+9 {
+		t.Fatalf("after the upgrade: %+v", got)
+	}
+	if len(ch.Root.Tail) > 2*DefaultPaging.PageSegments || len(ch.Root.Pages) > 2*DefaultPaging.Fanout*depth(ch.Root) {
+		t.Fatalf("root of %d pages and %d segments", len(ch.Root.Pages), len(ch.Root.Tail))
+	}
+	b, err := EncodeRoot(ch.Root)
+	if err != nil || len(b) > 64<<10 {
+		t.Fatalf("root of %d bytes, %v", len(b), err)
+	}
+}

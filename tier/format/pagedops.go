@@ -142,9 +142,11 @@ func (ch *Change) finish(pg Paging, budget int) (*Change, error) {
 		}
 		ch.Pages = append(ch.Pages, po)
 		r.Pages = append(r.Pages, po.Ref)
-		r.Tail = append([]RemoteSegment(nil), r.Tail[pg.PageSegments:]...)
+		// Slicing, not copying: paging a version 1 list of 100,000
+		// segments must not cost a copy of the rest per page.
+		r.Tail = r.Tail[pg.PageSegments:]
 	}
-	r.Pages, r.Tail = nilIfEmpty(r.Pages), nilIfEmpty(r.Tail)
+	r.Pages, r.Tail = nilIfEmpty(r.Pages), nilIfEmpty(append([]RemoteSegment(nil), r.Tail...))
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}

@@ -717,7 +717,7 @@ func TestV1UpgradeLarge(t *testing.T) {
 	if got := ch.Root.Totals(); got.Segments != n+1 || got.LastOffset != n*10+9 {
 		t.Fatalf("after the upgrade: %+v", got)
 	}
-	if len(ch.Root.Tail) > 2*DefaultPaging.PageSegments || len(ch.Root.Pages) > 2*DefaultPaging.Fanout*depth(ch.Root) {
+	if len(ch.Root.Tail) >= DefaultPaging.PageSegments || len(ch.Root.Pages) >= DefaultPaging.Fanout*depth(ch.Root) {
 		t.Fatalf("root of %d pages and %d segments", len(ch.Root.Pages), len(ch.Root.Tail))
 	}
 	b, err := EncodeRoot(ch.Root)

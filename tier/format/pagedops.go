@@ -114,12 +114,14 @@ func (r *Root) next(epoch int32) (*Root, error) {
 // budget more steps of paging, validates it and returns the change.
 func (ch *Change) finish(pg Paging, budget int) (*Change, error) {
 	r := ch.Root
+	// A root beyond its bounds (a version 1 list, or a replacement that
+	// grew the tail) is paged all the way down at once.
+	eager := len(r.Tail) > 2*pg.PageSegments
 	for {
 		n := len(r.Pages)
 		fold := n >= pg.Fanout && r.Pages[n-1].Level < maxLevel && sameLevel(r.Pages[n-pg.Fanout:])
 		flush := len(r.Tail) >= pg.PageSegments
-		over := len(r.Tail) > 2*pg.PageSegments
-		if !fold && !flush || budget <= 0 && !over {
+		if !fold && !flush || budget <= 0 && !eager {
 			break
 		}
 		budget--

@@ -725,3 +725,29 @@ func TestV1UpgradeLarge(t *testing.T) {
 		t.Fatalf("root of %d bytes, %v", len(b), err)
 	}
 }
+
+// Scan visits the segments from an offset on, in order, fetching only the
+// pages it goes through.
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	src := newMemPages()
+	r := buildRoot(t, src, 200, testPaging)
+	for _, from := range []int64{-1, 0, 5, 1000, 1995, 2000} {
+		var got []int64
+		src.resetFetches()
+		err := r.Scan(ctx, src, from, func(s *RemoteSegment) (bool, error) {
+			got = append(got, s.BaseOffset)
+			return len(got) < 3, nil
+		})
+		var want []int64
+		for b := max(from, 0) / 10 * 10; b < 2000 && len(want) < 3; b += 10 {
+			want = append(want, b)
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("Scan from %d: %v %v, want %v", from, got, err, want)
+		}
+		if src.fetches > 2*depth(r) {
+			t.Fatalf("Scan from %d for 3 segments fetched %d pages", from, src.fetches)
+		}
+	}
+}

@@ -559,6 +559,48 @@ func walkRefs(ctx context.Context, src PageSource, refs []PageRef, fn func(*Page
 	return nil
 }
 
+// Scan calls fn for the segments ending at or after from, in offset
+// order, until fn returns false or an error. It fetches only the pages
+// that hold such segments, one at a time as it goes.
+func (r *Root) Scan(ctx context.Context, src PageSource, from int64, fn func(*RemoteSegment) (bool, error)) error {
+	_, err := scanRefs(ctx, src, r.Pages, from, fn)
+	if err != nil {
+		return err
+	}
+	for i := range r.Tail {
+		if r.Tail[i].LastOffset < from {
+			continue
+		}
+		if more, err := fn(&r.Tail[i]); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanRefs is Scan over refs; it reports whether to go on.
+func scanRefs(ctx context.Context, src PageSource, refs []PageRef, from int64, fn func(*RemoteSegment) (bool, error)) (bool, error) {
+	i := sort.Search(len(refs), func(i int) bool { return refs[i].LastOffset >= from })
+	for ; i < len(refs); i++ {
+		p, err := src.Page(ctx, refs[i])
+		if err != nil {
+			return false, err
+		}
+		if more, err := scanRefs(ctx, src, p.Pages, from, fn); err != nil || !more {
+			return false, err
+		}
+		for j := range p.Segments {
+			if p.Segments[j].LastOffset < from {
+				continue
+			}
+			if more, err := fn(&p.Segments[j]); err != nil || !more {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
 // CutPrefix returns the log start offset that drops the longest prefix of
 // segments that drop accepts. drop is asked about a whole page first, and
 // a page it accepts is dropped without being fetched; for a page it

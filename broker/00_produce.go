@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -14,17 +15,25 @@ import (
 // Appends each partition's record batches to its log after the segment
 // package has validated them (lengths, magic 2, CRC-32C, record counts,
 // timestamps) and, for idempotent producers, checked their sequence: a
-// retried batch is answered with the offset it got the first time; a gap
-// is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
+// retried batch is answered with the offset it got the first time; a gap,
+// or the same batch twice in one request, is OUT_OF_ORDER_SEQUENCE_NUMBER. Batches are stored as sent, compressed
 // or not.
 //
-// acks=0 gets no response; acks=1 is answered once the leader appended;
+// acks=0 gets no response, and a failed partition closes the connection
+// (as in Kafka); acks=1 is answered once the leader appended;
 // acks=-1 once the high watermark covers the batch and the in-sync
 // replicas number at least min.insync.replicas. Errors are per partition.
 // Unknown topics are auto-created when auto.create.topics.enable is on.
 //
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
 // (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
+//
+// Validation runs before the partition's append lock. Compressed records
+// are checked as they decompress, at most recordCount × max.message.bytes
+// of them: a batch that inflates further is MESSAGE_TOO_LARGE.
+//
+// A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
+// broker may stamp that, and the topic type is always CreateTime.
 //
 // Not done: transactional batches (no transaction coordinator yet: they
 // are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=
@@ -82,9 +91,28 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	}
 	b.metrics.produceLatency.Observe(time.Since(start).Seconds())
 	if r.Acks == 0 {
-		return nil, nil
+		return nil, acksZeroFailure(resp)
 	}
 	return resp, nil
+}
+
+// acksZeroFailure names the partitions of an acks=0 produce that failed.
+// Such a producer reads no response, so, as in Kafka, a failure closes the
+// connection: the producer sees it drop and refreshes its metadata instead
+// of writing on, unaware, to a partition this broker does not lead.
+func acksZeroFailure(resp *kmsg.ProduceResponse) error {
+	var failed []string
+	for _, st := range resp.Topics {
+		for _, sp := range st.Partitions {
+			if sp.ErrorCode != 0 {
+				failed = append(failed, fmt.Sprintf("%s-%d: %s", st.Topic, sp.Partition, kerr.ErrorForCode(sp.ErrorCode)))
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: acks=0 produce failed (%s)", errCloseConn, strings.Join(failed, ", "))
 }
 
 // produceTo appends one partition's batches and fills in sp.

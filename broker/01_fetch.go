@@ -3,7 +3,6 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -20,6 +19,9 @@ import (
 // the broker shuts down), MaxBytes for the response and PartitionMaxBytes
 // per partition; as KIP-74 requires, the first batch of the first
 // non-empty partition is returned whole even when it is larger than both.
+// The response limit is also capped by the broker's FetchMaxBytes (Kafka's
+// fetch.max.bytes, 55 MiB), and a limit of 0 or less means that first
+// batch only, so no request can make one response hold a whole segment.
 // Topics are named (v4-12) or identified by topic id (v13+, KIP-516).
 //
 // Version notes: v4 isolation level and LastStableOffset; v5
@@ -109,10 +111,9 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		}
 	}
 
-	maxBytes := int(r.MaxBytes)
-	if maxBytes <= 0 {
-		maxBytes = 1<<31 - 1
-	}
+	// The broker's cap applies whatever the client asks for; a limit of 0
+	// or less still returns the first batch (below), as in Kafka.
+	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
 	minBytes := int(r.MinBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 
@@ -179,25 +180,17 @@ func checkLeaderEpoch(p *partition, epoch int32) error {
 	return nil
 }
 
-// fetchHeadroom is room in a fetch's buffer beyond its byte limit for one
-// batch read and then cut back: the default max.message.bytes.
-const fetchHeadroom = 1<<20 + 12
-
 // readFetch reads every partition's committed bytes into the connection's
 // scratch buffer, honouring the response and partition byte limits. It
 // returns the bytes read and whether any partition has an error (which
 // ends a long poll, as in Kafka).
+//
+// The buffer grows with the data found, never to the limits up front: a
+// consumer asking for 50 MiB from caught-up partitions gets a few bytes,
+// and must not cost 50 MiB each time it polls. It is the connection's, so
+// a steady consumer reuses the same memory fetch after fetch.
 func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int, anyErr bool) {
-	// Size the buffer for the most this fetch may return, once, rather
-	// than growing it batch by batch (each growth copies and zeroes the
-	// whole response so far). A read past the limit returns its first
-	// batch whole, to be cut back below when it is not the fetch's first;
-	// the headroom keeps that batch from growing the buffer.
-	most := 0
-	for _, fp := range parts {
-		most += max(fp.maxBytes, 0)
-	}
-	buf := slices.Grow(c.scratch[:0], min(most, maxBytes, retainBytes)+fetchHeadroom)
+	buf := c.scratch[:0]
 	first := true
 	for _, fp := range parts {
 		if fp.errorDone {
@@ -226,7 +219,9 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		var err error
 		buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
 		if err != nil && len(buf) == n {
-			if !errors.Is(err, segment.ErrOffsetOutOfRange) {
+			// Corrupt data is logged where it is found, once per segment or
+			// object and interval: a consumer retries it many times a second.
+			if !errors.Is(err, segment.ErrOffsetOutOfRange) && !errors.Is(err, segment.ErrCorruptSegment) {
 				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
 			}
 			fp.setError(err) // Fetch has no error message: only the code goes back

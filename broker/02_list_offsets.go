@@ -16,7 +16,8 @@ import (
 //     data is only there
 //   - -1 latest: the high watermark (the last stable offset under
 //     read_committed, which equals it while there are no transactions)
-//   - -3 max timestamp (KIP-734, v7+): the record with the largest timestamp
+//   - -3 max timestamp (KIP-734, v7+): the first record with the largest
+//     timestamp, in the bucket or the local log
 //   - -4 earliest local (KIP-405, v8+): the local log start offset
 //   - -5 latest tiered (KIP-1005, v9+): the highest offset in the bucket,
 //     -1 when nothing is uploaded
@@ -91,6 +92,21 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		sp.Offset = hw
 	case ts == -3 && version >= 7:
 		mts, off := p.log.MaxTimestamp()
+		// The bucket is asked only when it holds records the local log
+		// no longer has.
+		if b.tier != nil && p.logStartOffset() < p.log.StartOffset() {
+			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+			rts, roff, ok, err := b.tier.MaxTimestamp(ctx, p.bucketName())
+			cancel()
+			if err != nil {
+				return fmt.Errorf("max timestamp in the bucket of %s-%d: %w", topic, rp.Partition, storageError(err))
+			}
+			// On a tie the first record wins, as in Kafka; the bucket's
+			// come before the local log's.
+			if ok && rts >= mts && roff < hw {
+				mts, off = rts, roff
+			}
+		}
 		if off >= 0 && off < hw {
 			sp.Timestamp, sp.Offset = mts, off
 		}

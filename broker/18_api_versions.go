@@ -32,6 +32,8 @@ func (b *Broker) handleApiVersions(req *request) (kmsg.Response, error) {
 		a := apis[k]
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: a.min, MaxVersion: a.max})
 	}
-	b.metrics.countError(kmsg.ApiVersions, resp.ErrorCode)
+	// UNSUPPORTED_VERSION is not counted: every connection of a client
+	// newer than us starts with that probe, and answering it is the
+	// negotiation working, not a failure.
 	return resp, nil
 }

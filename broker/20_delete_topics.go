@@ -13,8 +13,14 @@ import (
 //
 // Deletes topics by name (v1-5) or by name or id (v6+, KIP-516) through the
 // Raft metadata log; the local logs are removed before the response, and
-// long-polling fetches on them are woken. Internal topics cannot be
-// deleted.
+// long-polling fetches on them are woken.
+//
+// Internal topics (__consumer_offsets) cannot be deleted: the answer is
+// TOPIC_AUTHORIZATION_FAILED with a message saying why. Apache Kafka has no
+// check of its own for them (ControllerApis.deleteTopics refuses a topic
+// only through the authorizer), so a Kafka cluster that protects its
+// internal topics refuses with that code; INVALID_REQUEST would tell the
+// client its request was malformed.
 //
 // Version notes: v4 flexible; v5 ErrorMessage; v6 topic ids.
 func init() { register(kmsg.DeleteTopics, 1, 6, (*Broker).handleDeleteTopics) }
@@ -67,7 +73,7 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 				return fmt.Errorf("%w: neither a topic name nor an id", kerr.InvalidRequest)
 			}
 			if t := state.Topics[name]; t.Internal {
-				return fmt.Errorf("%w: %q is an internal topic", kerr.InvalidRequest, name)
+				return fmt.Errorf("%w: %q is an internal topic; it cannot be deleted", kerr.TopicAuthorizationFailed, name)
 			}
 			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 			defer cancel()

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/internal/build"
 	"strata/meta"
 	"strata/tier"
 )
@@ -45,11 +46,17 @@ type Broker struct {
 
 	pids producerIDs
 
+	// reqMem bounds the request bytes held across connections (server.go).
+	reqMem requestMemory
+
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64
+	// collector is the state of the tier's collector goroutine
+	// (broker/tier_collect.go).
+	collector collector
 
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
@@ -65,10 +72,19 @@ type Broker struct {
 		conns      map[net.Conn]struct{}
 		closed     bool
 	}
-	started   bool // Start succeeded; set before any goroutine reads it
+	started bool         // Start succeeded; set before any goroutine reads it
+	unlock  func() error // releases the data dir lock; Close calls it last
+	// ready is set once Start has succeeded: /readyz, served from the
+	// start, reads it (and only then b.meta).
+	ready     atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// testHookStarting, when set by a test, runs in Start before the metadata
+// store opens (the part of start-up that waits for a raft leader), and
+// receives the HTTP listener's address.
+var testHookStarting func(httpAddr net.Addr)
 
 // tp names a partition by topic name and index.
 type tp struct {
@@ -80,6 +96,7 @@ type tp struct {
 // Kafka listener (and the HTTP listener when configured), and returns once
 // the broker accepts connections.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	begun := time.Now()
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -87,17 +104,28 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	b := &Broker{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		logsDir: filepath.Join(cfg.DataDir, "logs"),
+		unlock:  unlock,
 	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	started := false
+	defer func() {
+		if !started {
+			b.Close() // releases whatever was opened, the lock last
+		}
+	}()
 	if err := os.MkdirAll(b.logsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
 	b.mu.partitions = make(map[tp]*partition)
 	b.mu.conns = make(map[net.Conn]struct{})
-	b.ctx, b.cancel = context.WithCancel(context.Background())
 
 	reg := cfg.Registerer
 	gath := cfg.Gatherer
@@ -107,32 +135,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.metrics = newMetrics(reg)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		b.cancel()
-		return nil, fmt.Errorf("kafka listener %s: %w", cfg.Listen, err)
-	}
-	b.ln = ln
-	if err := b.setAdvertised(); err != nil {
-		ln.Close()
-		b.cancel()
-		return nil, err
-	}
-
-	m, err := meta.Open(ctx, meta.Config{
-		NodeID:    cfg.NodeID,
-		Dir:       filepath.Join(cfg.DataDir, "meta"),
-		Bootstrap: true,
-		Logger:    b.log.With("component", "meta"),
-	})
-	if err != nil {
-		b.closeListeners()
-		b.cancel()
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
-	b.meta = m
-	b.pids.store = m
-
+	// HTTP first: probes get an answer (/readyz 503) for as long as the
+	// rest of start-up takes.
 	if cfg.HTTPListen != "" {
 		hl, err := net.Listen("tcp", cfg.HTTPListen)
 		if err != nil {
@@ -148,6 +152,38 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		})
 	}
 
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("kafka listener %s: %w", cfg.Listen, err)
+	}
+	b.ln = ln
+	if err := b.setAdvertised(); err != nil {
+		ln.Close()
+		b.cancel()
+		return nil, err
+	}
+
+	if testHookStarting != nil {
+		testHookStarting(b.httpAddr)
+	}
+	m, err := meta.Open(ctx, meta.Config{
+		NodeID:    cfg.NodeID,
+		Dir:       filepath.Join(cfg.DataDir, "meta"),
+		Bootstrap: true,
+		Logger:    b.log.With("component", "meta"),
+	})
+	if err != nil {
+		b.closeListeners()
+		b.cancel()
+		if other := (*meta.OtherNodeError)(nil); errors.As(err, &other) {
+			return nil, fmt.Errorf("data dir %s holds the data of %s, not of node %d", cfg.DataDir, other.MadeBy(), cfg.NodeID)
+		}
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	b.meta = m
+	b.pids.store = m
+
 	if err := m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack}); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("register broker: %w", err)
@@ -159,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
 	changed := b.meta.Changed() // before the state reconcile reads
-	if err := b.reconcile(); err != nil {
+	if err := b.reconcileAtStart(); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -177,7 +213,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true
-	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr())
+	started = true
+	b.ready.Store(true)
+	// The one start-up summary; each partition's details are at debug.
+	in := build.Current()
+	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr(),
+		"partitions", len(b.partitionList()), "took", time.Since(begun).Round(time.Millisecond),
+		"version", in.Version, "revision", in.ShortRevision())
 	return b, nil
 }
 
@@ -245,6 +287,7 @@ func (b *Broker) closeListeners() {
 // safe to call more than once.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
+		b.ready.Store(false)
 		b.cancel()
 		b.closeListeners()
 		b.mu.Lock()
@@ -274,6 +317,9 @@ func (b *Broker) Close() error {
 			if err := b.meta.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close metadata: %w", err))
 			}
+		}
+		if err := b.unlock(); err != nil {
+			errs = append(errs, fmt.Errorf("unlock data dir: %w", err))
 		}
 		b.closeErr = errors.Join(errs...)
 		if b.started {

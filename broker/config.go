@@ -40,6 +40,18 @@ type Config struct {
 	// MaxRequestBytes refuses larger frames before allocating them
 	// (socket.request.max.bytes).
 	MaxRequestBytes int32
+	// FetchMaxBytes caps every Fetch response, whatever the client asks
+	// for (fetch.max.bytes); the first batch still goes whole (KIP-74).
+	FetchMaxBytes int32
+	// QueuedMaxRequestBytes bounds the bytes of requests being read or
+	// handled across all connections (queued.max.request.bytes): while a
+	// request's announced size does not fit, its connection is not read
+	// from. Zero means DefaultQueuedMaxRequestBytes.
+	QueuedMaxRequestBytes int64
+	// ConnectionsMaxIdle closes a connection that has sent and received
+	// nothing for this long, within a request or between requests
+	// (connections.max.idle.ms). Zero means Kafka's 10 minutes.
+	ConnectionsMaxIdle time.Duration
 	// TopicDefaults are broker-level defaults for topic configs, keyed by
 	// topic config name (e.g. "retention.ms").
 	TopicDefaults map[string]string
@@ -83,6 +95,13 @@ type Config struct {
 const (
 	DefaultListen          = "127.0.0.1:9092"
 	DefaultMaxRequestBytes = 100 << 20
+	// DefaultFetchMaxBytes is Kafka's fetch.max.bytes.
+	DefaultFetchMaxBytes = 55 << 20
+	// DefaultQueuedMaxRequestBytes holds two requests of the maximum
+	// size at once, with room left for everyone else's small ones.
+	DefaultQueuedMaxRequestBytes = 256 << 20
+	// DefaultConnectionsMaxIdle is Kafka's connections.max.idle.ms.
+	DefaultConnectionsMaxIdle = 10 * time.Minute
 	// DefaultOffsetsPartitions is Kafka's offsets.topic.num.partitions.
 	DefaultOffsetsPartitions = 50
 	defaultClusterID         = "strata"
@@ -99,6 +118,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if c.QueuedMaxRequestBytes == 0 {
+		c.QueuedMaxRequestBytes = DefaultQueuedMaxRequestBytes
+	}
+	if c.ConnectionsMaxIdle == 0 {
+		c.ConnectionsMaxIdle = DefaultConnectionsMaxIdle
 	}
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = 10 * time.Second
@@ -144,6 +172,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("max request bytes %d: must be at least 1024", c.MaxRequestBytes)
+	}
+	if c.FetchMaxBytes < 1024 {
+		return fmt.Errorf("fetch max bytes %d: must be at least 1024", c.FetchMaxBytes)
+	}
+	if c.QueuedMaxRequestBytes < 1024 {
+		return fmt.Errorf("queued max request bytes %d: must be at least 1024", c.QueuedMaxRequestBytes)
+	}
+	if c.ConnectionsMaxIdle < 0 {
+		return fmt.Errorf("connections max idle %s: must not be negative", c.ConnectionsMaxIdle)
 	}
 	if c.MaintenanceInterval < 0 || c.FlushInterval < 0 {
 		return errors.New("maintenance and flush intervals must not be negative")

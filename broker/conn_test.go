@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -96,5 +97,92 @@ func TestLongPollDoesNotBlockOthers(t *testing.T) {
 		}
 	case <-time.After(8 * time.Second):
 		t.Fatal("the parked fetch did not wake on new data")
+	}
+}
+
+// writeFrames writes reqs to c in one write, as a client pipelining them
+// would, with correlation ids from corr on.
+func writeFrames(t *testing.T, c net.Conn, corr int32, reqs ...kmsg.Request) {
+	t.Helper()
+	var out []byte
+	for i, r := range reqs {
+		body := encodeRequest(r, corr+int32(i))
+		out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// acksZeroProduce is an acks=0 Produce of one batch to topic/partition.
+func acksZeroProduce(topic string, partition int32) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(apis[req.Key()].max)
+	req.Acks = 0
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = partition
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "fire and forget")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// TestResponseBeforeAcksZeroProduceIsSent: a request pipelined in front of
+// an acks=0 Produce is answered although the Produce itself gets no
+// response; nothing waits in the broker's write buffer for a later
+// request that may never come.
+func TestResponseBeforeAcksZeroProduceIsSent(t *testing.T) {
+	b := testBroker(t, "")
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(apis[av.Key()].max)
+	writeFrames(t, c, 7, av, acksZeroProduce("fire", 0))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := readFrame(t, bufio.NewReader(c))
+	if corr := int32(binary.BigEndian.Uint32(resp)); corr != 7 {
+		t.Fatalf("response has correlation id %d, want 7 (the ApiVersions)", corr)
+	}
+}
+
+// TestAcksZeroFailureClosesConnection: an acks=0 producer gets no response,
+// so Kafka tells it about a failed partition by closing the connection,
+// after which the client refreshes its metadata. Responses to requests
+// pipelined before the failed produce are still delivered; a produce that
+// succeeds leaves the connection open.
+func TestAcksZeroFailureClosesConnection(t *testing.T) {
+	b := testBroker(t, "")
+	createTopic(t, testAdmin(t, b), "fire", 1, nil)
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(apis[av.Key()].max)
+
+	// Success: the connection stays open and serves the next request.
+	writeFrames(t, c, 1, acksZeroProduce("fire", 0), av)
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, rd))); corr != 2 {
+		t.Fatalf("response has correlation id %d, want 2", corr)
+	}
+
+	// Partition 3 of a one-partition topic fails: the ApiVersions before
+	// it is answered, then the connection closes.
+	writeFrames(t, c, 3, av, acksZeroProduce("fire", 3), av)
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, rd))); corr != 3 {
+		t.Fatalf("response has correlation id %d, want 3", corr)
+	}
+	if n, err := rd.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after a failed acks=0 produce: read %d bytes, %v; want the connection closed (EOF)", n, err)
 	}
 }

@@ -1,14 +1,17 @@
 package broker
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/internal/build"
 	"strata/tier"
 )
 
@@ -47,6 +50,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	registerProcessMetrics(reg)
 	f := promauto.With(reg)
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs .. ~13s
 	return &metrics{
@@ -108,6 +112,37 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
+// registerProcessMetrics adds what is the same for every Go service (the
+// runtime's and the process's figures) and strata_build_info, whose labels
+// say which build runs: a constant 1, joined in queries, as Prometheus's
+// own *_build_info series are. A registry that has them already (one
+// shared by several brokers in a process) keeps its own.
+func registerProcessMetrics(reg prometheus.Registerer) {
+	in := build.Current()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "strata_build_info",
+		Help: "Always 1; the labels name the running build's release, commit and Go version.",
+		ConstLabels: prometheus.Labels{
+			"version":   in.Version,
+			"revision":  in.ShortRevision(),
+			"goversion": in.GoVersion,
+		},
+	})
+	info.Set(1)
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		info,
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err) // a programming error, as promauto treats it
+			}
+		}
+	}
+}
+
 // watchTierCache exports the chunk cache's figures, read when scraped.
 func (m *metrics) watchTierCache(stats func() tier.CacheStats) {
 	gauge := func(name, help string, v func(tier.CacheStats) int64) prometheus.Collector {
@@ -129,6 +164,8 @@ func (m *metrics) watchTierCache(stats func() tier.CacheStats) {
 			func(s tier.CacheStats) int64 { return s.DiskWrites }),
 		counter("strata_tier_cache_disk_evictions_total", "Chunks evicted from the on-disk cache.",
 			func(s tier.CacheStats) int64 { return s.DiskEvictions }),
+		counter("strata_tier_corrupt_reads_total", "Remote reads that found bytes failing their checks (CRC-32C, batch structure or offsets), whether or not a fresh download healed them.",
+			func(s tier.CacheStats) int64 { return s.CorruptReads }),
 	)
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -125,4 +127,56 @@ func TestTierCacheMetrics(t *testing.T) {
 		}
 	}
 	value("strata_tier_cache_disk_evictions_total")
+}
+
+// scrape returns b's /metrics page.
+func scrape(t *testing.T, b *Broker) string {
+	t.Helper()
+	resp, err := http.Get("http://" + b.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s %v", resp.Status, err)
+	}
+	return string(body)
+}
+
+// TestApiVersionsProbeIsNotAnError: a client newer than the broker opens
+// every connection with an ApiVersions it cannot serve and retries at v0
+// (KIP-511). That negotiation is the protocol working, so an error-rate
+// alert must not fire for every connection of an up-to-date client.
+func TestApiVersionsProbeIsNotAnError(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) { c.HTTPListen = "127.0.0.1:0" })
+	for range 3 {
+		if av := probeApiVersions(t, b.Addr().String()); av.ErrorCode != kerr.UnsupportedVersion.Code {
+			t.Fatalf("probe answered with error %d", av.ErrorCode)
+		}
+	}
+	body := scrape(t, b)
+	if !strings.Contains(body, `strata_requests_total{api="ApiVersions"} 3`) {
+		t.Errorf("the probes are not counted as requests")
+	}
+	if strings.Contains(body, `strata_request_errors_total{api="ApiVersions"`) {
+		t.Errorf("the probes are counted as errors")
+	}
+}
+
+// TestRuntimeMetrics: /metrics carries what every Go service's dashboards
+// start from (the Go runtime and process collectors) and which build is
+// running, so a scrape tells apart the nodes of a rolling upgrade.
+func TestRuntimeMetrics(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) { c.HTTPListen = "127.0.0.1:0" })
+	body := scrape(t, b)
+	want := []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", `strata_build_info{goversion="` + runtime.Version() + `",revision=`}
+	if runtime.GOOS == "linux" {
+		want = append(want, "process_resident_memory_bytes ", "process_open_fds ")
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %s", w)
+		}
+	}
 }

@@ -42,6 +42,9 @@ type partition struct {
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
 	leaderEpoch atomic.Int32
+	// tier is what the cold tier's goroutines keep for the partition
+	// (broker/tier.go).
+	tier partitionTier
 
 	// waitMu guards waiters: long-poll fetches that want to hear when the
 	// high watermark moves.
@@ -73,9 +76,15 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 // append writes records to the log and advances the high watermark over
 // them. It is the one way in for producers and the group coordinator.
 func (p *partition) append(records []byte) (segment.AppendInfo, error) {
+	// Validation (decompression included) goes first, outside appendMu, so
+	// a costly batch holds up no other producer of the partition.
+	batches, err := p.log.Prepare(records)
+	if err != nil {
+		return segment.AppendInfo{}, err
+	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	info, err := p.log.Append(records, p.leaderEpoch.Load())
+	info, err := p.log.AppendPrepared(batches, p.leaderEpoch.Load())
 	if err == nil && !info.Duplicate {
 		// Under appendMu, so concurrent appends set the gauge in order. A
 		// duplicate appended nothing: the high watermark already covers it.

@@ -240,7 +240,17 @@ func readFrame(t *testing.T, r io.Reader) []byte {
 // our list, rather than a closed connection.
 func TestApiVersionsAboveOurs(t *testing.T) {
 	b := testBroker(t, "")
-	c, err := net.Dial("tcp", b.Addr().String())
+	av := probeApiVersions(t, b.Addr().String())
+	if av.ErrorCode != kerr.UnsupportedVersion.Code || len(av.ApiKeys) == 0 {
+		t.Fatalf("error %d with %d keys", av.ErrorCode, len(av.ApiKeys))
+	}
+}
+
+// probeApiVersions sends ApiVersions at a version above any we serve, as a
+// client newer than the broker does first, and returns the answer.
+func probeApiVersions(t *testing.T, addr string) kmsg.ApiVersionsResponse {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +271,5 @@ func TestApiVersionsAboveOurs(t *testing.T) {
 	if err := av.ReadFrom(resp[4:]); err != nil {
 		t.Fatal(err)
 	}
-	if av.ErrorCode != kerr.UnsupportedVersion.Code || len(av.ApiKeys) == 0 {
-		t.Fatalf("error %d with %d keys", av.ErrorCode, len(av.ApiKeys))
-	}
+	return av
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -77,8 +78,17 @@ func (b *Broker) reconcileLoop(changed <-chan struct{}) {
 // the logs of partitions assigned to this node, closes and deletes those of
 // deleted topics, and applies config changes. It is called from the
 // reconcile loop and, synchronously, by requests that changed the metadata
-// and want their effect visible before they answer.
-func (b *Broker) reconcile() error {
+// and want their effect visible before they answer: so it returns once
+// the manifests of the tiered partitions it opened are read (side by side)
+// or could not be.
+func (b *Broker) reconcile() error { return b.reconcilePartitions(true) }
+
+// reconcileAtStart is Start's reconcile: it leaves the manifests to load
+// in the background, so that the broker serves at once whatever the
+// store's state, each partition fully once its own manifest is in.
+func (b *Broker) reconcileAtStart() error { return b.reconcilePartitions(false) }
+
+func (b *Broker) reconcilePartitions(waitRemote bool) error {
 	b.reconcileMu.Lock()
 	defer b.reconcileMu.Unlock()
 
@@ -98,18 +108,24 @@ func (b *Broker) reconcile() error {
 	var errs []error
 	for _, p := range drop {
 		p.wake()
+		// No upload may run on a log being deleted, nor put objects in
+		// the bucket once its deletion has begun.
+		p.stopTier()
+		if _, exists := st.TopicByID(p.topicID); !exists && b.tier != nil {
+			// The topic is gone, not just moved: its history goes too.
+			// Queued before the local log goes, so a crash in between
+			// still leaves the work recorded.
+			b.queueRemoteDelete(p.bucketName())
+		}
 		if err := p.log.Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.topic, p.index, err))
-		}
-		if _, exists := st.TopicByID(p.topicID); !exists {
-			// The topic is gone, not just moved: its history goes too.
-			b.deleteRemote(p)
 		}
 		b.metrics.forgetPartition(p.topic, p.index)
 		b.log.Info("partition deleted", "topic", p.topic, "partition", p.index)
 	}
 
 	// Open new partitions and apply config changes to open ones.
+	var opened []*partition
 	for key, w := range want {
 		if p := b.partition(key.topic, key.partition); p != nil {
 			// Metadata changes (a producer-id block, another topic) leave
@@ -130,7 +146,7 @@ func (b *Broker) reconcile() error {
 			continue
 		}
 		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
-		b.loadRemote(p)
+		p.tier.ctx, p.tier.stop = context.WithCancel(b.ctx)
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()
@@ -139,6 +155,16 @@ func (b *Broker) reconcile() error {
 		}
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
+		opened = append(opened, p)
+	}
+	// Served at once: a tiered partition answers what needs its
+	// manifest with a retriable error until the manifest is in.
+	loaded := b.loadRemotes(opened)
+	if waitRemote {
+		select {
+		case <-loaded:
+		case <-b.ctx.Done():
+		}
 	}
 	return errors.Join(errs...)
 }

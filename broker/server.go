@@ -2,12 +2,15 @@ package broker
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -85,10 +88,13 @@ type conn struct {
 	w      *bufio.Writer
 	remote string
 
-	// body is reused across requests: a connection handles one request at
-	// a time, and no handler keeps a reference to it after its response is
-	// written.
+	// body is reused across requests while it stays small (retainBody): a
+	// connection handles one request at a time, and no handler keeps a
+	// reference to it after its response is written.
 	body []byte
+	// reserved is what the request being handled holds of the broker's
+	// request memory (reqMem), released once its response is written.
+	reserved int64
 	// scratch holds a fetch response's record bytes and out the encoded
 	// response, both reused from one request to the next: a consumer's
 	// connection fetches over and over, and reusing its buffers spares
@@ -105,22 +111,45 @@ type conn struct {
 // less for most consumers).
 const retainBytes = 128 << 20
 
+// A request body starts at minBodyAlloc bytes and doubles as its bytes
+// arrive, never beyond the announced size: a client that announces 100
+// MiB and sends 6 bytes costs 64 KiB, not 100 MiB. A body buffer of up to
+// retainBody bytes is kept for the connection's next request, which covers
+// producers' usual requests; larger ones are let go after use, so an idle
+// connection does not pin the memory of its largest request.
+const (
+	minBodyAlloc = 64 << 10
+	retainBody   = 1 << 20
+)
+
 var errFrameTooLarge = errors.New("frame larger than the maximum request size")
+
+// errCloseConn marks a handler error that closes the connection as the
+// protocol's answer (a failed acks=0 produce), not because the client sent
+// something bad: responses already buffered are sent first, and it is not
+// counted as a bad request.
+var errCloseConn = errors.New("closing the connection to signal an error")
 
 func (b *Broker) serveConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	ic := idleConn{Conn: nc, idle: b.cfg.ConnectionsMaxIdle}
 	c := &conn{
 		b:      b,
 		nc:     nc,
-		r:      bufio.NewReaderSize(nc, 64<<10),
-		w:      bufio.NewWriterSize(nc, 64<<10),
+		r:      bufio.NewReaderSize(ic, 64<<10),
+		w:      bufio.NewWriterSize(ic, 64<<10),
 		remote: nc.RemoteAddr().String(),
 	}
+	defer c.release()
 	for {
 		req, err := c.readRequest()
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+				b.log.Info("closing idle connection", "remote", c.remote, "idle", b.cfg.ConnectionsMaxIdle, "err", err)
+				return
+			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && b.ctx.Err() == nil {
 				b.log.Warn("closing connection", "remote", c.remote, "err", err)
 				b.metrics.badRequests.Inc()
@@ -128,20 +157,29 @@ func (b *Broker) serveConn(nc net.Conn) {
 			return
 		}
 		resp, err := b.handle(req)
+		if errors.Is(err, errCloseConn) {
+			b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
+			c.w.Flush()
+			return
+		}
 		if err != nil {
 			b.log.Warn("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.kreq.Key()), "version", req.kreq.GetVersion(), "err", err)
 			b.metrics.badRequests.Inc()
 			return
 		}
-		if resp == nil { // acks=0 produce: no response at all
-			continue
+		if resp != nil { // nil: acks=0 produce, no response at all
+			if err := c.writeResponse(req, resp); err != nil {
+				return
+			}
 		}
-		if err := c.writeResponse(req, resp); err != nil {
-			return
-		}
+		// The request is done with: its memory is free for others before
+		// the flush, which waits for the client.
+		c.release()
 		// Flush once no further request is already waiting, so pipelined
-		// requests share one write.
-		if c.r.Buffered() == 0 {
+		// requests share one write. This holds after an acks=0 produce
+		// too: a response buffered before it must not wait for a request
+		// the client may never send.
+		if c.r.Buffered() == 0 && c.w.Buffered() > 0 {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
@@ -149,9 +187,23 @@ func (b *Broker) serveConn(nc net.Conn) {
 	}
 }
 
+// release gives back the request memory of the request just answered and
+// lets its body buffer go when it is large.
+func (c *conn) release() {
+	if c.reserved > 0 {
+		c.b.reqMem.release(c.reserved)
+		c.reserved = 0
+	}
+	if cap(c.body) > retainBody {
+		c.body = nil
+	}
+}
+
 // readRequest reads and decodes one frame. A frame above the configured
 // maximum is refused before its body is allocated; a frame that does not
-// decode closes the connection.
+// decode closes the connection. The frame's announced size is reserved
+// from the broker's request memory before its body is read, and stays
+// reserved until release.
 func (c *conn) readRequest() (*request, error) {
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(c.r, sizeBuf[:]); err != nil {
@@ -167,15 +219,150 @@ func (c *conn) readRequest() (*request, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("frame of %d bytes is shorter than a request header", size)
 	}
-	if cap(c.body) < int(size) {
-		c.body = make([]byte, size)
+	if err := c.reserve(int64(size)); err != nil {
+		return nil, err
 	}
-	body := c.body[:size]
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, fmt.Errorf("truncated frame: %w", err)
+	body, err := c.readBody(int(size))
+	if err != nil {
+		return nil, err
 	}
 	c.b.metrics.bytesIn.Add(float64(size) + 4)
 	return decodeRequest(body, c)
+}
+
+// reserve takes size bytes of the broker's request memory for the request
+// about to be read. While they are not available the connection reads
+// nothing, so what the client sends waits in the kernel's buffers and then
+// in the client, not in the broker. A connection that cannot get them
+// within the idle timeout is closed like an idle one.
+func (c *conn) reserve(size int64) error {
+	limit := c.b.cfg.QueuedMaxRequestBytes
+	if c.b.reqMem.tryAcquire(size, limit) {
+		c.reserved = size
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(c.b.ctx, c.b.cfg.ConnectionsMaxIdle)
+	defer cancel()
+	if err := c.b.reqMem.acquire(ctx, size, limit); err != nil {
+		return fmt.Errorf("waiting for %d bytes of request memory: %w", size, err)
+	}
+	c.reserved = size
+	return nil
+}
+
+// readBody reads a body of size bytes into a buffer that grows as the
+// bytes arrive.
+func (c *conn) readBody(size int) ([]byte, error) {
+	body := c.body[:0]
+	for len(body) < size {
+		var err error
+		if len(body) == cap(body) {
+			// Grow once there are bytes to fill the room, so a client
+			// that stalls at a power of two is not given twice what it
+			// sent.
+			if _, err = c.r.Peek(1); err == nil {
+				grown := make([]byte, len(body), min(size, max(2*cap(body), minBodyAlloc)))
+				copy(grown, body)
+				body = grown
+				c.body = body
+			}
+		}
+		if err == nil {
+			var n int
+			n, err = c.r.Read(body[len(body):min(cap(body), size)])
+			body = body[:len(body)+n]
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("truncated frame: %d of %d bytes: %w", len(body), size, err)
+		}
+	}
+	return body, nil
+}
+
+// idleConn puts a deadline of the idle timeout on every read and write,
+// so a connection that makes no progress for that long, between requests
+// or within one, is closed (connections.max.idle.ms). Handling a request
+// is not idleness: no read or write is pending meanwhile.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(p []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(p)
+}
+
+func (c idleConn) Write(p []byte) (int, error) {
+	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
+
+// requestMemory bounds the bytes of requests being read or handled across
+// all connections (queued.max.request.bytes). Reservations are of the
+// announced size, taken before a body is read: a body never grows beyond
+// it, so what the broker holds stays under the bound however slowly the
+// clients send. A reservation that does not fit waits, while smaller ones
+// that fit go ahead: a few stalled large requests must not stop everyone
+// else's small ones. The zero value is ready to use.
+type requestMemory struct {
+	// mu guards used and freed.
+	mu struct {
+		sync.Mutex
+		used int64
+		// freed is closed, and replaced, whenever memory is released.
+		freed chan struct{}
+	}
+}
+
+// tryAcquire reserves n bytes if they fit under limit. A request larger
+// than the limit is admitted when nothing else is reserved, so a limit
+// below the maximum request size slows such requests down rather than
+// refusing them.
+func (m *requestMemory) tryAcquire(n, limit int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.used > 0 && m.mu.used+n > limit {
+		return false
+	}
+	m.mu.used += n
+	return true
+}
+
+// acquire reserves n bytes, waiting until they fit or ctx is done.
+func (m *requestMemory) acquire(ctx context.Context, n, limit int64) error {
+	for {
+		m.mu.Lock()
+		if m.mu.used == 0 || m.mu.used+n <= limit {
+			m.mu.used += n
+			m.mu.Unlock()
+			return nil
+		}
+		if m.mu.freed == nil {
+			m.mu.freed = make(chan struct{})
+		}
+		freed := m.mu.freed
+		m.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives back n bytes and wakes the waiters.
+func (m *requestMemory) release(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mu.used -= n
+	if m.mu.freed != nil {
+		close(m.mu.freed)
+		m.mu.freed = nil
+	}
 }
 
 // decodeRequest parses a request header and body. It is separate from the

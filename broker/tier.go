@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -36,9 +37,13 @@ type TierConfig struct {
 	// partition's data still reaches the bucket (default 10 minutes).
 	IdleUpload time.Duration
 	// OrphanGrace is how old an unreferenced object must be before the
-	// collector deletes it (default 1 hour); CollectInterval is how often
-	// the collector runs (default 10 minutes).
+	// collector deletes it (default 1 hour); CollectInterval is how long
+	// one collection pass over the partitions that need one is spread
+	// over (default 10 minutes).
 	OrphanGrace, CollectInterval time.Duration
+	// Now is the clock of the orphan grace and of the collector's record
+	// of when objects were dropped; nil is time.Now.
+	Now func() time.Time
 	// LocalDiskLimit: when the hosted logs exceed this many bytes (uploads
 	// are behind, e.g. the store is down), produce fails with a retriable
 	// error instead of filling the disk. Zero means no limit.
@@ -57,6 +62,9 @@ func (c TierConfig) withDefaults() TierConfig {
 	}
 	if c.CollectInterval <= 0 {
 		c.CollectInterval = 10 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -80,13 +88,46 @@ func (b *Broker) openTier() error {
 		ReadAhead:   b.cfg.Tier.ReadAhead,
 		ReadWorkers: b.cfg.Tier.ReadWorkers,
 		Logger:      b.log.With("component", "tier"),
+		Now:         b.cfg.Tier.Now,
 	})
 	if err != nil {
 		return err
 	}
 	b.tier = t
 	b.metrics.watchTierCache(t.CacheStats)
+	if err := b.collector.init(filepath.Join(b.cfg.DataDir, "tier-deletes"), b.cfg.Tier.CollectInterval); err != nil {
+		return err
+	}
 	return nil
+}
+
+// partitionTier is what the tier's goroutines keep for one partition.
+type partitionTier struct {
+	// ctx is cancelled when the partition is dropped (its topic deleted
+	// or moved away) or the broker closes; uploads run under it.
+	ctx  context.Context
+	stop context.CancelFunc
+	// mu is held for a whole upload pass of the partition. Once ctx is
+	// cancelled, taking mu waits for the pass under way, and no pass
+	// starts after that.
+	mu sync.Mutex
+	// manifest, under mu, is the manifest as of the last pass, nil when
+	// it must be asked of the tier again (at first, and after a failure).
+	// Keeping it lets a pass with nothing to upload leave the tier's
+	// partition lock alone, which the collector may hold for a while.
+	manifest *format.Manifest
+}
+
+// stopTier stops p's uploads and returns once none is under way, so that
+// nothing of p reaches the bucket after its local log or its bucket
+// objects are deleted.
+func (p *partition) stopTier() {
+	if p.tier.stop == nil {
+		return
+	}
+	p.tier.stop()
+	p.tier.mu.Lock()
+	p.tier.mu.Unlock() // empty on purpose: taking mu is waiting for the pass
 }
 
 // topicPartition names p in the bucket.
@@ -117,23 +158,20 @@ func (b *Broker) tiers(configs map[string]string, internal bool) bool {
 }
 
 // tierLoop uploads closed segments of the partitions this broker leads,
-// applies local retention once they are safe in the bucket, keeps the
-// local-disk figure that produce backpressure reads, and runs the orphan
-// collector.
+// applies local retention once they are safe in the bucket, and keeps the
+// local-disk figure that produce backpressure reads. It starts the
+// collector on a goroutine of its own (collectLoop), so that collection,
+// however slow, never holds uploads back.
 func (b *Broker) tierLoop() {
-	cfg := b.cfg.Tier
-	upload := time.NewTicker(cfg.UploadInterval)
+	b.goFunc(b.collectLoop)
+	upload := time.NewTicker(b.cfg.Tier.UploadInterval)
 	defer upload.Stop()
-	collect := time.NewTicker(cfg.CollectInterval)
-	defer collect.Stop()
 	for {
 		select {
 		case <-b.ctx.Done():
 			return
 		case <-upload.C:
 			b.uploadPass()
-		case <-collect.C:
-			b.collectPass()
 		}
 	}
 }
@@ -142,10 +180,16 @@ func (b *Broker) uploadPass() {
 	var local int64
 	for _, p := range b.partitionList() {
 		if b.remoteEnabled(p) {
-			if err := b.uploadPartition(p); err != nil && b.ctx.Err() == nil {
+			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
+				// A failed PUT may have been applied all the same, and
+				// a segment object may be left without its manifest.
+				b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
 			}
+			// Set whether or not the pass worked: during an outage the log
+			// end keeps growing and the lag is how operators see it.
+			b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-max(p.remoteEnd.Load(), 0))
 		}
 		local += p.log.Size()
 	}
@@ -157,12 +201,21 @@ func (b *Broker) uploadPass() {
 // one the manifest is published and only then may local retention delete
 // the local copy.
 func (b *Broker) uploadPartition(p *partition) error {
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	p.tier.mu.Lock()
+	defer p.tier.mu.Unlock()
+	if p.tier.ctx.Err() != nil {
+		return nil // dropped: see stopTier
+	}
+	ctx, cancel := context.WithTimeout(p.tier.ctx, 5*time.Minute)
 	defer cancel()
 	tp := p.bucketName()
-	m, err := b.tier.Manifest(ctx, tp)
-	if err != nil {
-		return err
+	m := p.tier.manifest
+	p.tier.manifest = nil // until this pass succeeds
+	if m == nil {
+		var err error
+		if m, err = b.tier.Manifest(ctx, tp); err != nil {
+			return err
+		}
 	}
 	p.setRemote(m)
 	if _, err := p.log.RollIfOlder(b.cfg.Tier.IdleUpload); err != nil {
@@ -186,14 +239,17 @@ func (b *Broker) uploadPartition(p *partition) error {
 			return err
 		}
 		p.setRemote(m)
+		// The previous manifest is superseded: the collector will have it.
+		b.collector.dropped(tp, b.cfg.Tier.Now())
 		b.metrics.tierUploads.Inc()
 		b.metrics.tierUploadBytes.Add(float64(seg.Size))
 		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
 	}
-	b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-m.EndOffset())
-	if err := b.applyRetention(ctx, p, m); err != nil {
+	m, err = b.applyRetention(ctx, p, m)
+	if err != nil {
 		return err
 	}
+	p.tier.manifest = m
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
 	}
@@ -219,20 +275,70 @@ func (p *partition) setRemote(m *format.Manifest) {
 // retriable, so clients wait instead of being sent to the wrong offset.
 var errRemoteUnknown = fmt.Errorf("%w: the partition's state in the object store is not loaded yet", kerr.KafkaStorageError)
 
-// loadRemote reads p's manifest when p is opened, so that its log start is
-// right from the first request. On failure the upload loop tries again.
-func (b *Broker) loadRemote(p *partition) {
-	if !b.remoteEnabled(p) {
-		p.remoteKnown.Store(true)
-		return
+// manifestLoaders bounds the manifests read at once when partitions open
+// (at start-up, all of them): enough to overlap the store's latency, few
+// enough not to set off its request throttling.
+const manifestLoaders = 16
+
+// loadRemotes reads the manifests of the tiered partitions among ps in the
+// background, manifestLoaders at a time, so that opening partitions (a
+// start-up among them) never waits for the bucket and each partition's
+// log start is known as soon as its own manifest is in. A manifest that
+// could not be read is read again by the upload loop. The channel returned
+// is closed once every read has ended.
+func (b *Broker) loadRemotes(ps []*partition) <-chan struct{} {
+	done := make(chan struct{})
+	var tiered []*partition
+	for _, p := range ps {
+		if b.remoteEnabled(p) {
+			tiered = append(tiered, p)
+		} else {
+			p.remoteKnown.Store(true)
+		}
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	if len(tiered) == 0 {
+		close(done)
+		return done
+	}
+	b.goFunc(func() {
+		defer close(done)
+		sem := make(chan struct{}, manifestLoaders)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for _, p := range tiered {
+			select {
+			case sem <- struct{}{}:
+			case <-b.ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				b.loadRemote(p)
+			})
+		}
+	})
+	return done
+}
+
+// loadRemote reads p's manifest, so that its log start is right. It holds
+// p's upload lock, so that a manifest it read never replaces a newer one
+// an upload has just published.
+func (b *Broker) loadRemote(p *partition) {
+	p.tier.mu.Lock()
+	defer p.tier.mu.Unlock()
+	if p.tier.ctx.Err() != nil || p.remoteKnown.Load() {
+		return // dropped, or the upload loop got there first
+	}
+	ctx, cancel := context.WithTimeout(p.tier.ctx, 10*time.Second)
 	defer cancel()
 	m, err := b.tier.Manifest(ctx, p.bucketName())
 	if err != nil {
-		b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		if p.tier.ctx.Err() == nil {
+			b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		}
 		return
 	}
+	p.tier.manifest = m
 	p.setRemote(m)
 }
 
@@ -280,41 +386,6 @@ func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int
 	return out, err
 }
 
-// collectPass removes orphaned objects of the partitions this broker leads.
-func (b *Broker) collectPass() {
-	for _, p := range b.partitionList() {
-		if !b.remoteEnabled(p) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-		n, err := b.tier.CollectOrphans(ctx, p.bucketName(), b.cfg.Tier.OrphanGrace)
-		cancel()
-		if err != nil && b.ctx.Err() == nil {
-			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
-		}
-		b.metrics.tierOrphansDeleted.Add(float64(n))
-	}
-}
-
-// deleteRemote removes a deleted topic's partition from the bucket.
-//
-// It runs in the background: DeleteTopics answers once the metadata and
-// the local logs are gone, and a slow or unreachable store does not hold
-// the request (objects it could not delete are reported and stay, outside
-// any manifest).
-func (b *Broker) deleteRemote(p *partition) {
-	if b.tier == nil {
-		return
-	}
-	b.goFunc(func() {
-		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-		defer cancel()
-		if err := b.tier.DeletePartition(ctx, p.bucketName()); err != nil {
-			b.log.Warn("delete partition from the bucket", "topic", p.topic, "partition", p.index, "err", err)
-		}
-	})
-}
-
 // tierSegmentConfig adds the tiering settings of a topic to its log
 // config: a tiered log deletes locally only what is uploaded, bounded by
 // local.retention.* (-2: follow retention.*).
@@ -347,14 +418,16 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 // applyRetention enforces retention.bytes and retention.ms on the whole
 // log of a tiered partition: the bucket's oldest segments go first (the
 // manifest's log start moves; the objects follow after the orphan grace).
-func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) error {
+//
+// It returns the manifest that holds afterwards.
+func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) (*format.Manifest, error) {
 	if len(m.Segments) == 0 {
-		return nil
+		return m, nil
 	}
 	cfg := p.settings.Load().log
-	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs}
+	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LeaderEpoch: p.leaderEpoch.Load()}
 	if r.Bytes < 0 && r.Age < 0 {
-		return nil
+		return m, nil
 	}
 	if r.Bytes >= 0 {
 		// The local bytes count toward the size bound only: listing the
@@ -363,7 +436,7 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 		local := p.log.Size()
 		segs, err := p.log.ClosedSegments(0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, s := range segs {
 			if s.EndOffset <= m.EndOffset() {
@@ -374,16 +447,18 @@ func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Man
 	}
 	start, err := b.tier.ApplyRetention(ctx, p.bucketName(), r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if start != m.LogStartOffset {
+		// Segments left the manifest: theirs to delete after the grace.
+		b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
 		m, err = b.tier.Manifest(ctx, p.bucketName())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.setRemote(m)
 	}
-	return nil
+	return m, nil
 }
 
 // prefetchRemote starts the bucket reads of every partition of a fetch

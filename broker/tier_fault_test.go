@@ -193,6 +193,21 @@ type crashStore struct {
 var errCrashed = errors.New("test: the broker crashed")
 
 func (s *crashStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.write(key); err != nil {
+		return err
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+// Create is how manifests are published.
+func (s *crashStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.write(key); err != nil {
+		return err
+	}
+	return s.Store.Create(ctx, key, r, size)
+}
+
+func (s *crashStore) write(key string) error {
 	if s.crashed.Load() {
 		return errCrashed
 	}
@@ -206,7 +221,7 @@ func (s *crashStore) Put(ctx context.Context, key string, r io.ReaderAt, size in
 		}
 		s.lastSegment.Store(&key)
 	}
-	return s.Store.Put(ctx, key, r, size)
+	return nil
 }
 
 func (s *crashStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {

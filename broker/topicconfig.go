@@ -22,8 +22,8 @@ type topicConfigDef struct {
 
 var topicConfigs = map[string]topicConfigDef{
 	"cleanup.policy":                  {def: "delete", validate: oneOfList("delete", "compact"), doc: "delete or compact (compaction runs on the cold tier)"},
-	"retention.ms":                    {def: "604800000", validate: longAtLeast(-1), doc: "whole-log time bound, -1 unlimited"},
-	"retention.bytes":                 {def: "-1", validate: longAtLeast(-1), doc: "whole-log size bound per partition, -1 unlimited"},
+	"retention.ms":                    {def: "604800000", validate: longAtLeast(-1), doc: "whole-log time bound, -1 unlimited, 0 keeps no closed segment"},
+	"retention.bytes":                 {def: "-1", validate: longAtLeast(-1), doc: "whole-log size bound per partition, -1 unlimited, 0 keeps no closed segment"},
 	"local.retention.ms":              {def: "-2", validate: longAtLeast(-2), doc: "hot-tier time bound, -2 follows retention.ms"},
 	"local.retention.bytes":           {def: "-2", validate: longAtLeast(-2), doc: "hot-tier size bound, -2 follows retention.bytes"},
 	"remote.storage.enable":           {def: "true", validate: isBool, doc: "tier closed segments to the object store"},
@@ -33,8 +33,8 @@ var topicConfigs = map[string]topicConfigDef{
 	"index.interval.bytes":            {def: "4096", validate: intAtLeast(0), doc: "bytes between offset index entries"},
 	"max.message.bytes":               {def: "1048588", validate: intAtLeast(0), doc: "largest record batch accepted"},
 	"message.timestamp.type":          {def: "CreateTime", validate: oneOf("CreateTime"), doc: "only CreateTime is supported"},
-	"message.timestamp.before.max.ms": {def: "9223372036854775807", validate: longAtLeast(0), doc: "reject records older than now minus this"},
-	"message.timestamp.after.max.ms":  {def: "3600000", validate: longAtLeast(0), doc: "reject records newer than now plus this"},
+	"message.timestamp.before.max.ms": {def: "9223372036854775807", validate: longAtLeast(0), doc: "reject records older than now minus this (0: any before now)"},
+	"message.timestamp.after.max.ms":  {def: "3600000", validate: longAtLeast(0), doc: "reject records newer than now plus this (0: any after now)"},
 	"min.insync.replicas":             {def: "1", validate: intAtLeast(1), doc: "acks=all needs this many in-sync replicas"},
 	"unclean.leader.election.enable":  {def: "false", validate: isBool, doc: "elect an out-of-sync replica when no in-sync one is left"},
 	"delete.retention.ms":             {def: "86400000", validate: longAtLeast(0), doc: "how long compaction keeps tombstones"},
@@ -136,7 +136,10 @@ func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment
 		MaxBatchBytes:      int(num("max.message.bytes")),
 		TimestampBeforeMax: ms("message.timestamp.before.max.ms"),
 		TimestampAfterMax:  ms("message.timestamp.after.max.ms"),
-		Logger:             b.log,
+		// Every value above is resolved here, Kafka's default included, so
+		// a 0 is the topic's 0 (retention.ms=0 deletes every closed segment).
+		Explicit: true,
+		Logger:   b.log,
 	}
 	if cfg.IndexIntervalBytes == 0 {
 		cfg.IndexIntervalBytes = 1 // every batch

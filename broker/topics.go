@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -31,6 +32,22 @@ func validateTopicName(name string) error {
 		}
 	}
 	return nil
+}
+
+// collidingTopic returns an existing topic whose name equals name once
+// '.' and '_' are treated alike, as Kafka refuses such pairs: metric
+// names replace '.' with '_', so a.b and a_b would share their series.
+func (b *Broker) collidingTopic(name string) (string, bool) {
+	if !strings.ContainsAny(name, "._") {
+		return "", false
+	}
+	key := strings.ReplaceAll(name, ".", "_")
+	for other := range b.meta.State().Topics {
+		if other != name && strings.ReplaceAll(other, ".", "_") == key {
+			return other, true
+		}
+	}
+	return "", false
 }
 
 // topicCreate is a request to create one topic, from CreateTopics or from
@@ -71,6 +88,9 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 	}
 	if _, exists := b.topicByName(c.name); exists {
 		return nil, fmt.Errorf("%w: topic %q already exists", kerr.TopicAlreadyExists, c.name)
+	}
+	if other, ok := b.collidingTopic(c.name); ok {
+		return nil, fmt.Errorf("%w: topic %q collides with existing topic %q ('.' and '_' are the same in metric names)", kerr.InvalidTopicException, c.name, other)
 	}
 	if c.validateOnly {
 		return &meta.Topic{Name: c.name, Configs: c.configs}, nil

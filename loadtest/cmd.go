@@ -19,9 +19,28 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 )
 
+// DefaultBootstrap is --bootstrap's default when Options name none.
+const DefaultBootstrap = "127.0.0.1:9092"
+
+// Options adapt the command tree to the binary that mounts it. The zero
+// value is fine.
+type Options struct {
+	// Bootstrap replaces DefaultBootstrap as --bootstrap's default: the
+	// binary passes what its environment names (STRATA_BOOTSTRAP for
+	// strata), so that loadtest finds the broker every other verb finds.
+	Bootstrap string
+	// BootstrapEnv names that environment variable for --help.
+	BootstrapEnv string
+}
+
 // Command returns the `loadtest` command with its produce, consume and e2e
 // subcommands, for cmd/strata to mount.
-func Command() *cobra.Command {
+//
+// Bad flag values are reported through cobra's flag error function, as
+// unknown flags and unparsable values are: a binary that sets one on its
+// root command (SetFlagErrorFunc) classifies every usage error of loadtest
+// the same way, for its exit status and --help hint.
+func Command(opts Options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Generate load against any Kafka-protocol broker and check what comes back",
@@ -35,8 +54,14 @@ on stdout; progress goes to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	c.AddCommand(produceCommand(), consumeCommand(), e2eCommand(), kfakeCommand())
+	c.AddCommand(produceCommand(opts), consumeCommand(opts), e2eCommand(opts), kfakeCommand())
 	return c
+}
+
+// usage reports err, a bad flag value found after parsing, as cobra
+// reports the ones it finds itself.
+func usage(cmd *cobra.Command, err error) error {
+	return cmd.FlagErrorFunc()(cmd, err)
 }
 
 // commonFlags are the flags every subcommand has.
@@ -50,8 +75,15 @@ type commonFlags struct {
 	json      bool
 }
 
-func (f *commonFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.bootstrap, "bootstrap", "127.0.0.1:9092", "broker addresses, `HOST:PORT[,...]`")
+func (f *commonFlags) register(fs *pflag.FlagSet, opts Options) {
+	def, help := opts.Bootstrap, "broker addresses, `HOST:PORT[,...]`"
+	if def == "" {
+		def = DefaultBootstrap
+	}
+	if opts.BootstrapEnv != "" {
+		help += " (env " + opts.BootstrapEnv + ")"
+	}
+	fs.StringVar(&f.bootstrap, "bootstrap", def, help)
 	fs.StringVar(&f.topic, "topic", "loadtest", "topic")
 	fs.Int64Var(&f.records, "records", 0, "stop after this many records")
 	fs.DurationVar(&f.duration, "duration", 0, "stop after this long")
@@ -89,15 +121,17 @@ type produceFlags struct {
 	topicConfigs  []string
 }
 
-func (f *produceFlags) register(fs *pflag.FlagSet) {
-	f.commonFlags.register(fs)
+func (f *produceFlags) register(fs *pflag.FlagSet, opts Options) {
+	f.commonFlags.register(fs, opts)
 	fs.IntVar(&f.size, "size", 1024, "value size in bytes")
 	fs.Int64Var(&f.keySpace, "key-space", 0, "number of distinct keys (0: no keys)")
 	fs.IntVar(&f.producers, "producers", 1, "producer clients")
 	fs.Float64Var(&f.rate, "rate", 0, "target records/s over all producers (0: as fast as possible)")
 	fs.Float64Var(&f.rateMB, "rate-mb", 0, "target MiB/s of keys and values over all producers")
 	fs.StringVar(&f.acks, "acks", "all", "acks: 0, 1 or all")
-	fs.BoolVar(&f.idempotent, "idempotent", true, "idempotent producer (needs --acks all; off by default with other acks)")
+	// The default depends on --acks, so the flag's own default is false
+	// (which --help does not print) and config decides.
+	fs.BoolVar(&f.idempotent, "idempotent", false, "idempotent producer; on unless given --acks 0 or 1, which it cannot be used with")
 	fs.StringVar(&f.compression, "compression", "none", "none, gzip, snappy, lz4 or zstd")
 	fs.DurationVar(&f.linger, "linger", 5*time.Millisecond, "how long a batch waits for more records (Kafka's default linger.ms)")
 	fs.Int32Var(&f.batchMaxBytes, "batch-max-bytes", 0, "largest record batch (0: client default, 1 MB)")
@@ -134,8 +168,9 @@ func (f *produceFlags) config(fs *pflag.FlagSet) (ProduceConfig, error) {
 	}
 	// Idempotence is on by default but only possible with acks=all, so a
 	// bare --acks 1 turns it off rather than failing.
-	if acks, err := parseAcks(f.acks); err == nil && acks != -1 && !fs.Changed("idempotent") {
-		cfg.Idempotent = false
+	if !fs.Changed("idempotent") {
+		acks, err := parseAcks(f.acks)
+		cfg.Idempotent = err == nil && acks == -1
 	}
 	if len(f.topicConfigs) > 0 {
 		cfg.TopicConfigs = make(map[string]string, len(f.topicConfigs))
@@ -150,7 +185,7 @@ func (f *produceFlags) config(fs *pflag.FlagSet) (ProduceConfig, error) {
 	return cfg, nil
 }
 
-func produceCommand() *cobra.Command {
+func produceCommand(opts Options) *cobra.Command {
 	var f produceFlags
 	c := &cobra.Command{
 		Use:   "produce",
@@ -161,8 +196,11 @@ func produceCommand() *cobra.Command {
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(cmd.Flags())
+			if err == nil {
+				err = cfg.validate()
+			}
 			if err != nil {
-				return fmt.Errorf("loadtest produce: %w", err)
+				return usage(cmd, fmt.Errorf("loadtest produce: %w", err))
 			}
 			return runCommand(cmd, "produce", &f.commonFlags,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
@@ -171,11 +209,11 @@ func produceCommand() *cobra.Command {
 				})
 		},
 	}
-	f.register(c.Flags())
+	f.register(c.Flags(), opts)
 	return c
 }
 
-func consumeCommand() *cobra.Command {
+func consumeCommand(opts Options) *cobra.Command {
 	var (
 		f     commonFlags
 		from  string
@@ -189,7 +227,8 @@ the producer runs at the same time on the same host).
 
 With --verify, every record written by "produce --verify" with the same --seed
 is checked: missing, duplicated, corrupt and out-of-order records make the
-command fail. A verifying consumer stops by itself once it has read up to the
+command fail. Records other clients wrote to the topic are skipped and counted
+in one line. A verifying consumer stops by itself once it has read up to the
 end offsets it saw at start and every producer's end markers; give --duration
 as a timeout.`,
 		Example:      `  strata loadtest consume --bootstrap 127.0.0.1:9092 --topic t --verify --duration 1m`,
@@ -206,6 +245,9 @@ as a timeout.`,
 				Verify:    f.verify,
 				Seed:      f.seed,
 			}
+			if err := cfg.validate(); err != nil {
+				return usage(cmd, fmt.Errorf("loadtest consume: %w", err))
+			}
 			return runCommand(cmd, "consume", &f,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
@@ -213,13 +255,13 @@ as a timeout.`,
 				})
 		},
 	}
-	f.register(c.Flags())
+	f.register(c.Flags(), opts)
 	c.Flags().StringVar(&from, "from", "earliest", "where to start without a committed offset: earliest, latest or an RFC 3339 time")
 	c.Flags().StringVar(&group, "group", "", "consume in this consumer group")
 	return c
 }
 
-func e2eCommand() *cobra.Command {
+func e2eCommand(opts Options) *cobra.Command {
 	var (
 		f     produceFlags
 		drain time.Duration
@@ -233,10 +275,13 @@ func e2eCommand() *cobra.Command {
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pcfg, err := f.config(cmd.Flags())
-			if err != nil {
-				return fmt.Errorf("loadtest e2e: %w", err)
-			}
 			cfg := E2EConfig{ProduceConfig: pcfg, Drain: drain}
+			if err == nil {
+				err = cfg.validate()
+			}
+			if err != nil {
+				return usage(cmd, fmt.Errorf("loadtest e2e: %w", err))
+			}
 			return runCommand(cmd, "e2e", &f.commonFlags,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
@@ -244,7 +289,7 @@ func e2eCommand() *cobra.Command {
 				})
 		},
 	}
-	f.register(c.Flags())
+	f.register(c.Flags(), opts)
 	c.Flags().DurationVar(&drain, "drain", defaultDrain, "how long to wait for records in flight once producing is done")
 	return c
 }
@@ -304,6 +349,9 @@ func printSummary(w io.Writer, mode string, r Result) {
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(w, "verify: %d missing, %d duplicated, %d corrupt, %d out of order, %d without end marker\n",
 			v.Missing, v.Duplicated, v.Corrupt, v.OutOfOrder, v.Unterminated)
+		if v.Foreign > 0 {
+			fmt.Fprintf(w, "verify: skipped %d records not written by produce --verify\n", v.Foreign)
+		}
 	}
 }
 

@@ -37,7 +37,10 @@ type ProduceConfig struct {
 	Linger        time.Duration // how long a partition's batch waits for more records; 0 sends at once
 	BatchMaxBytes int32         // largest record batch; 0 keeps the client default (1 MB)
 
-	// Create creates the topic first; an existing topic is used as it is.
+	// Create creates the topic first with the settings below; an existing
+	// topic is used as it is. Without it the run produces as any client
+	// does, and a missing topic exists if the broker creates it on first
+	// use.
 	Create            bool
 	Partitions        int32 // for Create; 0 or -1 take the broker default
 	ReplicationFactor int16 // for Create; 0 or -1 take the broker default
@@ -78,6 +81,12 @@ type ConsumeConfig struct {
 
 	Verify bool
 	Seed   int64 // must match the producer's
+	// UnreadableAfter is how long a partition may answer nothing but
+	// errors (KAFKA_STORAGE_ERROR: its data is out of the broker's reach)
+	// before a verifying consumer gives up on it and counts its unread
+	// records, up to the end offsets seen at start, as missing. Default
+	// 30s.
+	UnreadableAfter time.Duration
 
 	ClientOpts    []kgo.Opt
 	OnProgress    func(Progress)
@@ -97,6 +106,7 @@ type E2EConfig struct {
 const (
 	defaultProgressEvery = time.Second
 	defaultDrain         = 10 * time.Second
+	defaultUnreadable    = 30 * time.Second
 	maxValueSize         = 64 << 20
 )
 
@@ -141,6 +151,9 @@ func (c *ProduceConfig) validate() error {
 func (c *ConsumeConfig) validate() error {
 	if err := validateCommon(c.Bootstrap, c.Topic, c.Records, c.Duration); err != nil {
 		return err
+	}
+	if c.UnreadableAfter < 0 {
+		return fmt.Errorf("unreadable-after %v is negative", c.UnreadableAfter)
 	}
 	_, err := parseFrom(c.From)
 	return err

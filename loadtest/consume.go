@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -33,10 +34,10 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	nparts, err := a.partitions(ctx, cfg.Topic, 0)
-	var unread map[int32]int64
+	nparts, err := a.partitions(ctx, cfg.Topic, 0, false)
+	var unread, starts map[int32]int64
 	if err == nil && cfg.Verify {
-		unread, err = a.unread(ctx, cfg.Topic, from, cfg.Group)
+		unread, starts, err = a.unread(ctx, cfg.Topic, from, cfg.Group)
 	}
 	a.close()
 	if err != nil {
@@ -51,15 +52,25 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	if cfg.Group != "" {
 		opts = append(opts, kgo.ConsumerGroup(cfg.Group))
 	}
+	if cfg.Verify {
+		// A partition that keeps failing must be seen failing, to be
+		// given up on (see consumer.giveUp); the client retries either way.
+		opts = append(opts, kgo.KeepRetryableFetchErrors())
+	}
 	cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("consumer client: %w", err)
 	}
 	defer cl.Close()
 
-	c := &consumer{cl: cl, limit: cfg.Records, pending: unread, lat: newLatencies()}
+	c := &consumer{cl: cl, limit: cfg.Records, pending: unread, next: starts, lat: newLatencies()}
 	if cfg.Verify {
 		c.ver = newVerifier(cfg.Seed, nparts)
+		c.unreadableAfter = cfg.UnreadableAfter
+		if c.unreadableAfter == 0 {
+			c.unreadableAfter = defaultUnreadable
+		}
+		c.failing = make(map[int32]time.Time)
 	}
 	start := time.Now()
 	var deadline time.Time
@@ -67,11 +78,14 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 		deadline = start.Add(cfg.Duration)
 	}
 	stop := startProgress(cfg.OnProgress, cfg.ProgressEvery, start, &c.m, cfg.Records, cfg.Duration)
+	// Records were there at start: once they are all read, a topic that
+	// held no loadtest run (only other clients' records) is done too.
+	hadUnread := len(unread) > 0
 	err = c.loop(ctx, func() bool {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return true
 		}
-		return c.ver != nil && len(c.pending) == 0 && c.ver.complete()
+		return c.ver != nil && len(c.pending) == 0 && (c.ver.complete() || hadUnread && !c.ver.sawRun())
 	})
 	stop()
 	if err != nil {
@@ -92,6 +106,13 @@ type consumer struct {
 	limit   int64           // data records to read; 0 for no limit
 	ver     *verifier       // nil when not verifying
 	pending map[int32]int64 // partitions not yet read up to the offset they map to
+	next    map[int32]int64 // for pending partitions, the next offset to read
+
+	// failing holds, for partitions that answered errors and no record
+	// since, when the first of those errors came; a pending partition
+	// failing for unreadableAfter is given up on. Nil when not verifying.
+	failing         map[int32]time.Time
+	unreadableAfter time.Duration
 
 	m    meter
 	lat  *latencies
@@ -106,25 +127,63 @@ func (c *consumer) loop(ctx context.Context, done func() bool) error {
 		pctx, cancel := context.WithTimeout(ctx, pollSlice)
 		fs := c.cl.PollFetches(pctx)
 		cancel()
-		if err := fatalFetchErr(fs); err != nil {
+		now := time.Now()
+		if err := c.fetchErrs(fs, now); err != nil {
 			return err
 		}
-		now := time.Now()
 		for it := fs.RecordIter(); !it.Done(); {
 			if !c.take(it.Next(), now) {
 				break
 			}
 		}
+		c.giveUp(now)
 	}
 	return nil
+}
+
+// fetchErrs returns the first error of fs that ends the run; when
+// verifying, errors the client retries by itself are noted against their
+// partition instead (see giveUp).
+func (c *consumer) fetchErrs(fs kgo.Fetches, now time.Time) error {
+	for _, e := range fs.Errors() {
+		switch {
+		case c.failing != nil && kerr.IsRetriable(e.Err):
+			if _, ok := c.failing[e.Partition]; !ok {
+				c.failing[e.Partition] = now
+			}
+		case fatalFetchErr(e.Err):
+			return fmt.Errorf("fetch %s[%d]: %w", e.Topic, e.Partition, e.Err)
+		}
+	}
+	return nil
+}
+
+// giveUp stops waiting for pending partitions that have answered nothing
+// but errors for unreadableAfter: what they hold up to the end offset is
+// counted as missing, since nothing else will read it, and the run can
+// end without them instead of waiting for its duration.
+func (c *consumer) giveUp(now time.Time) {
+	for p, since := range c.failing {
+		end, pending := c.pending[p]
+		if !pending || now.Sub(since) < c.unreadableAfter {
+			continue
+		}
+		c.ver.unreadable(p, end-c.next[p])
+		delete(c.pending, p)
+		delete(c.failing, p)
+	}
 }
 
 // take accounts for one record received at now and reports whether the
 // loop may take more.
 func (c *consumer) take(r *kgo.Record, now time.Time) bool {
-	if end, ok := c.pending[r.Partition]; ok && r.Offset+1 >= end {
-		delete(c.pending, r.Partition)
+	if end, ok := c.pending[r.Partition]; ok {
+		c.next[r.Partition] = r.Offset + 1
+		if r.Offset+1 >= end {
+			delete(c.pending, r.Partition)
+		}
 	}
+	delete(c.failing, r.Partition)
 	h, err := findHeader(r)
 	data := err != nil || h.kind != kindEnd
 	if c.ver != nil {
@@ -154,18 +213,15 @@ func (c *consumer) result(start time.Time) Result {
 	return res
 }
 
-// fatalFetchErr returns the first fetch error that is neither the end of a
-// poll nor data loss: lost data is for verification to count, not a reason
-// to stop reading.
-func fatalFetchErr(fs kgo.Fetches) error {
-	for _, e := range fs.Errors() {
-		var loss *kgo.ErrDataLoss
-		switch {
-		case errors.Is(e.Err, context.DeadlineExceeded), errors.Is(e.Err, context.Canceled),
-			errors.Is(e.Err, kgo.ErrClientClosed), errors.As(e.Err, &loss):
-			continue
-		}
-		return fmt.Errorf("fetch %s[%d]: %w", e.Topic, e.Partition, e.Err)
+// fatalFetchErr reports whether a fetch error ends the run: neither the
+// end of a poll nor data loss, which is for verification to count, not a
+// reason to stop reading.
+func fatalFetchErr(err error) bool {
+	var loss *kgo.ErrDataLoss
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, kgo.ErrClientClosed), errors.As(err, &loss):
+		return false
 	}
-	return nil
+	return true
 }

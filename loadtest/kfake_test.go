@@ -16,9 +16,9 @@ import (
 	"strata/loadtest/loadtesttest"
 )
 
-func newCluster(t *testing.T) *kfake.Cluster {
+func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,10 +26,16 @@ func newCluster(t *testing.T) *kfake.Cluster {
 	return c
 }
 
-// TestAcceptanceKfake runs the suite that broker tests run against Strata.
+// TestAcceptanceKfake runs the suite that broker tests run against Strata,
+// against kfake as it starts by default (no auto-creation) and as
+// `loadtest kfake` runs it (auto-creation on).
 func TestAcceptanceKfake(t *testing.T) {
-	c := newCluster(t)
-	loadtesttest.Run(t, c.ListenAddrs()[0])
+	t.Run("NoAutoCreate", func(t *testing.T) {
+		loadtesttest.Run(t, newCluster(t).ListenAddrs()[0], false)
+	})
+	t.Run("AutoCreate", func(t *testing.T) {
+		loadtesttest.Run(t, newCluster(t, kfake.AllowAutoTopicCreation()).ListenAddrs()[0], true)
+	})
 }
 
 // A verifying consumer must notice each way a broker can betray a producer:

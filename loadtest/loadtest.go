@@ -72,6 +72,9 @@ type VerifyReport struct {
 	// marker never arrived: the consumer stopped early, or the tail of
 	// the partition was lost. Their missing counts only see gaps.
 	Unterminated int64 `json:"unterminated"`
+	// Foreign counts records without a loadtest header, which other
+	// clients wrote to the same topic: skipped, and not a fault.
+	Foreign int64 `json:"foreign,omitempty"`
 
 	Partitions []PartitionReport `json:"partitions"`
 }

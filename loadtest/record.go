@@ -63,7 +63,12 @@ func (h header) appendTo(b []byte) []byte {
 	return binary.BigEndian.AppendUint32(b, h.size)
 }
 
-var errBadHeader = errors.New("loadtest header missing or malformed")
+var (
+	errBadHeader = errors.New("loadtest header malformed")
+	// errNoHeader marks a record loadtest did not write: another client's,
+	// in a topic a run shares.
+	errNoHeader = errors.New("no loadtest header")
+)
 
 func parseHeader(b []byte) (header, error) {
 	if len(b) != headerLen || b[0] != headerVersion {

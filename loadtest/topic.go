@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // admin is a short-lived admin client for the set-up steps of a run.
@@ -58,20 +59,41 @@ func (a *admin) createTopic(ctx context.Context, topic string, partitions int32,
 }
 
 // partitions returns how many partitions topic has, waiting up to wait for
-// a topic that is not known yet.
-func (a *admin) partitions(ctx context.Context, topic string, wait time.Duration) (int32, error) {
+// a topic that is not known yet. With autoCreate it asks as a producer
+// does, letting a broker that creates topics on first use create it; a
+// broker that does not answers UNKNOWN_TOPIC_OR_PARTITION at once, which
+// is errNoTopic without waiting.
+func (a *admin) partitions(ctx context.Context, topic string, wait time.Duration, autoCreate bool) (int32, error) {
 	deadline := time.Now().Add(wait)
+	if autoCreate {
+		// A topic being created answers LEADER_NOT_AVAILABLE until its
+		// partitions have leaders (Kafka's behaviour for auto-creation).
+		deadline = time.Now().Add(max(wait, metadataWait))
+	}
 	for {
-		details, err := a.adm.ListTopics(ctx, topic)
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = autoCreate
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, a.cl)
 		if err != nil {
 			return 0, fmt.Errorf("metadata for %q: %w", topic, err)
 		}
-		d, ok := details[topic]
+		var terr error = errNoTopic
+		var n int32
+		for _, t := range resp.Topics {
+			if t.Topic != nil && *t.Topic == topic {
+				terr, n = kerr.ErrorForCode(t.ErrorCode), int32(len(t.Partitions))
+			}
+		}
 		switch {
-		case ok && d.Err == nil && len(d.Partitions) > 0:
-			return int32(len(d.Partitions)), nil
-		case ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) && !errors.Is(d.Err, kerr.LeaderNotAvailable):
-			return 0, fmt.Errorf("metadata for %q: %w", topic, d.Err)
+		case terr == nil && n > 0:
+			return n, nil
+		case errors.Is(terr, kerr.UnknownTopicOrPartition) && autoCreate:
+			return 0, fmt.Errorf("topic %q: %w", topic, errNoTopic)
+		case terr != nil && !errors.Is(terr, errNoTopic) && !errors.Is(terr, kerr.UnknownTopicOrPartition) && !errors.Is(terr, kerr.LeaderNotAvailable):
+			return 0, fmt.Errorf("metadata for %q: %w", topic, terr)
 		case !time.Now().Before(deadline):
 			return 0, fmt.Errorf("topic %q: %w", topic, errNoTopic)
 		}
@@ -84,6 +106,8 @@ func (a *admin) partitions(ctx context.Context, topic string, wait time.Duration
 }
 
 // prepareTopic creates the topic when asked and returns its partition count.
+// Without Create it produces as any Kafka client does: the broker decides
+// whether a topic that does not exist is created on first use.
 func prepareTopic(ctx context.Context, cfg *ProduceConfig) (int32, error) {
 	a, err := openAdmin(cfg.Bootstrap, cfg.ClientOpts)
 	if err != nil {
@@ -97,9 +121,9 @@ func prepareTopic(ctx context.Context, cfg *ProduceConfig) (int32, error) {
 		}
 		wait = metadataWait
 	}
-	n, err := a.partitions(ctx, cfg.Topic, wait)
+	n, err := a.partitions(ctx, cfg.Topic, wait, !cfg.Create)
 	if errors.Is(err, errNoTopic) && !cfg.Create {
-		err = fmt.Errorf("%w (--create creates it)", err)
+		err = fmt.Errorf("%w, and the broker does not create topics on first use (--create creates it)", err)
 	}
 	return n, err
 }
@@ -124,13 +148,13 @@ func offsetsOf(what string, l kadm.ListedOffsets, err error) (map[int32]int64, e
 
 // unread returns, for each partition holding records between where a
 // consumer will start and the end offsets now, the end offset it must
-// reach. A verifying consumer is not done before it has read them all.
-func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (map[int32]int64, error) {
+// reach, and the offset it starts from. A verifying consumer is not done
+// before it has read them all.
+func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (unread, starts map[int32]int64, err error) {
 	ends, err := a.endOffsets(ctx, topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var starts map[int32]int64
 	switch {
 	case from.earliest:
 		l, lerr := a.adm.ListStartOffsets(ctx, topic)
@@ -142,7 +166,7 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 		starts, err = offsetsOf("time", l, lerr)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if group != "" {
 		committed, err := a.adm.FetchOffsets(ctx, group)
@@ -150,7 +174,7 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 			err = nil // a new group: it starts where From says
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fetch offsets of group %q: %w", group, err)
+			return nil, nil, fmt.Errorf("fetch offsets of group %q: %w", group, err)
 		}
 		for p := range ends {
 			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
@@ -158,15 +182,16 @@ func (a *admin) unread(ctx context.Context, topic string, from startPoint, group
 			}
 		}
 	}
-	unread := make(map[int32]int64)
+	unread = make(map[int32]int64)
+	from0 := make(map[int32]int64)
 	for p, end := range ends {
 		start, ok := starts[p]
 		if !ok || start < 0 {
 			start = end
 		}
 		if end > start {
-			unread[p] = end
+			unread[p], from0[p] = end, start
 		}
 	}
-	return unread, nil
+	return unread, from0, nil
 }

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"errors"
 	"math/bits"
 	"slices"
 
@@ -19,6 +20,9 @@ type verifier struct {
 	streams map[streamKey]*streamState
 	runs    map[uint64]*runState
 	parts   map[int32]*PartitionReport
+	foreign int64 // records without a loadtest header
+	// unreadableParts were given up on: their end markers cannot come.
+	unreadableParts map[int32]bool
 }
 
 type streamKey struct {
@@ -45,7 +49,32 @@ func newVerifier(seed int64, nparts int32) *verifier {
 		streams: make(map[streamKey]*streamState),
 		runs:    make(map[uint64]*runState),
 		parts:   make(map[int32]*PartitionReport),
+
+		unreadableParts: make(map[int32]bool),
 	}
+}
+
+// unreadable records that partition p could not be read past some point,
+// with n records below the end offset still unread: they count as
+// missing, and the end markers in them are no longer waited for.
+func (v *verifier) unreadable(p int32, n int64) {
+	v.part(p).Missing += max(n, 0)
+	v.unreadableParts[p] = true
+}
+
+// endsDue returns, for a run, how many end markers can still come (one per
+// stream and readable partition) and how many of those arrived.
+func (v *verifier) endsDue(id uint64, r *runState) (want, got int64) {
+	readable := int64(v.nparts) - int64(len(v.unreadableParts))
+	if len(v.unreadableParts) == 0 {
+		return int64(r.streams) * readable, r.ends
+	}
+	for k, s := range v.streams {
+		if k.run == id && s.end >= 0 && !v.unreadableParts[k.partition] {
+			got++
+		}
+	}
+	return int64(r.streams) * readable, got
 }
 
 func (v *verifier) part(p int32) *PartitionReport {
@@ -108,6 +137,12 @@ func (s *streamState) countBelow(n uint64) int64 {
 // and hdrErr, and reports whether it is a data record (end markers are not
 // counted as records of the run).
 func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
+	if errors.Is(hdrErr, errNoHeader) {
+		// Not ours to judge: another client wrote it. It is counted once,
+		// as such, and is not a fault of the broker.
+		v.foreign++
+		return false
+	}
 	pr := v.part(r.Partition)
 	if hdrErr != nil {
 		pr.Records++
@@ -155,14 +190,17 @@ func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
 	return true
 }
 
+// sawRun reports whether any record of a loadtest run has been seen.
+func (v *verifier) sawRun() bool { return len(v.runs) > 0 }
+
 // complete reports whether every run seen has delivered all its end markers,
 // one per stream and partition: past that, nothing more of them can come.
 func (v *verifier) complete() bool {
 	if len(v.runs) == 0 {
 		return false
 	}
-	for _, r := range v.runs {
-		if r.ends < int64(r.streams)*int64(v.nparts) {
+	for id, r := range v.runs {
+		if want, got := v.endsDue(id, r); got < want {
 			return false
 		}
 	}
@@ -182,10 +220,12 @@ func (v *verifier) report() *VerifyReport {
 			v.part(k.partition).Missing += missing
 		}
 	}
-	rep := &VerifyReport{}
-	for _, r := range v.runs {
-		if want := int64(r.streams) * int64(v.nparts); r.ends < want {
-			rep.Unterminated += want - r.ends
+	rep := &VerifyReport{Foreign: v.foreign}
+	for id, r := range v.runs {
+		// An unreadable partition's unread records, end markers among
+		// them, are already counted as missing.
+		if want, got := v.endsDue(id, r); got < want {
+			rep.Unterminated += want - got
 		}
 	}
 	for p := range v.nparts {
@@ -209,5 +249,5 @@ func findHeader(r *kgo.Record) (header, error) {
 			return parseHeader(h.Value)
 		}
 	}
-	return header{}, errBadHeader
+	return header{}, errNoHeader
 }

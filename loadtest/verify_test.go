@@ -131,8 +131,16 @@ func TestVerifier(t *testing.T) {
 		want:     VerifyReport{Corrupt: 1},
 		complete: true,
 	}, {
+		// Another client's record, in a topic the run shares: skipped and
+		// counted as such, not a fault.
 		name:     "foreign record",
 		records:  []*kgo.Record{{Partition: 1, Value: []byte("hello")}, end(0, 0), end(1, 0)},
+		want:     VerifyReport{Foreign: 1},
+		complete: true,
+	}, {
+		name: "malformed loadtest header",
+		records: []*kgo.Record{{Partition: 1, Value: []byte("hello"), Headers: []kgo.RecordHeader{{Key: headerKey, Value: []byte{headerVersion, 1}}}},
+			end(0, 0), end(1, 0)},
 		want:     VerifyReport{Corrupt: 1},
 		complete: true,
 	}, {
@@ -163,14 +171,14 @@ func TestVerifier(t *testing.T) {
 			if len(got.Partitions) != 2 || perPartition != records {
 				t.Errorf("partitions %+v do not add up to %d records", got.Partitions, records)
 			}
-			type totals struct{ missing, duplicated, corrupt, outOfOrder, unterminated int64 }
+			type totals struct{ missing, duplicated, corrupt, outOfOrder, unterminated, foreign int64 }
 			sum := func(r *VerifyReport) totals {
-				return totals{r.Missing, r.Duplicated, r.Corrupt, r.OutOfOrder, r.Unterminated}
+				return totals{r.Missing, r.Duplicated, r.Corrupt, r.OutOfOrder, r.Unterminated, r.Foreign}
 			}
 			if sum(got) != sum(&tc.want) {
 				t.Fatalf("report %+v, want %+v", sum(got), sum(&tc.want))
 			}
-			if (got.Err() == nil) != (sum(&tc.want) == totals{}) {
+			if faults := (totals{foreign: sum(&tc.want).foreign}); (got.Err() == nil) != (sum(&tc.want) == faults) {
 				t.Fatalf("Err() = %v for %+v", got.Err(), *got)
 			}
 		})

@@ -3,6 +3,9 @@ package localstack
 import (
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -36,7 +39,11 @@ Without --dir the objects live in memory and vanish on exit.
 The server does not check request signatures: any keys work.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
+			// Asking for SIGINT also takes it back when the shell started
+			// us with it ignored (`strata localstack s3 &`); SIGTERM must
+			// run stop too, or objects being written are cut short.
+			ctx, stopSignals := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stopSignals()
 			s, stop, err := Start(ctx, o)
 			if err != nil {
 				return err

@@ -82,6 +82,8 @@ func s3Err(key string, err error) error {
 		return gofakes3.ErrorMessage(gofakes3.ErrInvalidArgument, err.Error())
 	case errors.Is(err, objstore.ErrInvalidRange):
 		return gofakes3.ErrInvalidRange
+	case errors.Is(err, objstore.ErrExists):
+		return gofakes3.ErrorMessage(gofakes3.ErrPreconditionFailed, "The object already exists")
 	}
 	return err
 }
@@ -259,7 +261,10 @@ func (d *diskBackend) PutObject(bucket, key string, meta map[string]string, inpu
 		return gofakes3.PutObjectResult{}, err
 	}
 	ctx := context.Background()
-	if cond != nil {
+	// If-None-Match: * alone is the directory store's atomic Create; a
+	// Stat followed by a Put would let two racing creates both win.
+	create := cond != nil && cond.IfMatch == nil && cond.IfNoneMatch != nil && *cond.IfNoneMatch == "*"
+	if cond != nil && !create {
 		info := &gofakes3.ConditionalObjectInfo{}
 		if a, err := s.Stat(ctx, key); err == nil {
 			info.Exists, info.Hash = true, etag(a)
@@ -280,6 +285,9 @@ func (d *diskBackend) PutObject(bucket, key string, meta map[string]string, inpu
 	}
 	if n != size {
 		return gofakes3.PutObjectResult{}, gofakes3.ErrIncompleteBody
+	}
+	if create {
+		return gofakes3.PutObjectResult{}, s3Err(key, s.Create(ctx, key, f, n))
 	}
 	return gofakes3.PutObjectResult{}, s3Err(key, s.Put(ctx, key, f, n))
 }

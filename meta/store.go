@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: inspect raft state in %s: %w", cfg.Dir, err)
 	}
 	sole := inmem || (!exists && cfg.Bootstrap)
-	if !sole && exists {
+	if exists {
 		// Read the persisted membership without starting raft (on a copy:
 		// GetConfiguration marks the config it is given).
 		probe := *rc
@@ -175,7 +176,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("meta: read raft configuration in %s: %w", cfg.Dir, err)
 		}
-		sole = isSoleVoter(conf, s.nodeID)
+		// A node outside its own stored membership can never be elected
+		// nor hear from a leader: raft would wait forever. That is a data
+		// dir started under another node id.
+		if err := checkMember(conf, cfg); err != nil {
+			return nil, err
+		}
+		sole = sole || isSoleVoter(conf, s.nodeID)
 	}
 	if sole {
 		rc.HeartbeatTimeout = soleVoterTimeout
@@ -208,6 +215,40 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	opened = true
 	return s, nil
+}
+
+// OtherNodeError is returned by Open for stored metadata whose raft
+// membership does not include Config.NodeID: a data dir made by another
+// node (or started earlier under another node id).
+type OtherNodeError struct {
+	Dir     string   // Config.Dir
+	Members []string // node ids of the stored membership
+	Node    int32    // Config.NodeID
+}
+
+func (e *OtherNodeError) Error() string {
+	return fmt.Sprintf("meta: %s holds the metadata of %s, not of node %d", e.Dir, e.MadeBy(), e.Node)
+}
+
+// MadeBy names the node, or nodes, whose metadata it is.
+func (e *OtherNodeError) MadeBy() string {
+	if len(e.Members) == 1 {
+		return "node " + e.Members[0]
+	}
+	return "nodes " + strings.Join(e.Members, ", ")
+}
+
+// checkMember fails unless cfg.NodeID is a server of conf.
+func checkMember(conf raft.Configuration, cfg Config) error {
+	id := raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
+	e := &OtherNodeError{Dir: cfg.Dir, Node: cfg.NodeID}
+	for _, srv := range conf.Servers {
+		if srv.ID == id {
+			return nil
+		}
+		e.Members = append(e.Members, string(srv.ID))
+	}
+	return e
 }
 
 // isSoleVoter reports whether id is the only voter in conf.

@@ -392,3 +392,23 @@ func TestProducerIDsNeverReused(t *testing.T) {
 		t.Fatalf("next producer id %d, want 2010", got)
 	}
 }
+
+// TestOpenAsAnotherNode: stored metadata whose membership lacks this node
+// is refused at once, naming both ids, rather than waiting forever for a
+// leader that this node can never be nor hear from.
+func TestOpenAsAnotherNode(t *testing.T) {
+	dir := t.TempDir()
+	closeStore(t, openStore(t, dir)) // node 1's
+	cfg := testConfig(t, dir)
+	cfg.NodeID = 0
+	ctx := testCtx(t)
+	_, err := Open(ctx, cfg)
+	var other *OtherNodeError
+	if !errors.As(err, &other) || ctx.Err() != nil {
+		t.Fatalf("Open as node 0 of node 1's metadata: %v", err)
+	}
+	if other.MadeBy() != "node 1" || other.Node != 0 || !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q (made by %q)", err, other.MadeBy())
+	}
+	openStore(t, dir) // still opens as node 1
+}

@@ -1,9 +1,12 @@
 package segment
 
 import (
+	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 )
 
@@ -138,17 +141,19 @@ func batchCRC(b []byte) uint32 { return crc32.Checksum(b[offAttributes:], castag
 
 // ValidateBatch fully validates b, which must hold exactly one v2 batch:
 // lengths, magic, size against maxBytes (<= 0: no limit), CRC-32C, and the
-// records themselves, walked after decompression: their encoding, that
+// records themselves, walked as they decompress: their encoding, that
 // their count matches recordCount, that offset deltas run 0..n-1 and that
-// lastOffsetDelta is recordCount-1. It does not check timestamps against a
-// clock.
+// lastOffsetDelta is recordCount-1. Compressed records may decompress to
+// at most recordCount × maxBytes (ErrMessageTooLarge beyond). It does not
+// check timestamps against a clock.
 func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
 	f, err := validateBatch(b, maxBytes, nil)
 	return f.hdr, err
 }
 
 // tsBounds limits record timestamps (CreateTime batches); a bound is off
-// when its flag is false.
+// when its flag is false. Validation with bounds is validation of what a
+// producer sent.
 type tsBounds struct {
 	min, max       int64
 	hasMin, hasMax bool
@@ -195,23 +200,24 @@ func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error)
 	if h.ProducerID >= 0 && !h.IsControl() && h.BaseSequence < 0 {
 		return f, fmt.Errorf("%w: idempotent batch with sequence %d", ErrInvalidRecord, h.BaseSequence)
 	}
+	logAppend := h.Attributes&attrLogAppendTime != 0
+	if logAppend && bounds != nil {
+		// Only the broker stamps LogAppendTime; a producer's claim would
+		// put its header timestamp beyond the bounds below, as Kafka's
+		// LogValidator also refuses.
+		return f, fmt.Errorf("%w: a producer may not set the LogAppendTime attribute", ErrInvalidTimestamp)
+	}
 	codec := h.Codec()
 	if codec > codecZstd {
 		return f, fmt.Errorf("%w: unknown compression codec %d", ErrCorruptMessage, codec)
 	}
-	recs := b[headerSize:]
-	var pooled *[]byte
-	if codec != codecNone {
-		pooled, recs, err = decompress(codec, recs)
-		if err != nil {
-			return f, fmt.Errorf("%w: decompressing codec %d: %v", ErrCorruptMessage, codec, err)
-		}
-		defer putBuf(pooled)
-	}
-	logAppend := h.Attributes&attrLogAppendTime != 0
 	f.maxTs, f.maxTsDelta = -1, 0
 	if logAppend {
 		f.maxTs = h.MaxTimestamp
+	}
+	recs := b[headerSize:]
+	if codec != codecNone {
+		return f, validateCompressed(&f, codec, recs, decompressedLimit(h.NumRecords, maxBytes), bounds)
 	}
 	it := recordIter{b: recs}
 	for i := int32(0); i < h.NumRecords; i++ {
@@ -219,30 +225,116 @@ func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error)
 		if err != nil {
 			return f, fmt.Errorf("record %d: %w", i, err)
 		}
-		if r.offsetDelta != int64(i) {
-			return f, fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, r.offsetDelta)
-		}
-		if logAppend {
-			continue
-		}
-		ts := h.FirstTimestamp + r.timestampDelta
-		if ts > f.maxTs {
-			f.maxTs, f.maxTsDelta = ts, i
-		}
-		// NO_TIMESTAMP (-1) is exempt, as in Kafka.
-		if bounds != nil && ts != -1 {
-			if bounds.hasMin && ts < bounds.min {
-				return f, fmt.Errorf("%w: record %d timestamp %d is before the allowed minimum %d", ErrInvalidTimestamp, i, ts, bounds.min)
-			}
-			if bounds.hasMax && ts > bounds.max {
-				return f, fmt.Errorf("%w: record %d timestamp %d is after the allowed maximum %d", ErrInvalidTimestamp, i, ts, bounds.max)
-			}
+		if err := f.check(i, r, bounds); err != nil {
+			return f, err
 		}
 	}
 	if len(it.b) != 0 {
 		return f, fmt.Errorf("%w: %d bytes after the last of %d records", ErrCorruptMessage, len(it.b), h.NumRecords)
 	}
 	return f, nil
+}
+
+// decompressedLimit is how many bytes the records of a compressed batch
+// may decompress to: maxBytes (max.message.bytes) per record, as no
+// single record a producer sends is larger than a batch may be, and never
+// more than maxDecompressed. Without a batch limit, only the latter.
+func decompressedLimit(numRecords int32, maxBytes int) int64 {
+	if maxBytes <= 0 {
+		return maxDecompressed
+	}
+	return min(int64(numRecords)*int64(maxBytes), maxDecompressed)
+}
+
+// validateCompressed walks the records of a compressed batch while they
+// decompress, failing as soon as their lengths claim more than limit
+// bytes: memory stays at the decoder's window and a small read buffer, and
+// a batch that inflates past its bound costs no more than the bound.
+func validateCompressed(f *batchFacts, codec int, src []byte, limit int64, bounds *tsBounds) error {
+	h := &f.hdr
+	if codec == codecSnappy {
+		// A snappy block does not stream; its header says what it will
+		// expand to, which is checked before anything is allocated.
+		pooled, recs, err := decompressSnappy(src, limit)
+		if err != nil {
+			return decompressError(codec, err, limit)
+		}
+		defer putBuf(pooled)
+		it := recordIter{b: recs}
+		for i := int32(0); i < h.NumRecords; i++ {
+			r, err := it.next()
+			if err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			if err := f.check(i, r, bounds); err != nil {
+				return err
+			}
+		}
+		if len(it.b) != 0 {
+			return fmt.Errorf("%w: %d bytes after the last of %d records", ErrCorruptMessage, len(it.b), h.NumRecords)
+		}
+		return nil
+	}
+	br, done, err := openStream(codec, src)
+	if err != nil {
+		return decompressError(codec, err, limit)
+	}
+	defer done()
+	it := streamIter{r: br, left: limit}
+	for i := int32(0); i < h.NumRecords; i++ {
+		r, err := it.next()
+		if err != nil {
+			return fmt.Errorf("record %d: %w", i, decompressError(codec, err, limit))
+		}
+		if err := f.check(i, r, bounds); err != nil {
+			return err
+		}
+	}
+	switch _, err := br.ReadByte(); {
+	case err == nil:
+		return fmt.Errorf("%w: bytes after the last of %d records", ErrCorruptMessage, h.NumRecords)
+	case err != io.EOF:
+		return decompressError(codec, err, limit)
+	}
+	return nil
+}
+
+// decompressError classifies an error met while decompressing: running
+// over the bound is MESSAGE_TOO_LARGE, anything else a corrupt batch.
+func decompressError(codec int, err error, limit int64) error {
+	switch {
+	case errors.Is(err, ErrCorruptMessage), errors.Is(err, ErrInvalidRecord), errors.Is(err, ErrMessageTooLarge):
+		return err
+	case errors.Is(err, errTooLarge):
+		return fmt.Errorf("%w: records decompress to more than %d bytes (max.message.bytes per record)", ErrMessageTooLarge, limit)
+	}
+	return fmt.Errorf("%w: decompressing codec %d: %v", ErrCorruptMessage, codec, err)
+}
+
+// check applies the per-record rules to record i: its offset delta and,
+// for CreateTime batches, its timestamp against bounds; it tracks the
+// largest timestamp.
+func (f *batchFacts) check(i int32, r record, bounds *tsBounds) error {
+	if r.offsetDelta != int64(i) {
+		return fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, r.offsetDelta)
+	}
+	if f.hdr.Attributes&attrLogAppendTime != 0 {
+		return nil
+	}
+	ts := f.hdr.FirstTimestamp + r.timestampDelta
+	if ts > f.maxTs {
+		f.maxTs, f.maxTsDelta = ts, i
+	}
+	// NO_TIMESTAMP (-1) is exempt, as in Kafka.
+	if bounds != nil && ts != -1 {
+		if bounds.hasMin && ts < bounds.min {
+			return fmt.Errorf("%w: record %d timestamp %d is before the allowed minimum %d", ErrInvalidTimestamp, i, ts, bounds.min)
+		}
+		if bounds.hasMax && ts > bounds.max {
+			return fmt.Errorf("%w: record %d timestamp %d is after the allowed maximum %d", ErrInvalidTimestamp, i, ts, bounds.max)
+		}
+	}
+	return nil
 }
 
 // record is what a walk over records needs; the key, value and headers are
@@ -299,6 +391,133 @@ func (it *recordIter) next() (record, error) {
 		return r, fmt.Errorf("%w: record length disagrees with its fields", ErrCorruptMessage)
 	}
 	return r, nil
+}
+
+// streamIter walks records as they come out of a decompressor, skipping
+// keys, values and headers without holding them. left is what the
+// records may still decompress to; a record length beyond it stops the
+// walk before its bytes are decompressed.
+type streamIter struct {
+	r    *bufio.Reader
+	left int64
+}
+
+var errRecordOverrun = fmt.Errorf("%w: record length disagrees with its fields", ErrCorruptMessage)
+
+func (it *streamIter) next() (record, error) {
+	var r record
+	length, err := it.varint(&it.left)
+	switch {
+	case errors.Is(err, errRecordOverrun):
+		return r, errTooLarge
+	case err != nil:
+		return r, streamErr(err, "record length")
+	case length < 0:
+		return r, fmt.Errorf("%w: bad record length", ErrCorruptMessage)
+	case length > it.left:
+		return r, errTooLarge
+	}
+	it.left -= length
+	body := length
+	if body < 1 {
+		return r, fmt.Errorf("%w: empty record", ErrCorruptMessage)
+	}
+	if _, err := it.r.ReadByte(); err != nil { // attributes: unused in v2
+		return r, streamErr(err, "record attributes")
+	}
+	body--
+	if r.timestampDelta, err = it.varint(&body); err != nil {
+		return r, streamErr(err, "timestamp delta")
+	}
+	if r.offsetDelta, err = it.varint(&body); err != nil || r.offsetDelta != int64(int32(r.offsetDelta)) {
+		return r, streamErr(err, "offset delta")
+	}
+	if err := it.skipBytes(&body, true); err != nil { // key
+		return r, streamErr(err, "record key")
+	}
+	if err := it.skipBytes(&body, true); err != nil { // value
+		return r, streamErr(err, "record value")
+	}
+	count, err := it.varint(&body)
+	if err != nil || count < 0 {
+		return r, streamErr(err, "header count")
+	}
+	for j := int64(0); j < count; j++ {
+		if err := it.skipBytes(&body, false); err != nil {
+			return r, streamErr(err, "header key")
+		}
+		if err := it.skipBytes(&body, true); err != nil {
+			return r, streamErr(err, "header value")
+		}
+	}
+	if body != 0 {
+		return r, errRecordOverrun
+	}
+	return r, nil
+}
+
+// varint reads a zig-zag varint of at most 10 bytes, all within *budget,
+// which it decrements.
+func (it *streamIter) varint(budget *int64) (int64, error) {
+	var u uint64
+	for i, shift := 0, uint(0); i < binary.MaxVarintLen64; i, shift = i+1, shift+7 {
+		if *budget <= 0 {
+			return 0, errRecordOverrun
+		}
+		c, err := it.r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		*budget--
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				break
+			}
+			u |= uint64(c) << shift
+			return int64(u>>1) ^ -int64(u&1), nil
+		}
+		u |= uint64(c&0x7f) << shift
+	}
+	return 0, fmt.Errorf("%w: varint overflows 64 bits", ErrCorruptMessage)
+}
+
+// skipBytes skips a varint-length-prefixed byte string (-1 = null, if
+// nullable) within *budget.
+func (it *streamIter) skipBytes(budget *int64, nullable bool) error {
+	l, err := it.varint(budget)
+	switch {
+	case err != nil:
+		return err
+	case l == -1 && nullable:
+		return nil
+	case l < 0:
+		return fmt.Errorf("%w: negative length %d", ErrCorruptMessage, l)
+	case l > *budget:
+		return errRecordOverrun
+	}
+	*budget -= l
+	for l > 0 { // Discard takes an int
+		n, err := it.r.Discard(int(min(l, 1<<30)))
+		if err != nil {
+			return err
+		}
+		l -= int64(n)
+	}
+	return nil
+}
+
+// streamErr reports what a failed read inside a record means: the stream
+// ending early or refusing to decode is a corrupt batch.
+func streamErr(err error, what string) error {
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: bad %s", ErrCorruptMessage, what)
+	case errors.Is(err, ErrCorruptMessage), errors.Is(err, errTooLarge):
+		return err
+	case err == io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: records end inside the %s", ErrCorruptMessage, what)
+	}
+	return fmt.Errorf("%w: decompressing at the %s: %v", ErrCorruptMessage, what, err)
 }
 
 // skipBytes skips a varint-length-prefixed byte string (-1 = null, if

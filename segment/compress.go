@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -21,6 +22,16 @@ const maxDecompressed = 256 << 20
 
 // maxPooledBuf keeps a rare huge batch from pinning its buffer in the pool.
 const maxPooledBuf = 4 << 20
+
+// maxZstdWindow refuses zstd frames whose window (the history a decoder
+// must hold) is larger: producers' levels up to 20 stay below it, and a
+// hostile frame cannot make each decoder allocate hundreds of MB.
+const maxZstdWindow = 32 << 20
+
+// maxSnappyRatio bounds how far a snappy block may expand: the densest
+// snappy op turns 3 bytes into 64, so a larger claimed length is not
+// snappy a producer wrote (S2's repeat codes can claim far more).
+const maxSnappyRatio = 22
 
 var errTooLarge = errors.New("decompressed batch exceeds the limit")
 
@@ -55,6 +66,70 @@ var (
 			zstd.WithDecoderMaxMemory(maxDecompressed))
 	})
 )
+
+// zstdStream is a streaming zstd decoder with the source it reads. With
+// concurrency 1 it runs in the caller's goroutine, so a pooled one holds no
+// goroutine of its own.
+type zstdStream struct {
+	d   *zstd.Decoder
+	src bytes.Reader
+}
+
+var (
+	zstdStreamPool = sync.Pool{New: func() any {
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(maxZstdWindow),
+			zstd.WithDecodeBuffersBelow(0))
+		if err != nil {
+			return err
+		}
+		return &zstdStream{d: d}
+	}}
+	bufioPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+)
+
+// openStream returns a reader of the decompression of src, and a function
+// that gives its resources back once the caller is done reading. Nothing
+// is decompressed ahead of what is read, so a reader that stops early
+// bounds the work.
+func openStream(codec int, src []byte) (*bufio.Reader, func(), error) {
+	var r io.Reader
+	var done func()
+	switch codec {
+	case codecGzip:
+		d := gzipPool.Get().(*gzipDecoder)
+		d.src.Reset(src)
+		if err := d.r.Reset(&d.src); err != nil {
+			gzipPool.Put(d)
+			return nil, nil, err
+		}
+		r, done = &d.r, func() { d.src.Reset(nil); gzipPool.Put(d) }
+	case codecLz4:
+		d := lz4Pool.Get().(*lz4Decoder)
+		d.src.Reset(src)
+		d.r.Reset(&d.src)
+		r, done = d.r, func() { d.src.Reset(nil); lz4Pool.Put(d) }
+	case codecZstd:
+		got := zstdStreamPool.Get()
+		d, ok := got.(*zstdStream)
+		if !ok {
+			return nil, nil, fmt.Errorf("zstd decoder: %v", got)
+		}
+		d.src.Reset(src)
+		if err := d.d.Reset(&d.src); err != nil {
+			zstdStreamPool.Put(d)
+			return nil, nil, err
+		}
+		r, done = d.d, func() { d.src.Reset(nil); zstdStreamPool.Put(d) }
+	default:
+		return nil, nil, fmt.Errorf("codec %d does not stream", codec)
+	}
+	br := bufioPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br, func() { br.Reset(nil); bufioPool.Put(br); done() }, nil
+}
 
 // decompress returns the decompressed records in a pooled buffer, which the
 // caller hands back with putBuf when done with out.
@@ -95,6 +170,20 @@ func decompress(codec int, src []byte) (pooled *[]byte, out []byte, err error) {
 	return pooled, dst, nil
 }
 
+// decompressSnappy is decompress for snappy with output bounded by limit.
+func decompressSnappy(src []byte, limit int64) (pooled *[]byte, out []byte, err error) {
+	pooled = bufPool.Get().(*[]byte)
+	dst, err := decodeSnappyLimit((*pooled)[:0], src, limit)
+	if cap(dst) > cap(*pooled) {
+		*pooled = dst[:0]
+	}
+	if err != nil {
+		putBuf(pooled)
+		return nil, nil, err
+	}
+	return pooled, dst, nil
+}
+
 // readBounded appends all of r to dst, failing past maxDecompressed.
 func readBounded(dst []byte, r io.Reader) ([]byte, error) {
 	for empty := 0; ; {
@@ -127,8 +216,14 @@ var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 // (16-byte header, then chunks of a 4-byte length and a raw block), as
 // franz-go and the Java client accept both.
 func decodeSnappy(dst, src []byte) ([]byte, error) {
+	return decodeSnappyLimit(dst, src, maxDecompressed)
+}
+
+// decodeSnappyLimit is decodeSnappy failing with errTooLarge before
+// allocating for output beyond limit bytes.
+func decodeSnappyLimit(dst, src []byte, limit int64) ([]byte, error) {
 	if len(src) <= 16 || !bytes.HasPrefix(src, xerialMagic) {
-		return decodeSnappyBlock(dst, src)
+		return decodeSnappyBlock(dst, src, limit)
 	}
 	for src = src[16:]; len(src) > 0; {
 		if len(src) < 4 {
@@ -140,7 +235,7 @@ func decodeSnappy(dst, src []byte) ([]byte, error) {
 			return dst, errors.New("malformed xerial framing")
 		}
 		var err error
-		if dst, err = decodeSnappyBlock(dst, src[:n]); err != nil {
+		if dst, err = decodeSnappyBlock(dst, src[:n], limit); err != nil {
 			return dst, err
 		}
 		src = src[n:]
@@ -148,13 +243,17 @@ func decodeSnappy(dst, src []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// decodeSnappyBlock appends the decoding of one raw snappy block to dst.
-func decodeSnappyBlock(dst, src []byte) ([]byte, error) {
+// decodeSnappyBlock appends the decoding of one raw snappy block to dst,
+// as long as dst stays within limit bytes.
+func decodeSnappyBlock(dst, src []byte, limit int64) ([]byte, error) {
 	l, err := s2.DecodedLen(src)
 	if err != nil {
 		return dst, err
 	}
-	if len(dst)+l > maxDecompressed {
+	if int64(l) > int64(len(src))*maxSnappyRatio+64 {
+		return dst, fmt.Errorf("block of %d bytes claims to expand to %d, beyond what snappy can", len(src), l)
+	}
+	if int64(len(dst))+int64(l) > min(limit, maxDecompressed) {
 		return dst, errTooLarge
 	}
 	if cap(dst)-len(dst) < l {

@@ -8,6 +8,7 @@ import (
 
 // Config holds a Log's settings. The zero value of every field means "use
 // the default"; to switch off a bound whose default is on, set it negative.
+// With Explicit, the bounds Kafka allows to be 0 take 0 literally.
 type Config struct {
 	// SegmentBytes: roll before an append would make the active segment
 	// exceed this (segment.bytes; default 1 GiB, at most 2 GiB - 1 because
@@ -25,24 +26,34 @@ type Config struct {
 	// RetentionBytes bounds the whole log (retention.bytes): as in Kafka,
 	// the oldest closed segment is deleted while the log would still hold
 	// at least RetentionBytes without it. Default and any negative value:
-	// unlimited.
+	// unlimited; an explicit 0 keeps no closed segment.
 	RetentionBytes int64
 	// RetentionMs: delete closed segments whose largest timestamp is older
-	// than this (retention.ms; default 7 days, negative: unlimited).
+	// than this (retention.ms; default 7 days, negative: unlimited; an
+	// explicit 0 deletes every closed segment).
 	RetentionMs time.Duration
 	// MaxBatchBytes: largest accepted batch (message.max.bytes; default
 	// 1048588).
 	MaxBatchBytes int
 	// TimestampBeforeMax rejects record timestamps older than now minus
 	// this (message.timestamp.before.max.ms; default and negative:
-	// unlimited).
+	// unlimited; an explicit 0 refuses any timestamp before now).
 	TimestampBeforeMax time.Duration
 	// TimestampAfterMax rejects record timestamps newer than now plus this
-	// (message.timestamp.after.max.ms; default 1h, negative: unlimited).
+	// (message.timestamp.after.max.ms; default 1h, negative: unlimited; an
+	// explicit 0 refuses any timestamp after now).
 	TimestampAfterMax time.Duration
-	// ProducerIDExpiration forgets an idempotent producer whose last batch
-	// timestamp is older than this, on Maintain (producer.id.expiration.ms;
-	// default 24h, negative: never).
+	// Explicit takes RetentionBytes, RetentionMs, TimestampBeforeMax and
+	// TimestampAfterMax as given, so that 0 means what it means in Kafka
+	// instead of "the default". Whoever resolves Kafka settings (the
+	// broker's topic configs) sets it: a topic's 0 must mean the same on
+	// the local log as on the cold tier, which reads these fields too.
+	Explicit bool
+	// ProducerIDExpiration forgets, on Maintain, an idempotent producer
+	// that has not appended for this long by the log's clock, whatever its
+	// records' timestamps (producer.id.expiration.ms; default 24h,
+	// negative: never). A forgotten producer may resume at any sequence
+	// (KIP-360).
 	ProducerIDExpiration time.Duration
 	// Tiered marks a log whose closed segments are copied to the cold tier.
 	// Retention then deletes a local segment only once it is wholly below
@@ -78,8 +89,8 @@ const (
 // maxSegmentBytes keeps every position representable in an index entry.
 const maxSegmentBytes = math.MaxInt32
 
-// WithDefaults returns c with zero fields replaced by their defaults and
-// out-of-range values clamped.
+// WithDefaults returns c with zero fields replaced by their defaults (but
+// for those Explicit keeps) and out-of-range values clamped.
 func (c Config) WithDefaults() Config {
 	if c.SegmentBytes <= 0 {
 		c.SegmentBytes = DefaultSegmentBytes
@@ -91,20 +102,22 @@ func (c Config) WithDefaults() Config {
 	if c.IndexIntervalBytes <= 0 {
 		c.IndexIntervalBytes = DefaultIndexIntervalBytes
 	}
-	if c.RetentionBytes == 0 {
-		c.RetentionBytes = -1
-	}
-	if c.RetentionMs == 0 {
-		c.RetentionMs = DefaultRetentionMs
+	if !c.Explicit {
+		if c.RetentionBytes == 0 {
+			c.RetentionBytes = -1
+		}
+		if c.RetentionMs == 0 {
+			c.RetentionMs = DefaultRetentionMs
+		}
+		if c.TimestampBeforeMax == 0 {
+			c.TimestampBeforeMax = -1
+		}
+		if c.TimestampAfterMax == 0 {
+			c.TimestampAfterMax = DefaultTimestampAfterMax
+		}
 	}
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
-	}
-	if c.TimestampBeforeMax == 0 {
-		c.TimestampBeforeMax = -1
-	}
-	if c.TimestampAfterMax == 0 {
-		c.TimestampAfterMax = DefaultTimestampAfterMax
 	}
 	if c.ProducerIDExpiration == 0 {
 		c.ProducerIDExpiration = DefaultProducerIDExpiration

@@ -8,9 +8,10 @@
 // The on-disk format and the crash-recovery procedure are specified in
 // docs/format.md; the code follows that document.
 //
-// Concurrency: a Log has one writer at a time (Append, Maintain, SetConfig,
-// Sync, Close and Delete serialize on a mutex) and any number of concurrent
-// readers. Readers take a read lock only to find a segment and the extent of
+// Concurrency: a Log has one writer at a time (Append, AppendPrepared,
+// Maintain, SetConfig, Sync, Close and Delete serialize on a mutex) and any
+// number of concurrent readers. Prepare, which validates an append's
+// batches, takes no lock and may run alongside all of them. Readers take a read lock only to find a segment and the extent of
 // its published bytes, then read with pread, so a slow read never holds up
 // an append and an append never exposes a half-written batch.
 package segment

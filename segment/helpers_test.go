@@ -33,6 +33,7 @@ type batchSpec struct {
 	trailing   []byte  // bytes after the records (inside the batch)
 	keyPrefix  string
 	withHeader bool
+	payload    []byte // records already encoded and compressed: used as is, with count
 }
 
 func appendRecord(dst []byte, tsDelta, offDelta int64, key, value []byte, header bool) []byte {
@@ -126,11 +127,17 @@ func encodeBatch(t testing.TB, s batchSpec) []byte {
 	}
 	recs = append(recs, s.trailing...)
 	recs = compressFor(t, s.codec, s.xerial, recs)
+	if s.payload != nil {
+		recs = s.payload
+	}
 	count := int32(len(s.values))
 	if s.count != 0 {
 		count = s.count
 	}
 	last := int32(len(s.values)) - 1
+	if s.payload != nil {
+		last = count - 1
+	}
 	if s.lastDelta != nil {
 		last = *s.lastDelta
 	}

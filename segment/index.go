@@ -69,12 +69,19 @@ func (x *indexer) maybeAddTime() {
 // lookup returns the position of the last indexed batch whose last offset
 // is <= offset, or 0.
 func lookup(offsets []offsetEntry, base, offset int64) int64 {
+	pos, _ := lookupEntry(offsets, base, offset)
+	return pos
+}
+
+// lookupEntry is lookup that also returns the indexed batch's last offset,
+// or -1 when there is none.
+func lookupEntry(offsets []offsetEntry, base, offset int64) (pos, last int64) {
 	rel := offset - base
 	i := sort.Search(len(offsets), func(i int) bool { return int64(offsets[i].rel) > rel }) - 1
 	if i < 0 {
-		return 0
+		return 0, -1
 	}
-	return int64(offsets[i].pos)
+	return int64(offsets[i].pos), base + int64(offsets[i].rel)
 }
 
 func encodeOffsets(dst []byte, es []offsetEntry) []byte {

@@ -32,7 +32,6 @@ type Log struct {
 		producers map[int64]*producerEntry
 		snapshots []int64 // offsets of the .snapshot files, ascending
 		// Scratch reused by Append.
-		facts   []batchFacts
 		pending []pendingProducer
 		buf     []byte
 		// failed is set when a write left the active segment in an unknown
@@ -56,6 +55,9 @@ type Log struct {
 	}
 
 	size atomic.Int64 // total bytes of .log files
+
+	// cfg is w.cfg for Prepare, which validates without writeMu.
+	cfg atomic.Pointer[Config]
 }
 
 // AppendInfo describes a completed Append.
@@ -123,17 +125,77 @@ func (l *Log) SetConfig(cfg Config) {
 	defer l.writeMu.Unlock()
 	cfg.Now, cfg.Logger = l.now, l.logger
 	l.w.cfg = cfg.WithDefaults()
+	published := l.w.cfg // a copy: Prepare reads it without writeMu
+	l.cfg.Store(&published)
 	l.mu.Lock()
 	l.mu.interval = l.w.cfg.IndexIntervalBytes
 	l.mu.Unlock()
+}
+
+// Batches are a Produce request's records, validated by Prepare for one
+// AppendPrepared.
+type Batches struct {
+	records []byte
+	facts   []batchFacts
 }
 
 // Append validates records (one or more concatenated v2 batches, a Produce
 // request's records field), assigns them offsets from the log end offset,
 // stamps leaderEpoch into them and appends them to the active segment.
 // Either every batch is appended or none is; readers see all of them at
-// once. Nothing is fsynced (see Sync).
+// once. Nothing is fsynced (see Sync). It is Prepare then AppendPrepared.
 func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
+	b, err := l.Prepare(records)
+	if err != nil {
+		return AppendInfo{}, err
+	}
+	return l.AppendPrepared(b, leaderEpoch)
+}
+
+// Prepare validates records for AppendPrepared: lengths, magic, size,
+// CRC-32C, the records themselves (decompressed as they are walked) and
+// their timestamps against the log's clock and settings. It takes no lock
+// of the log's, so callers run it before whatever serializes their appends
+// and a costly batch holds up nobody else. records must stay unchanged
+// until AppendPrepared returns.
+func (l *Log) Prepare(records []byte) (*Batches, error) {
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%w: no record batches", ErrInvalidRecord)
+	}
+	cfg := l.cfg.Load()
+	now := l.now()
+	var bounds tsBounds
+	if cfg.TimestampBeforeMax >= 0 {
+		bounds.min, bounds.hasMin = now.Add(-cfg.TimestampBeforeMax).UnixMilli(), true
+	}
+	if cfg.TimestampAfterMax >= 0 {
+		bounds.max, bounds.hasMax = now.Add(cfg.TimestampAfterMax).UnixMilli(), true
+	}
+	b := &Batches{records: records, facts: make([]batchFacts, 0, 1)}
+	for p := 0; p < len(records); {
+		if len(records)-p < logOverhead {
+			return nil, fmt.Errorf("%w: %d stray bytes after batch %d", ErrCorruptMessage, len(records)-p, len(b.facts))
+		}
+		n := int64(logOverhead) + int64(int32(binary.BigEndian.Uint32(records[p+offLength:])))
+		if n < headerSize || n > int64(len(records)-p) {
+			return nil, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", ErrCorruptMessage, len(b.facts), n, len(records)-p)
+		}
+		f, err := validateBatch(records[p:p+int(n)], cfg.MaxBatchBytes, &bounds)
+		if err != nil {
+			return nil, fmt.Errorf("batch %d: %w", len(b.facts), err)
+		}
+		b.facts = append(b.facts, f)
+		p += int(n)
+	}
+	if len(records) > maxSegmentBytes {
+		return nil, fmt.Errorf("%w: append of %d bytes", ErrMessageTooLarge, len(records))
+	}
+	return b, nil
+}
+
+// AppendPrepared appends batches that Prepare validated, as Append does.
+// b is used up: it may not be appended again.
+func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if l.mu.closed {
@@ -142,42 +204,15 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 	if l.w.failed != nil {
 		return AppendInfo{}, fmt.Errorf("segment: log %s failed earlier: %w", l.dir, l.w.failed)
 	}
-	if len(records) == 0 {
-		return AppendInfo{}, fmt.Errorf("%w: no record batches", ErrInvalidRecord)
+	if b == nil || b.facts == nil {
+		return AppendInfo{}, fmt.Errorf("%w: batches not prepared, or appended already", ErrInvalidRecord)
 	}
-	cfg := &l.w.cfg
+	records, facts := b.records, b.facts
+	b.facts = nil
 	now := l.now()
-
-	// 1. Validate everything before touching anything.
-	var bounds tsBounds
-	if cfg.TimestampBeforeMax > 0 {
-		bounds.min, bounds.hasMin = now.Add(-cfg.TimestampBeforeMax).UnixMilli(), true
-	}
-	if cfg.TimestampAfterMax > 0 {
-		bounds.max, bounds.hasMax = now.Add(cfg.TimestampAfterMax).UnixMilli(), true
-	}
-	facts := l.w.facts[:0]
-	info := AppendInfo{MaxTimestamp: -1}
-	for p := 0; p < len(records); {
-		if len(records)-p < logOverhead {
-			return AppendInfo{}, fmt.Errorf("%w: %d stray bytes after batch %d", ErrCorruptMessage, len(records)-p, len(facts))
-		}
-		n := int64(logOverhead) + int64(int32(binary.BigEndian.Uint32(records[p+offLength:])))
-		if n < headerSize || n > int64(len(records)-p) {
-			return AppendInfo{}, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", ErrCorruptMessage, len(facts), n, len(records)-p)
-		}
-		f, err := validateBatch(records[p:p+int(n)], cfg.MaxBatchBytes, &bounds)
-		if err != nil {
-			return AppendInfo{}, fmt.Errorf("batch %d: %w", len(facts), err)
-		}
-		facts = append(facts, f)
-		info.Batches++
-		info.Records += int(f.hdr.NumRecords)
-		p += int(n)
-	}
-	l.w.facts = facts
-	if len(records) > maxSegmentBytes {
-		return AppendInfo{}, fmt.Errorf("%w: append of %d bytes", ErrMessageTooLarge, len(records))
+	info := AppendInfo{MaxTimestamp: -1, Batches: len(facts)}
+	for i := range facts {
+		info.Records += int(facts[i].hdr.NumRecords)
 	}
 
 	// 2. Offsets.
@@ -192,7 +227,7 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 
 	// 3. Idempotence: a retry of a recent batch is answered with its
 	// original offsets, as Kafka does for the whole request.
-	if dup, ok, err := l.checkProducersLocked(facts); err != nil {
+	if dup, ok, err := l.checkProducersLocked(facts, now.UnixMilli()); err != nil {
 		return AppendInfo{}, err
 	} else if ok {
 		info.BaseOffset, info.LastOffset, info.Duplicate = dup.firstOffset, dup.lastOffset, true
@@ -278,24 +313,27 @@ func (l *Log) Append(records []byte, leaderEpoch int32) (AppendInfo, error) {
 
 // checkProducersLocked runs the idempotence checks for every batch against
 // the producer state plus the effect of the earlier batches of the same
-// append, which it stages in l.w.pending.
-func (l *Log) checkProducersLocked(facts []batchFacts) (batchMeta, bool, error) {
+// append, which it stages in l.w.pending. Duplicates are looked for in the
+// committed state only, as Kafka does: a batch repeated within one append
+// must not be answered with the offsets of its own unwritten first copy;
+// its sequence then fails the check against the staged state instead.
+func (l *Log) checkProducersLocked(facts []batchFacts, nowMs int64) (batchMeta, bool, error) {
 	l.w.pending = l.w.pending[:0]
 	for i := range facts {
 		h := &facts[i].hdr
 		if h.ProducerID < 0 {
 			continue
 		}
-		pp := l.pendingLocked(h.ProducerID)
-		if pp.known {
-			if dup, ok := pp.e.duplicateOf(h); ok && !h.IsControl() {
+		if e, ok := l.w.producers[h.ProducerID]; ok && !h.IsControl() {
+			if dup, ok := e.duplicateOf(h); ok {
 				return dup, true, nil
 			}
 		}
+		pp := l.pendingLocked(h.ProducerID)
 		if err := pp.e.check(pp.known, h); err != nil {
 			return batchMeta{}, false, err
 		}
-		pp.e.apply(h)
+		pp.e.apply(h, nowMs)
 		pp.known = true
 	}
 	return batchMeta{}, false, nil
@@ -329,7 +367,9 @@ func (l *Log) commitProducersLocked() {
 	}
 }
 
-func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader) {
+// applyProducerBatch replays a written batch into m; writeMs stands for
+// when it was written.
+func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader, writeMs int64) {
 	if h.ProducerID < 0 {
 		return
 	}
@@ -338,7 +378,7 @@ func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader) {
 		e = &producerEntry{epoch: h.ProducerEpoch}
 		m[h.ProducerID] = e
 	}
-	e.apply(h)
+	e.apply(h, writeMs)
 }
 
 func (l *Log) shouldRollLocked(s *segment, n, lastOffset int64, now time.Time) bool {
@@ -458,7 +498,11 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 		s.acquire()
 		l.mu.RUnlock()
 
-		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, interval, l.logger)
+		segEnd := end
+		if nextBase >= 0 {
+			segEnd = nextBase
+		}
+		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
 		s.release()
 		if err != nil || found || nextBase < 0 {
 			return out, err
@@ -551,7 +595,7 @@ func (l *Log) Maintain() error {
 	if cfg.ProducerIDExpiration > 0 {
 		cutoff := now.Add(-cfg.ProducerIDExpiration).UnixMilli()
 		for id, e := range l.w.producers {
-			if e.lastTimestamp < cutoff {
+			if e.lastWrite < cutoff {
 				delete(l.w.producers, id)
 			}
 		}

@@ -277,3 +277,26 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("Append after Delete: %v", err)
 	}
 }
+
+// Kafka's LogValidator refuses a producer batch that claims LogAppendTime
+// ("Producer should not set timestamp type to LogAppendTime"): its
+// timestamps would escape the message.timestamp.* bounds, and a batch
+// stamped a century ahead would stall time retention and rolling.
+func TestAppendRefusesProducerLogAppendTime(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	future := clock.Now().AddDate(100, 0, 0).UnixMilli()
+	for _, codec := range []int{codecNone, codecZstd} {
+		b := encodeBatch(t, batchSpec{codec: codec, attrs: attrLogAppendTime, values: values(2, 10, 0), firstTs: future, maxTs: i64(future)})
+		if _, err := l.Append(b, 0); !errors.Is(err, ErrInvalidTimestamp) {
+			t.Fatalf("codec %d: err = %v, want %v", codec, err, ErrInvalidTimestamp)
+		}
+	}
+	if l.EndOffset() != 0 || l.Size() != 0 {
+		t.Fatalf("something was written: end %d size %d", l.EndOffset(), l.Size())
+	}
+	if ts, _ := l.MaxTimestamp(); ts != -1 {
+		t.Fatalf("max timestamp %d after refused batches", ts)
+	}
+}

@@ -293,3 +293,53 @@ func TestEndOffsetForEpoch(t *testing.T) {
 		t.Fatalf("first epoch entry %+v, start %d", first, start)
 	}
 }
+
+// With Explicit, 0 is Kafka's 0: retention.ms=0 and retention.bytes=0
+// delete every closed segment, and timestamp bounds of 0 allow no skew.
+// Without it, 0 still means the default.
+func TestExplicitZeroSettings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"RetentionMs", Config{Explicit: true, RetentionMs: 0, RetentionBytes: -1, TimestampBeforeMax: -1, TimestampAfterMax: -1}},
+		{"RetentionBytes", Config{Explicit: true, RetentionBytes: 0, RetentionMs: -1, TimestampBeforeMax: -1, TimestampAfterMax: -1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newClock()
+			cfg := c.cfg
+			cfg.Now, cfg.SegmentBytes = clock.Now, 1500
+			l := mustOpen(t, t.TempDir(), cfg)
+			defer l.Close()
+			for range 10 {
+				mustAppend(t, l, tsBatch(t, clock.Millis(), 5), 0)
+			}
+			clock.Advance(time.Second) // past every record's timestamp
+			bases := segmentBases(l)
+			if len(bases) < 3 {
+				t.Fatalf("only %d segments", len(bases))
+			}
+			if err := l.Maintain(); err != nil {
+				t.Fatal(err)
+			}
+			if got := segmentBases(l); len(got) != 1 || l.StartOffset() != bases[len(bases)-1] {
+				t.Fatalf("segments %v, start %d; want only the active one at %d", got, l.StartOffset(), bases[len(bases)-1])
+			}
+		})
+	}
+
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, Explicit: true, RetentionMs: -1, RetentionBytes: -1})
+	defer l.Close()
+	for _, skew := range []int64{1, -1} {
+		if _, err := l.Append(tsBatch(t, clock.Millis()+skew, 1), 0); !errors.Is(err, ErrInvalidTimestamp) {
+			t.Fatalf("skew %d ms with zero bounds: %v", skew, err)
+		}
+	}
+	mustAppend(t, l, tsBatch(t, clock.Millis(), 1), 0)
+
+	d := Config{}.WithDefaults()
+	if d.RetentionMs != DefaultRetentionMs || d.RetentionBytes >= 0 || d.TimestampBeforeMax >= 0 || d.TimestampAfterMax != DefaultTimestampAfterMax {
+		t.Fatalf("zero Config without Explicit: %+v", d)
+	}
+}

@@ -22,10 +22,13 @@ type batchMeta struct {
 // producerEntry is the state of one idempotent producer, after Kafka's
 // ProducerStateEntry.
 type producerEntry struct {
-	epoch         int16
-	lastTimestamp int64
-	n             int // cached batches in use, oldest first
-	batches       [maxCachedBatches]batchMeta
+	epoch int16
+	// lastWrite is when the producer last appended (Unix ms, the log's
+	// clock), what expiry goes by: its records' CreateTime may be any age
+	// (a mirror, a backfill) while it is very much alive.
+	lastWrite int64
+	n         int // cached batches in use, oldest first
+	batches   [maxCachedBatches]batchMeta
 }
 
 func (e *producerEntry) lastSeq() (int32, bool) {
@@ -50,15 +53,21 @@ func (e *producerEntry) duplicateOf(h *BatchHeader) (batchMeta, bool) {
 }
 
 // check applies Kafka's ProducerAppendInfo rules to a batch from a producer
-// whose state is e (known=false: never seen).
+// whose state is e (known=false: never seen, or forgotten).
 func (e *producerEntry) check(known bool, h *BatchHeader) error {
-	if known && h.ProducerEpoch < e.epoch {
+	if !known {
+		// KIP-360: the producer's state may have expired or gone with
+		// deleted segments while it lives on, so any first sequence is
+		// accepted and the ones after it are checked.
+		return nil
+	}
+	if h.ProducerEpoch < e.epoch {
 		return fmt.Errorf("%w: producer %d epoch %d is older than the current %d", ErrInvalidProducerEpoch, h.ProducerID, h.ProducerEpoch, e.epoch)
 	}
 	if h.IsControl() {
 		return nil // markers carry no sequence
 	}
-	if !known || h.ProducerEpoch != e.epoch {
+	if h.ProducerEpoch != e.epoch {
 		if h.BaseSequence != 0 {
 			return fmt.Errorf("%w: producer %d epoch %d must start at sequence 0, not %d", ErrOutOfOrderSequence, h.ProducerID, h.ProducerEpoch, h.BaseSequence)
 		}
@@ -77,12 +86,13 @@ func (e *producerEntry) check(known bool, h *BatchHeader) error {
 	return nil
 }
 
-// apply records an appended batch (whose offsets are final in h).
-func (e *producerEntry) apply(h *BatchHeader) {
+// apply records a batch (whose offsets are final in h) appended at
+// writeMs.
+func (e *producerEntry) apply(h *BatchHeader, writeMs int64) {
 	if h.ProducerEpoch != e.epoch {
 		e.epoch, e.n = h.ProducerEpoch, 0
 	}
-	e.lastTimestamp = h.MaxTimestamp
+	e.lastWrite = max(e.lastWrite, writeMs)
 	if h.IsControl() {
 		return
 	}
@@ -117,7 +127,7 @@ func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
 		e := producers[id]
 		b = binary.BigEndian.AppendUint64(b, uint64(id))
 		b = binary.BigEndian.AppendUint16(b, uint16(e.epoch))
-		b = binary.BigEndian.AppendUint64(b, uint64(e.lastTimestamp))
+		b = binary.BigEndian.AppendUint64(b, uint64(e.lastWrite))
 		b = append(b, byte(e.n))
 		for _, m := range e.batches[:e.n] {
 			b = binary.BigEndian.AppendUint32(b, uint32(m.firstSeq))
@@ -157,9 +167,9 @@ func decodeSnapshot(b []byte, offset int64) (map[int64]*producerEntry, error) {
 		}
 		id := int64(binary.BigEndian.Uint64(b))
 		e := &producerEntry{
-			epoch:         int16(binary.BigEndian.Uint16(b[8:])),
-			lastTimestamp: int64(binary.BigEndian.Uint64(b[10:])),
-			n:             int(b[18]),
+			epoch:     int16(binary.BigEndian.Uint16(b[8:])),
+			lastWrite: int64(binary.BigEndian.Uint64(b[10:])),
+			n:         int(b[18]),
 		}
 		b = b[19:]
 		if e.n > maxCachedBatches || len(b) < e.n*24 {

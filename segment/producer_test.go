@@ -1,10 +1,12 @@
 package segment
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func idemBatch(t *testing.T, clock *fakeClock, pid int64, epoch int16, seq int32, n int) []byte {
@@ -45,7 +47,6 @@ func TestIdempotentProducer(t *testing.T) {
 	}{
 		{"gap", idemBatch(t, clock, 7, 0, 6, 1), ErrOutOfOrderSequence},
 		{"overlap that is not a cached batch", idemBatch(t, clock, 7, 0, 4, 1), ErrOutOfOrderSequence},
-		{"unknown producer not at 0", idemBatch(t, clock, 99, 0, 5, 1), ErrOutOfOrderSequence},
 		{"new epoch not at 0", idemBatch(t, clock, 7, 1, 5, 1), ErrOutOfOrderSequence},
 	} {
 		if _, err := l.Append(c.batch, 0); !errors.Is(err, c.wantErr) {
@@ -167,8 +168,8 @@ func TestProducerStateSurvivesRestart(t *testing.T) {
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	m := map[int64]*producerEntry{
-		1: {epoch: 3, lastTimestamp: 99, n: 2, batches: [5]batchMeta{{0, 4, 10, 14}, {5, 5, 20, 20}}},
-		2: {epoch: 0, lastTimestamp: -1},
+		1: {epoch: 3, lastWrite: 99, n: 2, batches: [5]batchMeta{{0, 4, 10, 14}, {5, 5, 20, 20}}},
+		2: {epoch: 0, lastWrite: -1},
 	}
 	b := encodeSnapshot(77, m)
 	got, err := decodeSnapshot(b, 77)
@@ -190,18 +191,111 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// Maintain forgets producers idle longer than ProducerIDExpiration.
+// Maintain forgets producers that have not written for longer than
+// ProducerIDExpiration (producer.id.expiration.ms): a retry of a forgotten
+// producer's batch is no longer recognised and is written again.
 func TestProducerExpiration(t *testing.T) {
 	clock := newClock()
-	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, ProducerIDExpiration: 10 * 60 * 1e9})
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, ProducerIDExpiration: 10 * time.Minute})
 	defer l.Close()
-	mustAppend(t, l, idemBatch(t, clock, 1, 0, 0, 1), 0)
-	clock.Advance(11 * 60 * 1e9)
+	b := idemBatch(t, clock, 1, 0, 0, 1)
+	mustAppend(t, l, b, 0)
+	clock.Advance(9 * time.Minute)
 	if err := l.Maintain(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(idemBatch(t, clock, 1, 0, 1, 1), 0); !errors.Is(err, ErrOutOfOrderSequence) {
-		t.Fatalf("expired producer continued: %v", err)
+	if info := mustAppend(t, l, b, 0); !info.Duplicate || info.BaseOffset != 0 {
+		t.Fatalf("retry within the expiration: %+v, want a duplicate of offset 0", info)
 	}
-	mustAppend(t, l, idemBatch(t, clock, 1, 0, 0, 1), 0)
+	clock.Advance(11 * time.Minute)
+	if err := l.Maintain(); err != nil {
+		t.Fatal(err)
+	}
+	if info := mustAppend(t, l, b, 0); info.Duplicate || info.BaseOffset != 1 {
+		t.Fatalf("retry after the expiration: %+v, want a new write at offset 1", info)
+	}
+}
+
+// A producer is forgotten by when it last wrote, not by its records'
+// CreateTime: a mirror or backfill writing week-old timestamps keeps its
+// state across maintenance passes and restarts (Kafka expires by the last
+// write, producer.id.expiration.ms).
+func TestProducerExpiresByLastWriteNotCreateTime(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	cfg := Config{Now: clock.Now, ProducerIDExpiration: time.Hour}
+	l := mustOpen(t, dir, cfg)
+	old := clock.Millis() - (7 * 24 * time.Hour).Milliseconds()
+	batch := func(seq int32) []byte {
+		return encodeBatch(t, batchSpec{values: values(2, 20, byte(seq)), idem: true, pid: 9, seq: seq, firstTs: old})
+	}
+	mustAppend(t, l, batch(0), 0)
+	if err := l.Maintain(); err != nil {
+		t.Fatal(err)
+	}
+	if info := mustAppend(t, l, batch(0), 0); !info.Duplicate {
+		t.Fatalf("a live producer with old timestamps was forgotten: retry %+v", info)
+	}
+	mustAppend(t, l, batch(2), 0)
+	clock.Advance(50 * time.Minute)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, cfg)
+	defer l.Close()
+	if err := l.Maintain(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(batch(5), 0); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("after a restart the producer's sequence was not checked: %v", err)
+	}
+	if info := mustAppend(t, l, batch(4), 0); info.Duplicate || info.BaseOffset != 4 {
+		t.Fatalf("next batch after restart: %+v", info)
+	}
+}
+
+// KIP-360: the log accepts any first sequence from a producer it does not
+// know (its state may have expired or been deleted with the segments), and
+// checks the sequences that follow.
+func TestUnknownProducerStartsAtAnySequence(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	if info := mustAppend(t, l, idemBatch(t, clock, 99, 3, 41, 2), 0); info.BaseOffset != 0 {
+		t.Fatalf("%+v", info)
+	}
+	if _, err := l.Append(idemBatch(t, clock, 99, 3, 44, 1), 0); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("gap after the first batch: %v", err)
+	}
+	mustAppend(t, l, idemBatch(t, clock, 99, 3, 43, 1), 0)
+	// A known producer's new epoch still starts at 0.
+	if _, err := l.Append(idemBatch(t, clock, 99, 4, 7, 1), 0); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("new epoch not at 0: %v", err)
+	}
+}
+
+// The same idempotent batch twice in one append: duplicates are checked
+// against what the log has committed, so the second copy is out of order
+// (as in Kafka's ProducerStateManager), not a "duplicate" of its own
+// unwritten first copy, and nothing is written.
+func TestIdempotentSameBatchTwiceInOneAppend(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	mustAppend(t, l, idemBatch(t, clock, 4, 0, 0, 2), 0) // seq 0-1, offsets 0-1
+	b := idemBatch(t, clock, 4, 0, 2, 3)
+	info, err := l.Append(append(bytes.Clone(b), b...), 0)
+	if !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("append of a batch and its copy: %+v, %v; want %v", info, err, ErrOutOfOrderSequence)
+	}
+	if l.EndOffset() != 2 {
+		t.Fatalf("log end %d: a refused append wrote something", l.EndOffset())
+	}
+	// The batch alone then goes in, and its retry is a duplicate of it.
+	if info := mustAppend(t, l, b, 0); info.Duplicate || info.BaseOffset != 2 {
+		t.Fatalf("the batch alone: %+v", info)
+	}
+	if info := mustAppend(t, l, b, 0); !info.Duplicate || info.BaseOffset != 2 || info.LastOffset != 4 {
+		t.Fatalf("its retry: %+v", info)
+	}
 }

@@ -1,11 +1,13 @@
 package segment
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ func Open(dir string, cfg Config) (*Log, error) {
 	cfg = cfg.WithDefaults()
 	l := &Log{dir: dir, logger: cfg.Logger, now: cfg.Now}
 	l.w.cfg = cfg
+	l.cfg.Store(&cfg) // a copy: SetConfig rewrites w.cfg in place
 	l.w.producers = make(map[int64]*producerEntry)
 	l.mu.interval = cfg.IndexIntervalBytes
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -170,7 +173,19 @@ func (l *Log) recover() error {
 		return err
 	}
 
-	l.logger.Info("opened log", "dir", l.dir,
+	if len(bases) == 0 {
+		// A brand-new log: there was no shutdown, clean or not, to report.
+		l.logger.Debug("created log", "dir", l.dir)
+		return nil
+	}
+	// One line per log is noise at start-up (a node has hundreds): the
+	// broker logs a summary, and a log only speaks up when recovery
+	// changed something on disk.
+	level := slog.LevelDebug
+	if rep.truncatedBytes > 0 || rep.indexesRebuilt > 0 {
+		level = slog.LevelWarn
+	}
+	l.logger.Log(context.Background(), level, "opened log", "dir", l.dir,
 		"segments", len(segs), "logStartOffset", l.mu.start, "logEndOffset", l.mu.end,
 		"cleanShutdown", rep.clean, "tempFilesRemoved", rep.tempRemoved,
 		"orphanIndexesRemoved", rep.orphansRemoved, "indexesRebuilt", rep.indexesRebuilt,
@@ -385,7 +400,7 @@ func (l *Log) scanHeaders(from int64, fn func(*BatchHeader)) error {
 		var pos int64
 		if s.base < from {
 			var err error
-			if pos, err = s.position(from, s.size, l.w.cfg.IndexIntervalBytes, l.logger); err != nil {
+			if pos, _, err = s.position(from, s.size, l.w.cfg.IndexIntervalBytes, l.logger); err != nil {
 				return err
 			}
 		}
@@ -445,9 +460,13 @@ func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
 		l.w.snapshots = append(l.w.snapshots, off)
 	}
 	slices.Sort(l.w.snapshots)
+	// The replayed batches were written after the snapshot, at times no
+	// file records: count them as written now, which at worst keeps a
+	// producer one expiration period longer than it needed.
+	nowMs := l.now().UnixMilli()
 	return l.scanHeaders(from, func(h *BatchHeader) {
 		rep.replayed++
-		applyProducerBatch(l.w.producers, h)
+		applyProducerBatch(l.w.producers, h, nowMs)
 	})
 }
 

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -395,5 +396,78 @@ func TestRandomDamage(t *testing.T) {
 			}
 		}
 		l.Close()
+	}
+}
+
+// The first 21 bytes of a batch (base offset, length, leader epoch, magic)
+// are outside its CRC, so a damaged base offset is caught by the offsets
+// themselves: a read never serves a batch outside its segment's offsets
+// or below the batch before it, and never skips one for that reason
+// (issue 9 item 7).
+func TestReadCorruptBaseOffset(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte, prevBase int64) // b is the victim batch in the file
+	}{
+		{"bit flipped high", func(b []byte, _ int64) { b[0] ^= 0x01 }}, // +2^56
+		{"repeats the batch before", func(b []byte, prevBase int64) {
+			binary.BigEndian.PutUint64(b, uint64(prevBase))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock()
+			l, stored := buildLog(t, dir, clock, 60, 5)
+			bases := segmentBases(l)
+			if len(bases) < 3 {
+				t.Fatalf("want at least 3 segments, have %d", len(bases))
+			}
+			end := l.EndOffset()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := bases[1]
+			var prev, victim BatchHeader
+			var pos int64
+			for i, b := range stored {
+				if decodeHeader(b).BaseOffset == seg {
+					prev, victim = decodeHeader(b), decodeHeader(stored[i+1])
+					pos = int64(len(b))
+					break
+				}
+			}
+			path := offsetName(dir, seg, logSuffix)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(data[pos:], prev.BaseOffset)
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			l = mustOpen(t, dir, smallCfg(clock))
+			defer l.Close()
+			for off := victim.BaseOffset; off <= victim.LastOffset(); off++ {
+				got, err := l.Read(nil, off, end, 1<<20)
+				if !errors.Is(err, ErrCorruptSegment) {
+					var first int64 = -1
+					if len(got) >= headerSize {
+						first = decodeHeader(got).BaseOffset
+					}
+					t.Fatalf("Read(%d) of the damaged batch: %d bytes from offset %d, err %v; want ErrCorruptSegment", off, len(got), first, err)
+				}
+			}
+			got, err := l.Read(nil, seg, end, 1<<20)
+			if err != nil {
+				t.Fatalf("Read before the damaged batch: %v", err)
+			}
+			if h := decodeHeader(got); h.BaseOffset != seg || h.Size() != len(got) {
+				t.Fatalf("want exactly the batch before the damage, got %d bytes from %d", len(got), h.BaseOffset)
+			}
+			if _, err := l.Read(nil, bases[2], end, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -259,24 +259,27 @@ func appendEntries(path string, entrySize, have int, b []byte) error {
 	return nil
 }
 
-// position returns where to start scanning for offset.
-func (s *segment) position(offset, limit int64, interval int, logger *slog.Logger) (int64, error) {
+// position returns where to start scanning for offset and the last offset
+// of the batch there according to the index, -1 when it starts at 0.
+func (s *segment) position(offset, limit int64, interval int, logger *slog.Logger) (pos, last int64, err error) {
 	s.imu.Lock()
-	err := s.loadLocked(limit, interval, logger)
+	err = s.loadLocked(limit, interval, logger)
 	offsets := s.ix.offsets
 	s.imu.Unlock()
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
-	return lookup(offsets, s.base, offset), nil
+	pos, last = lookupEntry(offsets, s.base, offset)
+	return pos, last, nil
 }
 
 // read appends to dst the batches of this segment starting with the one
 // that contains offset (or the first after it), limited as Log.Read
-// describes, reading only the first limit bytes of the file. found reports
-// whether the segment has any batch at or after offset.
-func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit int64, interval int, logger *slog.Logger) (_ []byte, found bool, _ error) {
-	pos, err := s.position(offset, limit, interval, logger)
+// describes, reading only the first limit bytes of the file. Every offset
+// of the segment is below endOffset (the next segment's base, or the log
+// end). found reports whether the segment has any batch at or after offset.
+func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit, endOffset int64, interval int, logger *slog.Logger) (_ []byte, found bool, _ error) {
+	pos, indexed, err := s.position(offset, limit, interval, logger)
 	if err != nil {
 		return dst, false, err
 	}
@@ -305,6 +308,13 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit 
 		win = want
 		return nil
 	}
+	// The CRC covers a batch from its attributes on: the base offset and
+	// the length before it are checked against the batches around it, or
+	// a flipped bit would serve offsets the segment does not hold, or skip
+	// records a consumer asked for. prevLast is the last offset of the
+	// batch at position checked, the furthest one checked so far. The
+	// index names the last offset of the batch the scan starts at.
+	prevLast, checked := s.base-1, int64(-1)
 	// header checks the batch at relative position p and returns it.
 	header := func(p int64) (BatchHeader, error) {
 		if pos+p+headerSize > limit {
@@ -319,6 +329,13 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit 
 			return h, s.corrupt(pos+p, "magic %d", h.Magic)
 		case h.Length < minBatchLength || pos+p+int64(h.Size()) > limit:
 			return h, s.corrupt(pos+p, "batch length %d", h.Length)
+		}
+		if p > checked {
+			if h.BaseOffset <= prevLast || h.LastOffsetDelta < 0 || h.BaseOffset >= endOffset || h.LastOffset() >= endOffset ||
+				(p == 0 && indexed >= 0 && h.LastOffset() != indexed) {
+				return h, s.corrupt(pos+p, "batch offsets [%d, %d] after offset %d in a segment ending before %d", h.BaseOffset, h.LastOffset(), prevLast, endOffset)
+			}
+			prevLast, checked = h.LastOffset(), p
 		}
 		return h, nil
 	}

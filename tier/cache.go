@@ -79,8 +79,10 @@ type chunkCache struct {
 		diskReserved int64
 
 		// admitting holds the chunks being written to disk: at most one
-		// write per chunk, and a chunk on its way to disk is no ghost.
-		admitting map[chunkKey]bool
+		// write per chunk, and a chunk on its way to disk is no ghost. A
+		// write whose chunk is no longer here when it ends (invalidate
+		// dropped it) throws its file away.
+		admitting map[chunkKey]*memChunk
 
 		ghosts   map[chunkKey]*list.Element // of chunkKey
 		ghostLRU list.List
@@ -162,7 +164,7 @@ func newChunkCache(store objstore.Store, dir string, chunk, limit, memLimit int6
 	c.mu.mem = make(map[chunkKey]*list.Element)
 	c.mu.disk = make(map[chunkKey]*list.Element)
 	c.mu.ghosts = make(map[chunkKey]*list.Element)
-	c.mu.admitting = make(map[chunkKey]bool)
+	c.mu.admitting = make(map[chunkKey]*memChunk)
 	// Remember about twice as many chunks as the disk holds: a chunk
 	// wanted again within that distance is worth keeping on disk.
 	c.mu.ghostCap = int(max(16, 2*limit/chunk))
@@ -194,10 +196,23 @@ func (c *chunkCache) goBackgroundLocked(f func()) bool {
 }
 
 // goBackground is goBackgroundLocked for callers without the lock.
-func (c *chunkCache) goBackground(f func()) {
+func (c *chunkCache) goBackground(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.goBackgroundLocked(f)
+	return c.goBackgroundLocked(f)
+}
+
+// getOnWorker is one ranged GET of n bytes of object at off, made on one
+// of the workers (waiting for one first) under the cache's context, so
+// that every GET of the remote reads counts against the same bound.
+func (c *chunkCache) getOnWorker(object string, off int64, buf []byte) error {
+	select {
+	case c.workers <- struct{}{}:
+		defer func() { <-c.workers }()
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return c.get(c.ctx, object, off, buf)
 }
 
 // cachedBytes is the total size of the chunks on disk.
@@ -473,7 +488,7 @@ func (c *chunkCache) fetch(key chunkKey, objSize int64, fl *flight) (*memChunk, 
 		defer func() { <-c.workers }()
 	case <-ctx.Done():
 		c.mu.Lock()
-		delete(c.mu.flights, key)
+		c.endFlightLocked(key, fl)
 		c.mu.Unlock()
 		return nil, ctx.Err()
 	}
@@ -487,11 +502,21 @@ func (c *chunkCache) fetch(key chunkKey, objSize int64, fl *flight) (*memChunk, 
 	err := c.get(ctx, key.object, start, buf)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.mu.flights, key)
+	current := c.endFlightLocked(key, fl)
 	c.mu.memReserved -= n
 	if err != nil {
 		c.recycleLocked(buf)
 		return nil, fmt.Errorf("get %s [%d, %d): %w", key.object, start, start+n, err)
+	}
+	if !current {
+		// Invalidated while downloading: the bytes may predate the
+		// repair that invalidation is waiting for. They go to the
+		// readers that were waiting, and no further.
+		mc := &memChunk{key: key, data: buf, refs: fl.waiters, used: true}
+		if mc.refs == 0 {
+			c.recycleLocked(buf)
+		}
+		return mc, nil
 	}
 	mc := &memChunk{key: key, data: buf, refs: 1 + fl.waiters, used: fl.waiters > 0}
 	c.mu.mem[key] = c.mu.memLRU.PushFront(mc)
@@ -499,9 +524,9 @@ func (c *chunkCache) fetch(key chunkKey, objSize int64, fl *flight) (*memChunk, 
 	if el, seen := c.mu.ghosts[key]; seen {
 		c.mu.ghostLRU.Remove(el)
 		delete(c.mu.ghosts, key)
-		if _, onDisk := c.mu.disk[key]; !onDisk && !c.mu.admitting[key] {
+		if _, onDisk := c.mu.disk[key]; !onDisk && c.mu.admitting[key] == nil {
 			mc.refs++
-			c.mu.admitting[key] = true
+			c.mu.admitting[key] = mc
 			if !c.goBackgroundLocked(func() { c.admit(mc) }) {
 				mc.refs--
 				delete(c.mu.admitting, key)
@@ -538,11 +563,13 @@ func (c *chunkCache) admit(mc *memChunk) {
 	n := int64(len(data))
 	c.mu.Lock()
 	defer func() {
-		delete(c.mu.admitting, key)
+		if c.mu.admitting[key] == mc {
+			delete(c.mu.admitting, key)
+		}
 		c.unrefLocked(mc)
 		c.mu.Unlock()
 	}()
-	if c.ctx.Err() != nil || c.mu.diskReserved+n > c.limit {
+	if c.ctx.Err() != nil || c.mu.diskReserved+n > c.limit || c.mu.admitting[key] != mc {
 		return // closing, or the level is all reserved by writes under way
 	}
 	c.evictDiskLocked(n)
@@ -555,6 +582,10 @@ func (c *chunkCache) admit(mc *memChunk) {
 	c.mu.Lock()
 	c.mu.diskReserved -= n
 	if err != nil {
+		return
+	}
+	if c.mu.admitting[key] != mc {
+		os.Remove(path) // invalidated while being written
 		return
 	}
 	c.mu.disk[key] = c.mu.diskLRU.PushFront(&diskChunk{key: key, path: path, size: n})
@@ -601,7 +632,7 @@ func (c *chunkCache) evictMemLocked(n int64) {
 		victim := c.mu.memLRU.Remove(el).(*memChunk)
 		delete(c.mu.mem, victim.key)
 		c.mu.memSize -= int64(len(victim.data))
-		if _, onDisk := c.mu.disk[victim.key]; !onDisk && !c.mu.admitting[victim.key] && victim.used {
+		if _, onDisk := c.mu.disk[victim.key]; !onDisk && c.mu.admitting[victim.key] == nil && victim.used {
 			c.rememberLocked(victim.key)
 		}
 		c.unrefLocked(victim)
@@ -641,5 +672,51 @@ func (c *chunkCache) evictDiskLocked(n int64) {
 		c.mu.diskSize -= victim.size
 		os.Remove(victim.path)
 		c.evictions.Add(1)
+	}
+}
+
+// endFlightLocked removes fl, the download of key, from the downloads
+// under way, and reports whether it was still there: invalidate detaches
+// downloads, and a later one of the same chunk may have taken its place.
+func (c *chunkCache) endFlightLocked(key chunkKey, fl *flight) bool {
+	if c.mu.flights[key] != fl {
+		return false
+	}
+	delete(c.mu.flights, key)
+	return true
+}
+
+// invalidate forgets the chunks of object that overlap [off, off+n): a
+// reader found bytes there failing their checks, and the copy may be what
+// is bad (a damaged object since restored, a download damaged on the way,
+// a chunk file damaged on disk). They leave memory and disk, and the
+// ghosts, so that the next download of one is not taken for a chunk
+// wanted twice; downloads of them under way still serve the readers
+// waiting for them but are cached nowhere. The next read of any of them
+// makes a fresh GET. Readers still holding a dropped memory chunk keep it
+// until they release it.
+func (c *chunkCache) invalidate(object string, off, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for idx := off / c.chunk; idx*c.chunk < off+max(n, 1); idx++ {
+		key := chunkKey{object, idx}
+		if el, ok := c.mu.mem[key]; ok {
+			mc := c.mu.memLRU.Remove(el).(*memChunk)
+			delete(c.mu.mem, key)
+			c.mu.memSize -= int64(len(mc.data))
+			c.unrefLocked(mc)
+		}
+		if el, ok := c.mu.disk[key]; ok {
+			dc := c.mu.diskLRU.Remove(el).(*diskChunk)
+			delete(c.mu.disk, key)
+			c.mu.diskSize -= dc.size
+			os.Remove(dc.path)
+		}
+		if el, ok := c.mu.ghosts[key]; ok {
+			c.mu.ghostLRU.Remove(el)
+			delete(c.mu.ghosts, key)
+		}
+		delete(c.mu.admitting, key)
+		delete(c.mu.flights, key)
 	}
 }

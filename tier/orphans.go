@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,58 +10,108 @@ import (
 	"strata/tier/objstore"
 )
 
-// keepManifests is how many of the newest manifests of a partition survive
-// collection besides grace: a reader that loaded one of them just before a
-// newer one was published still finds the objects it names.
-const keepManifests = 3
+// listedManifest is one manifest version found by a listing.
+type listedManifest struct {
+	objstore.Attrs
+	key format.ManifestKey
+}
 
-// CollectOrphans deletes tp's objects that its current manifest does not
-// reference and that are older than grace: segment objects whose upload
-// finished but whose manifest was never published (a crash between the two
-// steps), objects dropped from the manifest by retention or compaction, and
-// superseded manifests beyond the newest few. Grace protects uploads in
-// progress and readers of a previous manifest. It returns the number of
-// objects deleted.
+// CollectOrphans deletes tp's objects that no live manifest references
+// and that have been out of every manifest for longer than grace. It
+// returns the number of objects deleted.
+//
+// Grace counts from when an object left the manifests, not from its
+// upload: a manifest version is live while it is the newest or the version
+// after it was published less than grace ago (by the store's clock), and
+// every object a live version references stays. So a reader that took a version just before retention or
+// compaction replaced it still finds its objects, and a manifest is only
+// ever deleted with (in fact before) the objects that only it names.
+// Segment objects that no manifest references (an upload whose manifest
+// was never published, or one still under way) go once they are older
+// than grace.
+//
+// The collector reads the bucket, not this tier's writers' state, and does
+// not wait for them. A pass whose listing shows an older newest manifest
+// than this tier already knows (a lagging LIST) deletes nothing.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
 	ps := t.state(tp)
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	// Re-read the bucket rather than trusting the cache: the collector
-	// must never delete what a newer manifest references.
-	m, err := t.loadManifest(ctx, tp)
-	if err != nil {
-		return 0, err
-	}
-	ps.manifest = m
-	referenced := make(map[string]bool, len(m.Segments))
-	for _, s := range m.Segments {
-		referenced[s.Key] = true
-	}
 	cutoff := t.cfg.Now().Add(-grace)
-	var victims []string
-	err = t.store.List(ctx, tp.SegmentsPrefix(), func(a objstore.Attrs) error {
-		if !referenced[a.Key] && a.LastModified.Before(cutoff) {
-			if _, err := format.ParseSegmentKey(a.Key); err == nil {
-				victims = append(victims, a.Key)
-			}
+	// Segments are listed before manifests: an object that a manifest
+	// published after the first listing names is then seen in the second.
+	var segments []objstore.Attrs
+	err := t.store.List(ctx, tp.SegmentsPrefix(), func(a objstore.Attrs) error {
+		if _, err := format.ParseSegmentKey(a.Key); err == nil {
+			segments = append(segments, a)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("list segments of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	var manifests []objstore.Attrs
+	var manifests []listedManifest // in (epoch, seq) order, as keys sort
 	err = t.store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			manifests = append(manifests, a)
+		if k, err := format.ParseManifestKey(a.Key); err == nil {
+			manifests = append(manifests, listedManifest{a, k})
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	for i, a := range manifests {
-		if i < len(manifests)-keepManifests && a.LastModified.Before(cutoff) && a.Key != m.Key() {
+
+	referenced := make(map[string]bool)
+	cur := ps.cur.Load()
+	if n := len(manifests); n > 0 {
+		newest := manifests[n-1].key
+		if cur != nil && (cur.LeaderEpoch > newest.LeaderEpoch || cur.LeaderEpoch == newest.LeaderEpoch && cur.Seq > newest.Seq) {
+			t.log.Debug("collection skipped: the listing is behind", "topic", tp.Topic, "partition", tp.Partition, "listed", manifests[n-1].Key, "known", cur.Key())
+			return 0, nil
+		}
+	} else if cur != nil && cur.Seq > 0 {
+		t.log.Debug("collection skipped: the listing shows no manifest", "topic", tp.Topic, "partition", tp.Partition, "known", cur.Key())
+		return 0, nil
+	}
+	live := make(map[string]bool)
+	for i, lm := range manifests {
+		if i < len(manifests)-1 && manifests[i+1].LastModified.Before(cutoff) {
+			continue
+		}
+		keys, err := t.referencedKeys(ctx, ps, lm.Key, i == len(manifests)-1)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // deleted since the listing, by another collector
+		}
+		if err != nil {
+			return 0, err
+		}
+		live[lm.Key] = true
+		for _, k := range keys {
+			referenced[k] = true
+		}
+	}
+	// What this tier holds or may have published counts too, whatever the
+	// listing shows.
+	if cur != nil {
+		for _, s := range cur.Segments {
+			referenced[s.Key] = true
+		}
+	}
+	if p := ps.pending.Load(); p != nil {
+		for _, s := range p.m.Segments {
+			referenced[s.Key] = true
+		}
+	}
+	ps.pruneRefs(live)
+
+	// Manifests first: if the pass stops half-way, no manifest is left
+	// naming a deleted object.
+	var victims []string
+	for _, lm := range manifests {
+		if !live[lm.Key] && lm.LastModified.Before(cutoff) {
+			victims = append(victims, lm.Key)
+		}
+	}
+	for _, a := range segments {
+		if !referenced[a.Key] && a.LastModified.Before(cutoff) {
 			victims = append(victims, a.Key)
 		}
 	}
@@ -75,23 +126,93 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	return deleted, nil
 }
 
+// referencedKeys returns the segment keys the manifest under key names,
+// reading it once per tier: a version never changes under its key. The
+// newest version read also brings the tier's current manifest forward.
+func (t *Tier) referencedKeys(ctx context.Context, ps *partitionState, key string, newest bool) ([]string, error) {
+	ps.refs.Lock()
+	keys, ok := ps.refs.byKey[key]
+	ps.refs.Unlock()
+	if ok {
+		return keys, nil // the newest too: it was advanced to when read
+	}
+	m, err := GetManifest(ctx, t.store, key)
+	if err != nil {
+		return nil, err
+	}
+	if newest {
+		ps.advance(m)
+	}
+	keys = make([]string, len(m.Segments))
+	for i, s := range m.Segments {
+		keys[i] = s.Key
+	}
+	ps.refs.Lock()
+	if ps.refs.byKey == nil {
+		ps.refs.byKey = make(map[string][]string)
+	}
+	ps.refs.byKey[key] = keys
+	ps.refs.Unlock()
+	return keys, nil
+}
+
+// pruneRefs forgets the referenced keys of versions that are not live.
+func (ps *partitionState) pruneRefs(live map[string]bool) {
+	ps.refs.Lock()
+	defer ps.refs.Unlock()
+	for k := range ps.refs.byKey {
+		if !live[k] {
+			delete(ps.refs.byKey, k)
+		}
+	}
+}
+
 // DeletePartition removes every object of tp from the bucket: the topic
 // was deleted. Later calls for tp start from an empty manifest.
+//
+// Segment objects go first and the manifests only once every segment is
+// gone: as long as a segment object is left, the manifests that list it
+// stay too, so the partition still looks like one to whoever reads the
+// bucket, and a later call finds what this one left. A failed DELETE does
+// not stop the others; the error counts what is left, and calling again
+// resumes (deleting a missing key is no error).
 func (t *Tier) DeletePartition(ctx context.Context, tp format.TopicPartition) error {
 	t.mu.Lock()
 	delete(t.partitions, tp)
 	t.mu.Unlock()
-	var keys []string
+	var segments, manifests []string
 	if err := t.store.List(ctx, tp.Prefix(), func(a objstore.Attrs) error {
-		keys = append(keys, a.Key)
+		if _, err := format.ParseManifestKey(a.Key); err == nil {
+			manifests = append(manifests, a.Key)
+		} else {
+			segments = append(segments, a.Key) // and anything else of the partition
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("list %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	for _, k := range keys {
-		if err := t.store.Delete(ctx, k); err != nil {
-			return fmt.Errorf("delete %s: %w", k, err)
+	deleteAll := func(what string, keys []string) error {
+		failed := 0
+		var first error
+		for _, k := range keys {
+			if err := t.store.Delete(ctx, k); err != nil {
+				if failed++; first == nil {
+					first = err
+				}
+				if ctx.Err() != nil {
+					break
+				}
+			}
 		}
+		if failed > 0 {
+			return fmt.Errorf("delete %s-%d: %d of %d %s not deleted: %w", tp.Topic, tp.Partition, failed, len(keys), what, first)
+		}
+		return nil
 	}
-	return nil
+	if err := deleteAll("segment objects", segments); err != nil {
+		return fmt.Errorf("%w (manifests kept)", err)
+	}
+	// Oldest first (List is in key order), so the manifest left by a
+	// failure is still the newest one.
+	return deleteAll("manifests", manifests)
 }

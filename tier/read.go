@@ -3,9 +3,11 @@ package tier
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"strata/segment"
 	"strata/tier/format"
@@ -27,8 +29,17 @@ const minReadWindow = 64 << 10
 // stays within one segment. Every batch's CRC-32C is checked; a batch that
 // fails it ends the read (the batches before it are returned, or
 // segment.ErrCorruptSegment when there are none). An offset the bucket does
-// not hold is segment.ErrOffsetOutOfRange.
+// not hold is segment.ErrOffsetOutOfRange. Read is for a consumer's fetch:
+// it reads ahead of what it returns.
 func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	return t.read(ctx, tp, dst, offset, maxBytes, true)
+}
+
+// read is Read; sequential says the caller goes on reading where it stops,
+// so the chunks and the segment it needs next are worth fetching now. A
+// lookup (ListOffsets) is not sequential: read-ahead for it would fetch
+// tens of MiB nobody asked for.
+func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int, sequential bool) ([]byte, error) {
 	m, err := t.Manifest(ctx, tp)
 	if err != nil {
 		return dst, err
@@ -42,12 +53,16 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	}
 	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index)
 	if err != nil {
+		if errors.Is(err, segment.ErrCorruptSegment) {
+			t.reportCorrupt(tp, rs.Key, err, false)
+		}
 		return dst, err
 	}
-	pos, err := format.LookupOffset(index, rs.BaseOffset, offset)
+	pos, indexed, err := format.LookupOffsetEntry(index, rs.BaseOffset, offset)
 	if err != nil {
 		return dst, fmt.Errorf("%w: offset index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
 	}
+	order := batchOrder{prevLast: rs.BaseOffset - 1, end: rs.LastOffset + 1, indexed: indexed}
 	logEnd := rs.Log.End()
 	start := len(dst)
 	wb := windowBufs.Get().(*[]byte)
@@ -55,12 +70,19 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	// A sequential reader crosses into the next segment soon: warm its
 	// index and first chunks now, so the crossing costs no waiting.
 	ahead := int64(t.cfg.ReadAhead) * t.cfg.ChunkBytes
-	if pos+int64(maxBytes)+ahead >= logEnd {
+	aheadEnd := logEnd // read-ahead stops there
+	if !sequential {
+		aheadEnd = 0
+	}
+	if sequential && pos+int64(maxBytes)+ahead >= logEnd {
 		if next, ok := m.Find(rs.LastOffset + 1); ok {
 			t.prefetchSegment(next, 0)
 		}
 	}
 	var need int64 // the size of a batch that did not fit the last window
+	// damage is the first check that failed, nil while none has: a failure
+	// is retried once, from a fresh download.
+	var damage error
 	for pos < logEnd {
 		want := min(max(int64(maxBytes-(len(dst)-start)), minReadWindow), logEnd-pos)
 		// Within one chunk the window is the cached chunk itself, not a
@@ -68,11 +90,12 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		if rest := t.cfg.ChunkBytes - pos%t.cfg.ChunkBytes; rest >= minReadWindow {
 			want = min(want, rest)
 		}
-		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, max(want, need), logEnd)
+		window, release, err := t.cache.view(ctx, wb, rs.Key, rs.Size, pos, max(want, need), aheadEnd)
 		if err != nil {
 			return dst, err
 		}
-		used, done, err := appendBatches(&dst, start, window, offset, maxBytes)
+		winLen := int64(len(window))
+		used, done, err := appendBatches(&dst, start, window, offset, maxBytes, &order)
 		if err == nil && used == 0 {
 			// The next batch is larger than the window: the next window
 			// is its size, and must then hold it.
@@ -81,20 +104,34 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 				err = fmt.Errorf("batch of %d bytes not read whole", need)
 			}
 			need = int64(h.Size())
+			if fits := len(dst) == start || len(dst)-start+int(need) <= maxBytes; err == nil && fits && pos+need > logEnd {
+				err = fmt.Errorf("batch of %d bytes runs past the log", need)
+			}
 		}
 		release()
 		if err != nil {
+			// The batches before the damage passed every check: they stay.
+			from := pos
+			pos += used
+			err = fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos, err)
+			if damage == nil {
+				// What is damaged may be our copy: a chunk cached before
+				// the object was repaired, a download or a chunk file
+				// damaged on the way. Forget it and look again.
+				damage = err
+				t.cache.invalidate(rs.Key, from, winLen)
+				need = 0
+				continue
+			}
+			t.reportCorrupt(tp, rs.Key, err, false)
 			if len(dst) > start {
 				return dst, nil
 			}
-			return dst, fmt.Errorf("%w: %s at position %d: %v", segment.ErrCorruptSegment, rs.Key, pos+used, err)
+			return dst, err
 		}
 		if used == 0 {
 			if len(dst) > start && len(dst)-start+int(need) > maxBytes {
 				break
-			}
-			if pos+need > logEnd {
-				return dst, fmt.Errorf("%w: %s: batch at %d runs past the log", segment.ErrCorruptSegment, rs.Key, pos)
 			}
 			continue
 		}
@@ -104,18 +141,50 @@ func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			break
 		}
 	}
+	if damage != nil {
+		t.reportCorrupt(tp, rs.Key, damage, true)
+	}
 	return dst, nil
 }
 
+// batchOrder checks the offsets of a segment's batches as a read walks
+// them. A batch's CRC starts after its base offset and length, so without
+// this a flipped bit there serves offsets the segment does not hold, or
+// skips the records a consumer asked for.
+type batchOrder struct {
+	prevLast int64 // last offset of the batch before; every batch is above it
+	end      int64 // the segment's offsets are below it
+	// indexed is the last offset of the first batch, as the index entry
+	// the read starts from records it; -1 with no entry.
+	indexed int64
+}
+
+// check reports whether h can be the next batch.
+func (o *batchOrder) check(h segment.BatchHeader) error {
+	if h.BaseOffset <= o.prevLast || h.LastOffsetDelta < 0 || h.BaseOffset >= o.end || h.LastOffset() >= o.end ||
+		(o.indexed >= 0 && h.LastOffset() != o.indexed) {
+		return fmt.Errorf("batch offsets [%d, %d] after offset %d in a segment ending before %d", h.BaseOffset, h.LastOffset(), o.prevLast, o.end)
+	}
+	return nil
+}
+
+// next records that h, which passed check, was read.
+func (o *batchOrder) next(h segment.BatchHeader) {
+	o.prevLast, o.indexed = h.LastOffset(), -1
+}
+
 // appendBatches appends the whole batches of window that end at or after
-// offset, until maxBytes (the first batch always goes in whole). It
-// returns how many bytes of window it consumed and whether the byte limit
-// stopped it.
-func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes int) (used int64, done bool, err error) {
+// offset, until maxBytes (the first batch always goes in whole), checking
+// the offsets of every batch it passes with order. It returns how many
+// bytes of window it consumed and whether the byte limit stopped it.
+func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes int, order *batchOrder) (used int64, done bool, err error) {
 	for len(window)-int(used) >= 61 {
 		b := window[used:]
 		h, err := segment.ParseBatchHeader(b)
 		if err != nil {
+			return used, false, err
+		}
+		if err := order.check(h); err != nil {
 			return used, false, err
 		}
 		size := h.Size()
@@ -131,6 +200,7 @@ func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes
 			}
 			*dst = append(*dst, b[:size]...)
 		}
+		order.next(h)
 		used += int64(size)
 		if len(*dst)-start >= maxBytes {
 			return used, true, nil
@@ -146,6 +216,49 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 	if err != nil {
 		return 0, 0, false, err
 	}
+	return t.offsetForTimestamp(ctx, tp, m, ts)
+}
+
+// MaxTimestamp returns the largest record timestamp in the bucket, at or
+// above its log start offset, and the offset of the first record carrying
+// it (ListOffsets -3, KIP-734); ok is false when the bucket holds no
+// timestamped record. The manifest's per-segment maxima find the segment;
+// only that segment is read.
+func (t *Tier) MaxTimestamp(ctx context.Context, tp format.TopicPartition) (timestamp, offset int64, ok bool, err error) {
+	m, err := t.Manifest(ctx, tp)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	for {
+		best := -1
+		for i, s := range m.Segments {
+			if s.LastOffset >= m.LogStartOffset && s.MaxTimestamp >= 0 && (best < 0 || s.MaxTimestamp > m.Segments[best].MaxTimestamp) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return 0, 0, false, nil
+		}
+		maxTs := m.Segments[best].MaxTimestamp
+		off, ts, found, err := t.offsetForTimestamp(ctx, tp, m, maxTs)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if found && ts == maxTs {
+			return ts, off, true, nil
+		}
+		// The segment's maximum belongs to a record below the log start:
+		// look among the segments after it.
+		next := m.Segments[best].LastOffset + 1
+		if next >= m.EndOffset() {
+			return 0, 0, false, nil
+		}
+		m = m.WithLogStart(next)
+	}
+}
+
+// offsetForTimestamp is OffsetForTimestamp in m.
+func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition, m *format.Manifest, ts int64) (offset, timestamp int64, ok bool, err error) {
 	for {
 		rs, found := m.FindTimestamp(ts)
 		if !found {
@@ -153,6 +266,9 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		timeIndex, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.TimeIndex)
 		if err != nil {
+			if errors.Is(err, segment.ErrCorruptSegment) {
+				t.reportCorrupt(tp, rs.Key, err, false)
+			}
 			return 0, 0, false, err
 		}
 		from, _, err := format.LookupTimestamp(timeIndex, rs.BaseOffset, ts)
@@ -161,7 +277,7 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		from = max(from, m.LogStartOffset, rs.BaseOffset)
 		for from <= rs.LastOffset {
-			batches, err := t.Read(ctx, tp, nil, from, 1<<20)
+			batches, err := t.read(ctx, tp, nil, from, 1<<20, false)
 			if err != nil {
 				return 0, 0, false, err
 			}
@@ -195,13 +311,17 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 }
 
 // indexCache keeps remote offset and time indexes in memory, least
-// recently used out first, within a byte bound.
+// recently used out first, within a byte bound. Indexes are downloaded on
+// the chunk cache's workers, one download per index however many readers
+// want it at once.
 type indexCache struct {
 	limit int64
 	mu    sync.Mutex
 	size  int64
 	lru   list.List // of *indexEntry, front most recent
 	byKey map[indexKey]*list.Element
+	// flights are the downloads under way.
+	flights map[indexKey]*indexFlight
 }
 
 type indexKey struct {
@@ -214,12 +334,22 @@ type indexEntry struct {
 	b   []byte
 }
 
+// indexFlight is one index download; its waiters block on done, then
+// take b or err.
+type indexFlight struct {
+	done chan struct{}
+	b    []byte
+	err  error
+}
+
 func newIndexCache(limit int64) *indexCache {
-	return &indexCache{limit: limit, byKey: make(map[indexKey]*list.Element)}
+	return &indexCache{limit: limit, byKey: make(map[indexKey]*list.Element), flights: make(map[indexKey]*indexFlight)}
 }
 
 // get returns part p of object, fetched with one ranged GET and checked
-// against its CRC, from the cache when it is there.
+// against its CRC, from the cache when it is there. The download runs
+// under the chunk cache's context, not the caller's: other readers may be
+// waiting for it, and one giving up must not fail them.
 func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize int64, p format.Part) ([]byte, error) {
 	k := indexKey{object, p.Offset}
 	c.mu.Lock()
@@ -229,22 +359,48 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 		c.mu.Unlock()
 		return b, nil
 	}
+	fl, inFlight := c.flights[k]
+	if !inFlight {
+		fl = &indexFlight{done: make(chan struct{})}
+		c.flights[k] = fl
+	}
 	c.mu.Unlock()
-	rc, err := t.store.GetRange(ctx, object, p.Offset, p.Len)
-	if err != nil {
-		return nil, fmt.Errorf("get index of %s: %w", object, err)
+	if !inFlight && !t.cache.goBackground(func() { c.download(t, k, p, fl) }) {
+		c.finish(k, fl, nil, errCacheClosed)
 	}
+	select {
+	case <-fl.done:
+		return fl.b, fl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// download fetches and checks index k, caches it, and ends its flight.
+func (c *indexCache) download(t *Tier, k indexKey, p format.Part, fl *indexFlight) {
 	b := make([]byte, p.Len)
-	_, err = io.ReadFull(rc, b)
-	rc.Close()
+	err := t.cache.getOnWorker(k.object, p.Offset, b)
 	if err != nil {
-		return nil, fmt.Errorf("get index of %s: %w", object, err)
+		err = fmt.Errorf("get index of %s: %w", k.object, err)
+	} else if cerr := p.Check(b); cerr != nil {
+		err = fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, k.object, cerr)
 	}
-	if err := p.Check(b); err != nil {
-		return nil, fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, object, err)
+	if err != nil {
+		b = nil
 	}
+	c.finish(k, fl, b, err)
+}
+
+// finish ends flight fl of index k with b (cached) or err.
+func (c *indexCache) finish(k indexKey, fl *indexFlight, b []byte, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.flights, k)
+	fl.b, fl.err = b, err
+	close(fl.done)
+	if err != nil {
+		return
+	}
 	if _, ok := c.byKey[k]; !ok {
 		c.byKey[k] = c.lru.PushFront(&indexEntry{k, b})
 		c.size += int64(len(b))
@@ -254,7 +410,6 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 			c.size -= int64(len(e.b))
 		}
 	}
-	return b, nil
 }
 
 // Prefetch warms the cache for a read of tp at offset without waiting: the
@@ -263,10 +418,7 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 // partitions calls it for all of them first, so their GETs overlap instead
 // of queueing behind one another.
 func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
-	ps := t.state(tp)
-	ps.mu.Lock()
-	m := ps.manifest
-	ps.mu.Unlock()
+	m := t.cachedManifest(tp)
 	if m == nil {
 		return // not loaded yet: the read itself will load it
 	}
@@ -296,4 +448,69 @@ func (t *Tier) prefetchSegment(rs format.RemoteSegment, pos int64) {
 	}
 	n := min(int64(max(t.cfg.ReadAhead, 1))*t.cfg.ChunkBytes, rs.Log.End()-pos)
 	t.cache.prefetchRange(rs.Key, rs.Size, pos, n)
+}
+
+// corruptLogInterval is how often a corrupt remote object is logged at
+// most: a consumer retrying a damaged partition reads it again several
+// times a second.
+const corruptLogInterval = time.Minute
+
+// corruptReports counts corrupt remote reads and rate-limits their log
+// lines per object. Its zero value is ready to use.
+type corruptReports struct {
+	count atomic.Int64
+	mu    sync.Mutex
+	seen  map[string]*corruptSeen // by object key; guarded by mu
+}
+
+// corruptSeen is what was logged about one object: when, and the corrupt
+// reads since then.
+type corruptSeen struct {
+	logged time.Time
+	reads  int64
+}
+
+// maxCorruptSeen bounds the objects corruptReports remembers: beyond it,
+// those last logged an interval ago or more are forgotten (their next
+// corrupt read is logged at once, as it would be anyway).
+const maxCorruptSeen = 1024
+
+// reportCorrupt counts a remote read of tp's object key that found bytes
+// failing their checks, healed by a fresh download or not, and logs it
+// unless that object was logged less than corruptLogInterval ago; the
+// line carries the corrupt reads of the object since the last one.
+func (t *Tier) reportCorrupt(tp format.TopicPartition, key string, err error, healed bool) {
+	r := &t.corrupt
+	r.count.Add(1)
+	now := t.cfg.Now()
+	r.mu.Lock()
+	s, ok := r.seen[key]
+	if !ok {
+		if r.seen == nil {
+			r.seen = make(map[string]*corruptSeen)
+		}
+		if len(r.seen) >= maxCorruptSeen {
+			for k, old := range r.seen {
+				if now.Sub(old.logged) >= corruptLogInterval {
+					delete(r.seen, k)
+				}
+			}
+		}
+		s = &corruptSeen{}
+		r.seen[key] = s
+	}
+	s.reads++
+	if ok && now.Sub(s.logged) < corruptLogInterval {
+		r.mu.Unlock()
+		return
+	}
+	reads := s.reads
+	s.logged, s.reads = now, 0
+	r.mu.Unlock()
+	if healed {
+		t.log.Warn("corrupt remote read healed by a fresh download", "topic", tp.Topic, "partition", tp.Partition, "object", key, "reads", reads, "err", err)
+		return
+	}
+	t.log.Error("corrupt data in the object store: reads of it fail with KAFKA_STORAGE_ERROR until the object is repaired",
+		"topic", tp.Topic, "partition", tp.Partition, "object", key, "reads", reads, "err", err)
 }

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -97,4 +102,209 @@ func testBatch(values ...[]byte) []byte {
 	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return raw
+}
+
+// TestOffsetForTimestampReadsNoAhead: a lookup by time (ListOffsets) reads
+// the time index and the chunks that hold its answer, and nothing else;
+// read-ahead is for sequential fetches (issue 9 item 12). The timestamp
+// looked up is in the last batch of a segment, where a fetch would warm
+// the next segment's index and first chunks.
+func TestOffsetForTimestampReadsNoAhead(t *testing.T) {
+	const chunk = 64 << 10
+	ctx := context.Background()
+	l, tr, store := uploadedLog(t, 600, 256<<10, func(i int) int64 { return 1000 + int64(i) },
+		Config{ChunkBytes: chunk, MemoryBytes: 8 * chunk, CacheBytes: 8 * chunk, ReadAhead: 4})
+	m, err := tr.Manifest(ctx, testTP)
+	if err != nil || len(m.Segments) < 2 {
+		t.Fatalf("manifest: %d segments, %v", len(m.Segments), err)
+	}
+	first := m.Segments[0]
+	store.reset()
+	want, _, ok, err := l.OffsetForTimestamp(1000 + first.LastOffset)
+	if err != nil || !ok {
+		t.Fatalf("local lookup: %v, %v", ok, err)
+	}
+	off, _, ok, err := tr.OffsetForTimestamp(ctx, testTP, 1000+first.LastOffset)
+	if err != nil || !ok || off != want {
+		t.Fatalf("lookup of the last timestamp of segment 0: offset %d, %v, %v; want %d", off, ok, err, want)
+	}
+	tr.Close() // waits for background downloads
+	for _, s := range m.Segments[1:] {
+		if gets := store.getsOf(s.Key); len(gets) != 0 {
+			t.Errorf("lookup in segment 0 read segment %d: %v", s.BaseOffset, gets)
+		}
+	}
+	var logGets int
+	for _, g := range store.getsOf(first.Key) {
+		if g.off < first.Log.End() {
+			logGets++
+		}
+	}
+	// The answer's batch is in the last chunk or straddles the last two.
+	if logGets > 2 {
+		t.Errorf("lookup read %d chunks of segment 0's log, want at most the 2 that can hold the answer", logGets)
+	}
+}
+
+// TestReadChecksBatchOffsets: the base offset and length of a batch are
+// outside its CRC, so the reader checks offsets instead: a remote read
+// never serves a batch outside its segment's offsets or not above the
+// batch before it, and never skips a batch because of a damaged one
+// (issue 9 item 7). Every batch near the start is damaged in turn, so the
+// damage is met both where a read starts (at an index entry) and while
+// it scans.
+func TestReadChecksBatchOffsets(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte, prevBase int64)
+	}{
+		{"bit flipped high", func(b []byte, _ int64) { b[0] ^= 0x01 }}, // +2^56
+		{"repeats the batch before", func(b []byte, prevBase int64) { binary.BigEndian.PutUint64(b, uint64(prevBase)) }},
+	} {
+		for victim := int64(1); victim <= 6; victim++ {
+			t.Run(fmt.Sprintf("%s/batch %d", tc.name, victim), func(t *testing.T) {
+				_, tr, store := uploadedLog(t, 100, 64<<10, func(i int) int64 { return int64(i) }, Config{ChunkBytes: 64 << 10, MemoryBytes: 4 << 20, CacheBytes: 4 << 20})
+				m, err := tr.Manifest(ctx, testTP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs := m.Segments[0]
+				obj := getObject(t, store, rs.Key)
+				// One record per batch: batch i holds offset i.
+				pos, prevBase := int64(0), int64(-1)
+				for i := int64(0); i < victim; i++ {
+					h, err := segment.ParseBatchHeader(obj[pos:])
+					if err != nil {
+						t.Fatal(err)
+					}
+					prevBase = h.BaseOffset
+					pos += int64(h.Size())
+				}
+				tc.damage(obj[pos:], prevBase)
+				if err := store.Put(ctx, rs.Key, bytes.NewReader(obj), int64(len(obj))); err != nil {
+					t.Fatal(err)
+				}
+				got, err := tr.Read(ctx, testTP, nil, victim, 1<<20)
+				if !errors.Is(err, segment.ErrCorruptSegment) {
+					t.Fatalf("read of the damaged batch: %v, and %d bytes from offset %d; want ErrCorruptSegment", err, len(got), firstBase(got))
+				}
+				got, err = tr.Read(ctx, testTP, nil, 0, 1<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := countBatches(t, got); n != int(victim) || firstBase(got) != 0 {
+					t.Fatalf("read from 0: %d batches from offset %d, want the %d before the damage", n, firstBase(got), victim)
+				}
+			})
+		}
+	}
+}
+
+// getObject returns the whole object stored under key.
+func getObject(t *testing.T, store objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := store.GetRange(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// firstBase is the base offset of the first batch of b, -1 without one.
+func firstBase(b []byte) int64 {
+	h, err := segment.ParseBatchHeader(b)
+	if err != nil {
+		return -1
+	}
+	return h.BaseOffset
+}
+
+// countBatches counts the batches of b, which must be whole.
+func countBatches(t *testing.T, b []byte) int {
+	t.Helper()
+	n := 0
+	for p := 0; p < len(b); n++ {
+		h, err := segment.ParseBatchHeader(b[p:])
+		if err != nil || p+h.Size() > len(b) {
+			t.Fatalf("batch %d at %d of %d bytes: %v", n, p, len(b), err)
+		}
+		p += h.Size()
+	}
+	return n
+}
+
+// TestIndexGetsShareTheWorkersAndOneFlight: the remote index GETs run on
+// the read workers like chunk GETs, so no more than ReadWorkers GETs are
+// ever in flight, and readers wanting the same index at once share one
+// GET of it (issue 9 item 6).
+func TestIndexGetsShareTheWorkersAndOneFlight(t *testing.T) {
+	const workers, readersPerSegment = 2, 3
+	ctx := context.Background()
+	_, tr, store := uploadedLog(t, 150, 16<<10, func(i int) int64 { return int64(i) },
+		Config{ChunkBytes: 64 << 10, MemoryBytes: 1 << 20, CacheBytes: 1 << 20, ReadAhead: -1, ReadWorkers: workers})
+	m, err := tr.Manifest(ctx, testTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Segments) < 8 {
+		t.Fatalf("%d segments, want at least 8", len(m.Segments))
+	}
+	store.reset()
+	store.delay = 20 * time.Millisecond // so that GETs started together overlap
+	var wg sync.WaitGroup
+	for _, s := range m.Segments {
+		for range readersPerSegment {
+			wg.Go(func() {
+				if _, err := tr.Read(ctx, testTP, nil, s.BaseOffset, 1); err != nil {
+					t.Errorf("read %d: %v", s.BaseOffset, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := store.maxIn.Load(); n > workers {
+		t.Errorf("%d GETs in flight at once with %d read workers", n, workers)
+	}
+	for _, s := range m.Segments {
+		var indexGets int
+		for _, g := range store.getsOf(s.Key) {
+			if g.off == s.Index.Offset {
+				indexGets++
+			}
+		}
+		if indexGets != 1 {
+			t.Errorf("segment %d: its index fetched %d times by %d readers at once, want once", s.BaseOffset, indexGets, readersPerSegment)
+		}
+	}
+}
+
+// TestCloseStopsIndexDownloads: an index download outlives the reader
+// that started it (others may be waiting for it) but not the Tier: Close
+// cancels a stalled one and waits for it.
+func TestCloseStopsIndexDownloads(t *testing.T) {
+	_, tr, store := uploadedLog(t, 40, 16<<10, func(i int) int64 { return int64(i) }, Config{ChunkBytes: 64 << 10, MemoryBytes: 1 << 20, CacheBytes: 1 << 20})
+	store.delay = time.Hour // until the GET's context ends
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Read(ctx, testTP, nil, 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read with a stalled store: %v, want the reader's deadline", err)
+	}
+	// The index download goes on without the reader.
+	deadline := time.Now().Add(10 * time.Second)
+	for store.inFlight.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := store.inFlight.Load(); n != 1 {
+		t.Fatalf("%d GETs in flight after the reader gave up, want its index download", n)
+	}
+	tr.Close()
+	if n := store.inFlight.Load(); n != 0 {
+		t.Fatalf("%d GETs still in flight after Close", n)
+	}
 }

@@ -16,6 +16,10 @@ type Retention struct {
 	// LocalBytes is the size of the partition's log above what the bucket
 	// holds, which counts toward Bytes.
 	LocalBytes int64
+	// LeaderEpoch is the epoch of the leader applying retention: the
+	// manifest it publishes is keyed by it, and a manifest of a higher
+	// epoch in the bucket fences it (ErrFenced).
+	LeaderEpoch int32
 }
 
 // ApplyRetention advances tp's log start offset past the oldest remote
@@ -27,13 +31,27 @@ func (t *Tier) ApplyRetention(ctx context.Context, tp format.TopicPartition, r R
 	ps := t.state(tp)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	m, err := t.manifestLocked(ctx, tp, ps)
+	advanced := false
+	m, err := t.updateLocked(ctx, tp, ps, r.LeaderEpoch, func(m *format.Manifest) (*format.Manifest, error) {
+		start := t.retainedStart(m, r)
+		advanced = start != m.LogStartOffset
+		if !advanced {
+			return nil, nil
+		}
+		return m.WithLogStart(start), nil
+	})
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("retention of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	if len(m.Segments) == 0 {
+	if !advanced {
 		return m.LogStartOffset, nil
 	}
+	t.log.Info("retention advanced the log start", "topic", tp.Topic, "partition", tp.Partition, "logStartOffset", m.LogStartOffset)
+	return m.LogStartOffset, nil
+}
+
+// retainedStart returns the log start offset that r allows for m.
+func (t *Tier) retainedStart(m *format.Manifest, r Retention) int64 {
 	total := r.LocalBytes
 	for _, s := range m.Segments {
 		total += s.Size
@@ -49,14 +67,5 @@ func (t *Tier) ApplyRetention(ctx context.Context, tp format.TopicPartition, r R
 		total -= s.Size
 		start = s.LastOffset + 1
 	}
-	if start == m.LogStartOffset {
-		return start, nil
-	}
-	next := m.WithLogStart(start)
-	if err := t.publish(ctx, next); err != nil {
-		return -1, fmt.Errorf("retention of %s-%d: %w", tp.Topic, tp.Partition, err)
-	}
-	ps.manifest = next
-	t.log.Info("retention advanced the log start", "topic", tp.Topic, "partition", tp.Partition, "logStartOffset", start)
-	return start, nil
+	return start
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"strata/segment"
@@ -92,17 +93,78 @@ type Tier struct {
 	log   *slog.Logger
 	cache *chunkCache
 	index *indexCache
+	// corrupt reports corrupt remote reads (read.go).
+	corrupt corruptReports
 
 	mu         sync.Mutex
 	partitions map[format.TopicPartition]*partitionState // guarded by mu
 }
 
-// partitionState is the tier's view of one partition. mu serialises
-// uploads and manifest loads; readers take the current manifest pointer,
-// which is immutable.
+// ErrFenced reports a write by a leader whose epoch is below that of a
+// manifest in the bucket: a newer leader owns the partition's manifest, and
+// the deposed one writes nothing.
+var ErrFenced = errors.New("tier: fenced by a newer leader epoch")
+
+// errConflict reports that the key of the manifest being published holds
+// another manifest: this tier's view was behind the bucket.
+var errConflict = errors.New("tier: manifest key already published")
+
+// maxConflicts bounds how many times a writer reloads the bucket and tries
+// again after publishing into a taken key.
+const maxConflicts = 5
+
+// partitionState is the tier's view of one partition.
+//
+// Readers take cur without locking: it points to an immutable manifest and
+// only ever moves forward in (LeaderEpoch, Seq), so a read never waits for
+// an upload or a collection pass and never sees an older version than one
+// already served. mu serialises this tier's writers of the partition
+// (Upload, ApplyRetention), which hold it across their PUTs; the collector
+// does not take it. Lock order: partitionState.mu, then Tier.mu.
 type partitionState struct {
-	mu       sync.Mutex
-	manifest *format.Manifest // nil until loaded
+	cur atomic.Pointer[format.Manifest] // nil until loaded
+
+	// mu is held by this tier's writers of the partition.
+	mu sync.Mutex
+	// pending is a manifest whose publication has an unknown outcome (the
+	// PUT failed in a way that may have applied it, and reading it back
+	// failed too). The next write resolves it first; the collector keeps
+	// its objects meanwhile. Written with mu held.
+	pending atomic.Pointer[pendingPublish]
+
+	refs struct {
+		sync.Mutex
+		// byKey caches the segment keys each manifest version references,
+		// for the collector; a version never changes under its key.
+		byKey map[string][]string
+	}
+}
+
+type pendingPublish struct {
+	m   *format.Manifest
+	raw []byte
+}
+
+// newer reports whether a is a later manifest version than b.
+func newer(a, b *format.Manifest) bool {
+	if a.LeaderEpoch != b.LeaderEpoch {
+		return a.LeaderEpoch > b.LeaderEpoch
+	}
+	return a.Seq > b.Seq
+}
+
+// advance makes m the current manifest unless a later one is already
+// there, and returns the current one.
+func (ps *partitionState) advance(m *format.Manifest) *format.Manifest {
+	for {
+		cur := ps.cur.Load()
+		if cur != nil && !newer(m, cur) {
+			return cur
+		}
+		if ps.cur.CompareAndSwap(cur, m) {
+			return m
+		}
+	}
 }
 
 // Open starts a Tier over cfg.Store.
@@ -153,24 +215,24 @@ func (t *Tier) state(tp format.TopicPartition) *partitionState {
 
 // Manifest returns the partition's current manifest, reading it from the
 // bucket the first time. A partition with nothing in the bucket has an
-// empty manifest (no segments, sequence 0).
+// empty manifest (no segments, sequence 0). It never waits for a writer:
+// only the first load does I/O, bounded by ctx.
 func (t *Tier) Manifest(ctx context.Context, tp format.TopicPartition) (*format.Manifest, error) {
 	ps := t.state(tp)
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return t.manifestLocked(ctx, tp, ps)
-}
-
-func (t *Tier) manifestLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState) (*format.Manifest, error) {
-	if ps.manifest != nil {
-		return ps.manifest, nil
+	if m := ps.cur.Load(); m != nil {
+		return m, nil
 	}
 	m, err := t.loadManifest(ctx, tp)
 	if err != nil {
 		return nil, err
 	}
-	ps.manifest = m
-	return m, nil
+	return ps.advance(m), nil
+}
+
+// cachedManifest returns tp's current manifest if it is loaded, without
+// any I/O.
+func (t *Tier) cachedManifest(tp format.TopicPartition) *format.Manifest {
+	return t.state(tp).cur.Load()
 }
 
 // loadManifest reads the newest manifest of tp from the bucket, or an
@@ -192,11 +254,15 @@ func (t *Tier) loadManifest(ctx context.Context, tp format.TopicPartition) (*for
 // before the manifest leaves an orphan (collected later), never a hole. A
 // segment that ends at or below what the manifest already covers is not
 // uploaded again.
+//
+// leaderEpoch is the uploader's epoch: the new manifest is stored under
+// it, and a manifest of a higher epoch in the bucket fences the upload
+// (ErrFenced).
 func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment.SegmentInfo, leaderEpoch int32) (*format.Manifest, error) {
 	ps := t.state(tp)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	m, err := t.manifestLocked(ctx, tp, ps)
+	m, err := t.writableLocked(ctx, tp, ps, leaderEpoch)
 	if err != nil {
 		return nil, err
 	}
@@ -211,29 +277,159 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 	if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
 		return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
 	}
-	next, err := m.With(rs)
+	next, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Manifest) (*format.Manifest, error) {
+		if len(m.Segments) > 0 && seg.EndOffset <= m.EndOffset() {
+			return nil, nil // another writer of this epoch put it there meanwhile
+		}
+		next, err := m.With(rs)
+		if err != nil {
+			return nil, fmt.Errorf("add segment %d to the manifest of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
+		}
+		return next, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("add segment %d to the manifest of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
-	}
-	next.LeaderEpoch = max(next.LeaderEpoch, leaderEpoch)
-	if err := t.publish(ctx, next); err != nil {
 		return nil, err
 	}
-	ps.manifest = next
 	t.log.Debug("segment uploaded", "topic", tp.Topic, "partition", tp.Partition, "base", seg.BaseOffset, "end", seg.EndOffset, "bytes", rs.Size, "key", rs.Key)
 	return next, nil
 }
 
-// publish writes m under its own, never-reused key.
-func (t *Tier) publish(ctx context.Context, m *format.Manifest) error {
+// writableLocked returns the manifest a writer of epoch builds on, after
+// resolving a publication of unknown outcome; ErrFenced if a later epoch
+// owns the manifest.
+func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Manifest, error) {
+	if err := t.resolvePendingLocked(ctx, ps); err != nil {
+		return nil, err
+	}
+	m, err := t.Manifest(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	if m.LeaderEpoch > epoch {
+		return nil, t.fenced(m, epoch)
+	}
+	return m, nil
+}
+
+func (t *Tier) fenced(m *format.Manifest, epoch int32) error {
+	return fmt.Errorf("%w: %s-%d has a manifest of epoch %d, this writer's epoch is %d", ErrFenced, m.Topic, m.Partition, m.LeaderEpoch, epoch)
+}
+
+// updateLocked publishes the manifest that change derives from the current
+// one, keyed by the writer's epoch, and makes it current. change returns
+// nil when there is nothing to write; updateLocked then returns the current
+// manifest. A publication that finds its key taken reloads the bucket and
+// applies change again to what it finds.
+func (t *Tier) updateLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32, change func(*format.Manifest) (*format.Manifest, error)) (*format.Manifest, error) {
+	for attempt := 0; ; attempt++ {
+		m, err := t.writableLocked(ctx, tp, ps, epoch)
+		if err != nil {
+			return nil, err
+		}
+		next, err := change(m)
+		if err != nil || next == nil {
+			return m, err
+		}
+		// Keyed by the writer's own epoch, never by a higher one it has
+		// read: a deposed writer's versions sort below the new leader's.
+		next.LeaderEpoch = epoch
+		err = t.publishLocked(ctx, ps, next)
+		if err == nil {
+			if cur := ps.advance(next); cur != next && cur.LeaderEpoch > epoch {
+				// A newer leader's manifest arrived meanwhile: what this
+				// writer published is not the partition's state.
+				return nil, t.fenced(cur, epoch)
+			}
+			return next, nil
+		}
+		if !errors.Is(err, errConflict) || attempt == maxConflicts {
+			return nil, err
+		}
+		if err := t.reloadLocked(ctx, tp, ps, next.Key()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// reloadLocked brings the cache up to the bucket after a publication found
+// taken: it reads the manifest under the taken key (which a lagging LIST
+// might not show yet) and the newest one listed.
+func (t *Tier) reloadLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, taken string) error {
+	if m, err := GetManifest(ctx, t.store, taken); err == nil {
+		ps.advance(m)
+	} else if !errors.Is(err, objstore.ErrNotFound) {
+		return err
+	}
+	m, err := t.loadManifest(ctx, tp)
+	if err != nil {
+		return err
+	}
+	ps.advance(m)
+	return nil
+}
+
+// publishLocked writes m under its key with a conditional create, so that
+// it never replaces a published version. A create refused because the key
+// exists is this call's own retried write or someone else's: reading it
+// back tells which (errConflict for the second). A failure that may have
+// been applied is resolved the same way; if even the read-back fails, m is
+// kept pending and the next write resolves it before anything else.
+func (t *Tier) publishLocked(ctx context.Context, ps *partitionState, m *format.Manifest) error {
 	raw, err := format.EncodeManifest(m)
 	if err != nil {
 		return fmt.Errorf("encode manifest of %s-%d: %w", m.Topic, m.Partition, err)
 	}
-	if err := t.store.Put(ctx, m.Key(), bytes.NewReader(raw), int64(len(raw))); err != nil {
-		return fmt.Errorf("publish manifest %s: %w", m.Key(), err)
+	key := m.Key()
+	err = t.store.Create(ctx, key, bytes.NewReader(raw), int64(len(raw)))
+	if err == nil {
+		return nil
 	}
+	perr := fmt.Errorf("publish manifest %s: %w", key, err)
+	same, rerr := t.readBack(ctx, key, raw)
+	switch {
+	case rerr == nil && same:
+		return nil
+	case rerr == nil:
+		return fmt.Errorf("%w: %s", errConflict, key)
+	case errors.Is(rerr, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrExists):
+		return perr // not applied
+	}
+	ps.pending.Store(&pendingPublish{m, raw})
+	return fmt.Errorf("%w (outcome unknown until read back: %v)", perr, rerr)
+}
+
+// resolvePendingLocked settles a publication of unknown outcome: if the
+// manifest is in the bucket it becomes current, as a successful publish
+// would have made it.
+func (t *Tier) resolvePendingLocked(ctx context.Context, ps *partitionState) error {
+	p := ps.pending.Load()
+	if p == nil {
+		return nil
+	}
+	m, raw := p.m, p.raw
+	same, err := t.readBack(ctx, m.Key(), raw)
+	switch {
+	case err == nil && same:
+		ps.advance(m)
+	case err != nil && !errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("resolve the publication of manifest %s: %w", m.Key(), err)
+	}
+	ps.pending.Store(nil)
 	return nil
+}
+
+// readBack reports whether key holds exactly raw.
+func (t *Tier) readBack(ctx context.Context, key string, raw []byte) (bool, error) {
+	rc, err := t.store.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(io.LimitReader(rc, int64(len(raw))+1))
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(got, raw), nil
 }
 
 // segmentObject is an object ready to PUT: the log file, unread, followed
@@ -362,6 +558,10 @@ type CacheStats struct {
 	// DiskWrites counts chunks written to the disk level (downloaded a
 	// second time); DiskEvictions, chunks evicted from it.
 	DiskWrites, DiskEvictions int64
+	// CorruptReads counts remote reads that found bytes failing their
+	// checks (CRC-32C, batch structure or offsets), healed by a fresh
+	// download or not.
+	CorruptReads int64
 }
 
 // CacheStats returns the chunk cache's current figures.
@@ -374,5 +574,6 @@ func (t *Tier) CacheStats() CacheStats {
 		Misses:        c.misses.Load(),
 		DiskWrites:    c.admissions.Load(),
 		DiskEvictions: c.evictions.Load(),
+		CorruptReads:  t.corrupt.count.Load(),
 	}
 }

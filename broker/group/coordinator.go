@@ -221,7 +221,7 @@ func (c *Coordinator) Load(ctx context.Context, partition int32) error {
 		}
 		g.mu.Unlock()
 	}
-	c.log.Info("offsets partition loaded", "partition", partition, "groups", len(groups))
+	c.log.Debug("offsets partition loaded", "partition", partition, "groups", len(groups)) // one per partition: the broker logs the summary
 	return nil
 }
 

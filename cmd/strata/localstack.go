@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +17,7 @@ import (
 // subcommand serves S3 alone) and gives its root the job the package leaves
 // to cmd, which owns the broker's flags: an S3 endpoint and a development
 // broker tiering into it, in one process.
-func newLocalstackCmd(stdout, stderr io.Writer) *cobra.Command {
+func newLocalstackCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		dev                       devNode
 		s3Listen, s3Dir, s3Bucket string
@@ -43,11 +45,18 @@ both cleanly.
 		if err != nil {
 			return err
 		}
-		// No environment: the keys are the local server's own, not the
-		// user's STRATA_S3_* (which may name some other S3).
-		c, _, err := config.Load(config.Sources{Flags: tierFlags, FlagsOnly: true})
+		// The environment only for its warnings: the keys used are the
+		// local server's own, not the user's STRATA_S3_* (which may name
+		// some other S3, and are not checked here).
+		env := slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+			return strings.HasPrefix(kv, config.EnvS3AccessKey+"=") || strings.HasPrefix(kv, config.EnvS3SecretKey+"=")
+		})
+		c, warnings, err := loadFlagsOnly(cmd, env, tierFlags)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			return err
+		}
+		for _, w := range warnings {
+			cfg.Logger.Warn(w)
 		}
 		if s3Dir == "" {
 			s3Dir = filepath.Join(dev.dataDir, "s3")

@@ -15,6 +15,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
@@ -23,7 +25,11 @@ func main() {
 
 // run executes one command line and returns the process exit status.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(environ, stdout, stderr)
+	return execute(ctx, newRootCmd(environ, stdout, stderr), args, stderr)
+}
+
+// execute runs root on args and returns the exit status.
+func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.Writer) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -39,7 +45,15 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 
 // usageError marks a mistake on the command line (unknown command or flag,
 // bad flag value, wrong number of arguments): exit status 2, as flag
-// parsers traditionally do.
+// parsers traditionally do, and a hint to the command's --help.
+//
+// Every verb gets one the same way, without importing this package: the
+// root's FlagErrorFunc, which cobra hands to every command under it, makes
+// one. pflag routes a flag that fails to parse through it; a command that
+// finds a bad value only in RunE (a library's, such as loadtest's, or
+// serve's topic defaults) returns cmd.FlagErrorFunc()(cmd, err). Run on
+// its own, outside strata, cobra's default FlagErrorFunc returns err
+// unchanged.
 type usageError struct {
 	err error
 	cmd string // command path for the --help hint

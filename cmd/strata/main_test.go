@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -18,6 +20,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"strata/localstack"
 )
 
 // The tests run the command line two ways: in process through run, for
@@ -105,10 +111,21 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
+		// Syntax fine (key=value), meaning checked by the broker: still the
+		// command line's fault (issue 10).
+		{[]string{"serve", "--topic-default", "retention.ms=abc"}, []string{"retention.ms", `"abc"`, "strata serve --help"}},
+		{[]string{"serve", "--topic-default", "retention.mss=1"}, []string{"retention.mss", "strata serve --help"}},
+		// A mounted library command (loadtest) marks a bad value it finds
+		// in RunE through cobra's FlagErrorFunc.
+		{[]string{"fake", "--n", "0"}, []string{"--n 0: need at least 1", "strata fake --help"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, nil, tt.args...)
+			var out, errb bytes.Buffer
+			root := newRootCmd(nil, &out, &errb)
+			root.AddCommand(mount(fakeLibraryCommand()))
+			code := execute(context.Background(), root, tt.args, &errb)
+			stdout, stderr := out.String(), errb.String()
 			if code != 2 {
 				t.Errorf("exit status %d, want 2", code)
 			}
@@ -117,6 +134,40 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 			}
 			assertOneLineError(t, stderr, tt.want...)
 		})
+	}
+}
+
+// fakeLibraryCommand is built as package loadtest builds its commands:
+// without importing cmd, it reports a bad flag value found only in RunE
+// through FlagErrorFunc, which strata's root turns into a usage error.
+func fakeLibraryCommand() *cobra.Command {
+	var n int
+	c := &cobra.Command{Use: "fake", Args: cobra.NoArgs}
+	c.Flags().IntVar(&n, "n", 1, "at least 1")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if n < 1 {
+			return c.FlagErrorFunc()(c, fmt.Errorf("--n %d: need at least 1", n))
+		}
+		return nil
+	}
+	return c
+}
+
+// TestDevFlagValuesTheBrokerRefuses: in dev and localstack every setting
+// is a flag, so a value the broker refuses is a usage error too, found
+// before anything is created on disk.
+func TestDevFlagValuesTheBrokerRefuses(t *testing.T) {
+	for _, verb := range []string{"dev", "localstack"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		code, _, stderr := runCLI(t, nil, verb, "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off",
+			"--tier-chunk-bytes", "8M", "--tier-cache-bytes", "8M")
+		if code != 2 {
+			t.Errorf("%s: exit status %d, want 2", verb, code)
+		}
+		assertOneLineError(t, stderr, "tier.chunk_bytes", "must hold two chunks", "strata "+verb+" --help")
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s: data dir created for a command line that is refused", verb)
+		}
 	}
 }
 
@@ -160,10 +211,16 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
+// TestVersion: a build from source says so instead of claiming a release
+// named "dev" (issue 10); the commit comes from the build's VCS stamp,
+// which test binaries lack (see build.TestDescribe for stamped builds).
 func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "strata dev (commit ") || !strings.Contains(stdout, runtime.Version()) {
+	if code != 0 || !strings.HasPrefix(stdout, "strata ") || !strings.Contains(stdout, runtime.Version()) {
 		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+	if regexp.MustCompile(`\bdev\b`).MatchString(stdout) {
+		t.Errorf("version of a build from source says dev: %q", stdout)
 	}
 }
 
@@ -196,6 +253,22 @@ var metricsURL = regexp.MustCompile(`metrics (http://\S+/metrics)`)
 
 // startNode starts the binary and waits for its bootstrap line.
 func startNode(t *testing.T, env []string, args ...string) *node {
+	t.Helper()
+	n, line := startProcess(t, env, args...)
+	m := bootstrapLine.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("first stdout line has no bootstrap address: %q", line)
+	}
+	n.bootstrap = m[1]
+	if m := metricsURL.FindStringSubmatch(line); m != nil {
+		n.metrics = m[1]
+	}
+	return n
+}
+
+// startProcess starts the binary and returns once it has printed its first
+// line on stdout, which it returns.
+func startProcess(t *testing.T, env []string, args ...string) (*node, string) {
 	t.Helper()
 	n := &node{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	n.cmd = exec.Command(binary(t), args...)
@@ -236,20 +309,13 @@ func startNode(t *testing.T, env []string, args ...string) *node {
 
 	select {
 	case line := <-lines:
-		m := bootstrapLine.FindStringSubmatch(line)
-		if m == nil {
-			t.Fatalf("first stdout line has no bootstrap address: %q", line)
-		}
-		n.bootstrap = m[1]
-		if m := metricsURL.FindStringSubmatch(line); m != nil {
-			n.metrics = m[1]
-		}
+		return n, line
 	case <-n.exited:
-		t.Fatalf("strata exited before printing the bootstrap line: %v\n%s", n.waitErr, n.stderr.String())
+		t.Fatalf("strata exited before printing its first line: %v\n%s", n.waitErr, n.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no bootstrap line within 30s\n%s", n.stderr.String())
+		t.Fatalf("no line on stdout within 30s\n%s", n.stderr.String())
 	}
-	return n
+	panic("unreachable")
 }
 
 // stop sends SIGTERM and checks for a clean exit with status 0.
@@ -308,6 +374,35 @@ func TestDevStartupErrors(t *testing.T) {
 		stderr := runFails(t, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", addr)
 		assertOneLineError(t, stderr, addr, "address already in use")
 	})
+}
+
+// TestDataDirOfAnotherNode: a data dir made by `serve --node-id 1` and
+// started by `strata dev` (node 0) is refused at once in one line naming
+// both node ids (issue 10: it hung with the Kafka port bound); a second
+// process on a data dir in use is told so in strata's words.
+func TestDataDirOfAnotherNode(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, nil, "serve", "--node-id", "1", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	stderr := runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	assertOneLineError(t, stderr, "data dir "+dir+" is in use by another strata process")
+	n.stop(t)
+	stderr = runFails(t, "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off")
+	assertOneLineError(t, stderr, dir, "node 1", "node 0")
+}
+
+// TestNoS3Credentials: an S3 bucket with no keys anywhere fails start-up
+// with one line that says so and how to give them, not that the (running)
+// endpoint is unreachable.
+func TestNoS3Credentials(t *testing.T) {
+	s3 := localstack.TestS3(t)
+	env := []string{"HOME=" + t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"}
+	_, _, stderr := runFailsEnv(t, env, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
+		"--s3-endpoint", s3.Endpoint, "--s3-bucket", s3.Bucket)
+	line := lastLine(t, stderr)
+	assertOneLineError(t, line, "STRATA_S3_ACCESS_KEY", "no credentials", s3.Bucket, "AWS_ACCESS_KEY_ID")
+	if strings.Contains(line, "unreachable") {
+		t.Errorf("the error blames the endpoint: %s", line)
+	}
 }
 
 // TestDevLifecycle runs `strata dev` as a user would: it announces the real
@@ -397,6 +492,80 @@ func TestDevLifecycle(t *testing.T) {
 	}
 }
 
+// TestSecondSignalForcesExit: two SIGTERMs in a row (as `timeout` sends,
+// to the process and to its group) end the process at once, and it says
+// so instead of exiting without a word (issue 10).
+func TestSecondSignalForcesExit(t *testing.T) {
+	n := startNode(t, nil, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	// The kernel merges a signal into one still pending, so the second is
+	// sent once the first is being handled: when shutdown has begun.
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(n.stderr.String(), "shutting down") {
+		select {
+		case <-n.exited:
+			t.Fatalf("exited before a second signal could be sent:\n%s", n.stderr.String())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("strata did not exit within 30s of two SIGTERMs")
+	}
+	stderr := n.stderr.String()
+	if !strings.Contains(stderr, "second signal") {
+		t.Errorf("nothing says the second signal forced the exit:\n%s", stderr)
+	}
+	var ee *exec.ExitError
+	if !errors.As(n.waitErr, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("exit after a forced shutdown: %v, want status 1", n.waitErr)
+	}
+	assertOneLineError(t, lastLine(t, stderr), "second signal")
+}
+
+// TestLocalstackS3Signals: `strata localstack s3` stops cleanly (status 0)
+// on SIGTERM, and on SIGINT even when started in the background, where the
+// shell starts it with SIGINT ignored (issue 10).
+func TestLocalstackS3Signals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			// A child inherits an ignored signal, as from `strata ... &`.
+			signal.Ignore(syscall.SIGINT)
+			n, line := startProcess(t, nil, "localstack", "s3", "--listen", "127.0.0.1:0", "--dir", t.TempDir())
+			signal.Reset(syscall.SIGINT)
+			if !strings.Contains(line, "S3 endpoint") {
+				t.Fatalf("first line: %q", line)
+			}
+			if err := n.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-n.exited:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("still running 20s after %s", sig)
+			}
+			if n.waitErr != nil {
+				t.Errorf("exit after %s: %v, want a clean stop with status 0", sig, n.waitErr)
+			}
+		})
+	}
+}
+
+// TestDevWarnsOfIgnoredVariables: strata dev, which takes flags only, says
+// that it ignores STRATA_LISTEN instead of silently listening elsewhere.
+func TestDevWarnsOfIgnoredVariables(t *testing.T) {
+	n := startNode(t, []string{"STRATA_LISTEN=127.0.0.1:1"}, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	n.stop(t)
+	if !regexp.MustCompile(`level=WARN msg="ignoring STRATA_LISTEN: `).MatchString(n.stderr.String()) {
+		t.Errorf("no warning that STRATA_LISTEN is ignored:\n%s", n.stderr.String())
+	}
+}
+
 // TestServeTakesEverySource starts `strata serve` with a setting in each
 // of the file, the environment and the flags, and checks the winner is
 // visible from outside: the advertised address comes back in the bootstrap
@@ -424,6 +593,52 @@ func TestServeTakesEverySource(t *testing.T) {
 	n.stop(t)
 	if first, _, _ := strings.Cut(n.stderr.String(), "\n"); !strings.HasPrefix(first, "{") {
 		t.Errorf("--log-format json: first log line %q", first)
+	}
+}
+
+// TestStartupLogIsShort: a fresh node (50 offsets partitions) logs a few
+// lines before "broker started", not one per partition (issue 10), and the
+// summary says how many partitions it opened; no brand-new log claims an
+// unclean shutdown; JSON logs print durations as Go durations, not
+// nanoseconds.
+func TestStartupLogIsShort(t *testing.T) {
+	dir := t.TempDir()
+	for _, restart := range []bool{false, true} {
+		n := startNode(t, nil, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "off", "--log-format", "json")
+		n.stop(t)
+		var records []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(n.stderr.String()), "\n") {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("log line is not JSON: %q", line)
+			}
+			records = append(records, r)
+		}
+		before := -1
+		for i, r := range records {
+			if r["msg"] == "broker started" {
+				before = i
+				if p, _ := r["partitions"].(float64); p < 50 {
+					t.Errorf("restart %v: broker started with partitions=%v, want the 50 offsets partitions counted", restart, r["partitions"])
+				}
+			}
+			if r["cleanShutdown"] == false && !restart {
+				t.Errorf("a brand-new log reports an unclean shutdown: %v", r)
+			}
+			if d, ok := r["took"]; ok {
+				if s, ok := d.(string); !ok {
+					t.Errorf("%s: took=%v is not a duration string", r["msg"], d)
+				} else if _, err := time.ParseDuration(s); err != nil {
+					t.Errorf("%s: took=%q: %v", r["msg"], s, err)
+				}
+			}
+		}
+		if before < 0 {
+			t.Fatalf("no 'broker started' record:\n%s", n.stderr.String())
+		}
+		if before > 10 {
+			t.Errorf("restart %v: %d log records before 'broker started':\n%s", restart, before, n.stderr.String())
+		}
 	}
 }
 

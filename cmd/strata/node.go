@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,7 +35,10 @@ tiered into the directory store ./strata-data/bucket (or the S3 bucket named
 by --s3-bucket; keys from STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY).
 Once the node accepts connections it prints one line with the bootstrap
 address to stdout; logs go to stderr. Ctrl-C or SIGTERM shuts it down
-cleanly.`,
+cleanly.
+
+Settings come from flags only: STRATA_* setting variables and config files
+are for 'strata serve', and each one set is reported as ignored.`,
 		Args: args(cobra.NoArgs),
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
@@ -44,9 +48,12 @@ cleanly.`,
 		if err != nil {
 			return err
 		}
-		c, _, err := config.Load(config.Sources{Env: environ, Flags: tierFlags, FlagsOnly: true})
+		c, warnings, err := loadFlagsOnly(cmd, environ, tierFlags)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			return err
+		}
+		for _, w := range warnings {
+			cfg.Logger.Warn(w)
 		}
 		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
@@ -101,6 +108,9 @@ set. See docs/operations.md for the file format.`,
 	}
 	flags := config.AddFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFlagsAlone(flags); err != nil {
+			return cmd.FlagErrorFunc()(cmd, err)
+		}
 		c, warnings, err := config.Load(config.Sources{Env: environ, Flags: flags})
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -116,6 +126,39 @@ set. See docs/operations.md for the file format.`,
 		return runNode(cmd.Context(), nodeRun{name: "strata serve", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
 	return cmd
+}
+
+// loadFlagsOnly loads the settings of a command that takes them from
+// flags only (dev, localstack): a setting refused there is a usage error,
+// while one refused only with environ (the S3 keys, read from there) is
+// not the command line's fault.
+func loadFlagsOnly(cmd *cobra.Command, environ []string, flags *config.Flags) (config.Config, []string, error) {
+	if _, _, err := config.Load(config.Sources{Flags: flags, FlagsOnly: true}); err != nil {
+		return config.Config{}, nil, cmd.FlagErrorFunc()(cmd, err)
+	}
+	c, warnings, err := config.Load(config.Sources{Env: environ, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		return config.Config{}, nil, fmt.Errorf("config: %w", err)
+	}
+	return c, warnings, nil
+}
+
+// checkFlagsAlone validates the flags over the defaults, without the file
+// and the environment, the way the broker will: the flag parser checks
+// each value's syntax, and this its meaning (a topic default the broker
+// does not know, or one of the wrong type). What fails here is the command
+// line's fault, a usage error; a setting that is only wrong together with
+// the file or the environment fails later, as a config error.
+func checkFlagsAlone(flags *config.Flags) error {
+	c, _, err := config.Load(config.Sources{Flags: flags, FlagsOnly: true, DataDirOptional: true})
+	if err != nil {
+		return err
+	}
+	cfg := brokerConfig(c, nil)
+	if cfg.DataDir == "" {
+		cfg.DataDir = "." // only its presence is checked, and Load checks that
+	}
+	return cfg.WithDefaults().Validate()
 }
 
 // brokerConfig maps the operator-facing configuration onto the broker's.
@@ -135,6 +178,10 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		TopicDefaults:     c.Topics.Defaults,
 		FlushInterval:     c.Storage.FlushInterval,
 		Logger:            log,
+
+		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
+		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
+		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
 	}
 }
 
@@ -151,10 +198,11 @@ type nodeRun struct {
 
 // runNode opens the node's object store, starts a broker, announces its
 // bootstrap address on out once it accepts connections, and closes it on
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM. A second signal ends the process without waiting for
+// the clean shutdown to finish, and says so.
 func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, forced, stopSignals := notifySignals(ctx)
+	defer stopSignals()
 
 	cfg, where, err := withStore(ctx, r.cfg, r.s3, r.tier)
 	if err != nil {
@@ -179,23 +227,83 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	}
 
 	<-ctx.Done()
-	// Restore default signal handling: a second Ctrl-C during a slow
-	// shutdown kills the process instead of being swallowed.
-	stop()
 	start := time.Now()
 	cfg.Logger.Info("shutting down")
-	if err := b.Close(); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	// Close runs on its own goroutine so that a second signal can end the
+	// process; when one does, nobody waits for Close: the process exits,
+	// which is as safe as a crash (the next start-up re-validates).
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	case sig := <-forced:
+		cfg.Logger.Error("second signal: exiting before the clean shutdown finished", "signal", sig.String(), "after", time.Since(start).Round(time.Millisecond))
+		return fmt.Errorf("second signal (%s) during shutdown: exited before it finished; the next start-up re-validates the logs", sig)
 	}
 	cfg.Logger.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// notifySignals returns a context cancelled by the first SIGINT or SIGTERM
+// and a channel that receives the second. Unlike signal.NotifyContext,
+// whose channel holds one signal and then drops the rest, it sees a second
+// signal arriving during shutdown (as from `timeout`, which signals the
+// process and then its group). stop releases the signals and waits for the
+// goroutine that watches them.
+func notifySignals(parent context.Context) (ctx context.Context, forced <-chan os.Signal, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	second := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first := true
+		for {
+			select {
+			case sig := <-sigs:
+				if first {
+					first = false
+					cancel()
+					continue
+				}
+				second <- sig
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, second, func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+		cancel()
+	}
 }
 
 // newLogger writes slog records to w; format is "text" or "json".
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
+		opts.ReplaceAttr = durationsAsText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationsAsText prints durations as the text handler does ("1.5s"):
+// the JSON handler's integer nanoseconds read as nonsense to people and
+// carry no unit for machines, while "1.5s" parses with Go's
+// time.ParseDuration and most log pipelines' duration filters.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

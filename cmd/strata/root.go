@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"strata/loadtest"
 )
 
 // newRootCmd builds the command tree. environ stands in for os.Environ so
@@ -38,9 +36,9 @@ Start a single local node with 'strata dev'.`,
 		newTopicCmd(environ, stdout),
 		newGroupCmd(environ, stdout),
 		newTierCmd(environ, stdout),
-		newLocalstackCmd(stdout, stderr),
+		newLocalstackCmd(environ, stdout, stderr),
 		newVersionCmd(stdout),
-		mount(loadtest.Command()),
+		newLoadtestCmd(environ),
 	)
 	asGroup(root)
 	return root

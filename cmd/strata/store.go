@@ -71,6 +71,9 @@ func openStore(ctx context.Context, c config.S3, dataDir string, m *objstore.Met
 		}
 	} else {
 		if st, err = objstore.NewS3(ctx, s3Config(c)); err != nil {
+			if errors.Is(err, objstore.ErrNoCredentials) {
+				err = fmt.Errorf("set %s and %s, or give the AWS default chain credentials: %w", config.EnvS3AccessKey, config.EnvS3SecretKey, err)
+			}
 			return nil, "", err
 		}
 		where = "s3://" + c.Bucket

@@ -19,10 +19,12 @@ import (
 )
 
 // Run runs the suite against the broker at bootstrap, which must allow
-// creating topics. Each subtest uses a topic of its own and takes about a
-// second against a broker on loopback.
-func Run(t *testing.T, bootstrap string) {
+// creating topics; autoCreates says whether it also creates a topic on
+// first use (auto.create.topics.enable). Each subtest uses a topic of its
+// own and takes about a second against a broker on loopback.
+func Run(t *testing.T, bootstrap string, autoCreates bool) {
 	t.Run("ProduceConsumeVerify", func(t *testing.T) { produceConsumeVerify(t, bootstrap) })
+	t.Run("ProduceWithoutCreate", func(t *testing.T) { produceWithoutCreate(t, bootstrap, autoCreates) })
 	t.Run("E2EVerify", func(t *testing.T) { e2eVerify(t, bootstrap) })
 	t.Run("CommandJSON", func(t *testing.T) { commandJSON(t, bootstrap) })
 	t.Run("CommandBadFlags", func(t *testing.T) { commandBadFlags(t, bootstrap) })
@@ -166,7 +168,7 @@ type jsonResult struct {
 // RunCommand runs `loadtest args...` and returns its stdout and error.
 func RunCommand(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	cmd := loadtest.Command()
+	cmd := loadtest.Command(loadtest.Options{})
 	var stdout, stderr bytes.Buffer
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)
@@ -237,7 +239,6 @@ func commandBadFlags(t *testing.T, bootstrap string) {
 		{"produce", "--bootstrap", bootstrap, "--records", "x"},
 		{"consume", "--bootstrap", bootstrap, "--records", "1", "--from", "yesterday"},
 		{"e2e", "--bootstrap", bootstrap, "--duration", "-1s"},
-		{"produce", "--bootstrap", bootstrap, "--records", "1", "--topic", Topic(t)}, // no such topic
 	} {
 		out, err := RunCommand(t, args...)
 		if err == nil {
@@ -250,5 +251,27 @@ func commandBadFlags(t *testing.T, bootstrap string) {
 		if out != "" {
 			t.Errorf("loadtest %q printed %q on stdout", args, out)
 		}
+	}
+}
+
+// produceWithoutCreate produces to a topic that does not exist, without
+// --create, as any Kafka client would: where the broker creates topics on
+// first use the run works; elsewhere it fails in one line naming --create.
+func produceWithoutCreate(t *testing.T, bootstrap string, autoCreates bool) {
+	topic := Topic(t)
+	out, err := RunCommand(t, "produce", "--bootstrap", bootstrap, "--topic", topic,
+		"--records", "300", "--size", "64", "--json")
+	if !autoCreates {
+		if err == nil || !strings.Contains(err.Error(), "--create") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("produce to a missing topic on a broker that does not create it: err %v, want one line naming --create\n%s", err, out)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("produce to a topic the broker creates on first use: %v\n%s", err, out)
+	}
+	var p jsonResult
+	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Records != 300 || p.Errors != 0 {
+		t.Fatalf("produce --json printed %q (%v), want 300 records", out, err)
 	}
 }

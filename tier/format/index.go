@@ -18,8 +18,17 @@ import (
 // Scanning forward from it, the first batch whose last offset is >= target
 // holds target.
 func LookupOffset(index []byte, base, target int64) (position int64, err error) {
+	position, _, err = LookupOffsetEntry(index, base, target)
+	return position, err
+}
+
+// LookupOffsetEntry is LookupOffset that also returns the last offset of
+// the batch at position, as the index records it, or -1 when position is
+// 0 for want of an entry. A reader checks the batch it finds there against
+// it: the base offset of a batch is not covered by the batch's CRC.
+func LookupOffsetEntry(index []byte, base, target int64) (position, lastOffset int64, err error) {
 	if len(index)%OffsetEntrySize != 0 {
-		return 0, fmt.Errorf("%w: offset index of %d bytes", ErrCorrupt, len(index))
+		return 0, -1, fmt.Errorf("%w: offset index of %d bytes", ErrCorrupt, len(index))
 	}
 	n := len(index) / OffsetEntrySize
 	rel := target - base
@@ -27,9 +36,9 @@ func LookupOffset(index []byte, base, target int64) (position int64, err error) 
 		return int64(binary.BigEndian.Uint32(index[i*OffsetEntrySize:])) > rel
 	}) - 1
 	if i < 0 {
-		return 0, nil
+		return 0, -1, nil
 	}
-	return int64(binary.BigEndian.Uint32(index[i*OffsetEntrySize+4:])), nil
+	return int64(binary.BigEndian.Uint32(index[i*OffsetEntrySize+4:])), base + int64(binary.BigEndian.Uint32(index[i*OffsetEntrySize:])), nil
 }
 
 // LookupTimestamp returns the offset from which to scan for the first

@@ -118,14 +118,19 @@ func (m *Manifest) FindTimestamp(ts int64) (RemoteSegment, bool) {
 // With returns a copy of m with seg appended and Seq increased. seg must
 // start at EndOffset(); on a manifest without segments it may also start
 // below the log start offset (if it reaches it) or above it (the log start
-// then moves up to it, since nothing below is in the bucket). LeaderEpoch
-// rises to seg's if that is higher: the uploader writes the manifest.
+// then moves up to it, since nothing below is in the bucket). seg's epoch
+// (its uploader's) may not be below the manifest's: a deposed leader's
+// segment never follows a newer leader's version. LeaderEpoch rises to
+// seg's: the uploader writes the manifest.
 func (m *Manifest) With(seg RemoteSegment) (*Manifest, error) {
 	if m.Seq == math.MaxInt64 {
 		return nil, errors.New("format: manifest sequence exhausted")
 	}
 	if err := seg.validate(m.TopicPartition); err != nil {
 		return nil, err
+	}
+	if seg.LeaderEpoch < m.LeaderEpoch {
+		return nil, fmt.Errorf("format: segment %s of epoch %d cannot follow a manifest of epoch %d", seg.Key, seg.LeaderEpoch, m.LeaderEpoch)
 	}
 	next := m.clone(len(m.Segments) + 1)
 	if len(m.Segments) == 0 {

@@ -85,7 +85,21 @@ func (d *dirStore) path(key string) (string, error) {
 }
 
 func (d *dirStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
-	if err := ctxErr(ctx, "put", key); err != nil {
+	return d.write(ctx, "put", key, r, size, os.Rename)
+}
+
+// Create links the staged file to the key's name: link(2), unlike
+// rename(2), fails when the name exists, so the check and the write are
+// one atomic step even between processes sharing the directory. The
+// directory store therefore needs a filesystem with hard links.
+func (d *dirStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return d.write(ctx, "create", key, r, size, os.Link)
+}
+
+// write stages the object, then places it under key with place (rename to
+// replace, link to create).
+func (d *dirStore) write(ctx context.Context, op, key string, r io.ReaderAt, size int64, place func(tmp, dst string) error) error {
+	if err := ctxErr(ctx, op, key); err != nil {
 		return err
 	}
 	dst, err := d.path(key)
@@ -93,29 +107,32 @@ func (d *dirStore) Put(ctx context.Context, key string, r io.ReaderAt, size int6
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("objstore: put %q: negative size %d", key, size)
+		return fmt.Errorf("objstore: %s %q: negative size %d", op, key, size)
 	}
 	tmp, err := d.stage(ctx, key, r, size)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp) // no-op once renamed
+	defer os.Remove(tmp) // no-op once renamed; drops the staged name once linked
 
 	// A concurrent Delete may prune the parent directory between MkdirAll
 	// and Rename; a bounded retry absorbs that race.
 	for attempt := 0; ; attempt++ {
 		created, err := d.mkdirs(filepath.Dir(dst))
 		if err == nil {
-			err = os.Rename(tmp, dst)
+			err = place(tmp, dst)
 		}
 		if err == nil {
 			if err := syncDirs(created); err != nil {
-				return fmt.Errorf("objstore: put %q: %w", key, err)
+				return fmt.Errorf("objstore: %s %q: %w", op, key, err)
 			}
 			return nil
 		}
+		if op == "create" && errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("objstore: %s %q: %w", op, key, ErrExists)
+		}
 		if !errors.Is(err, fs.ErrNotExist) || attempt == 10 {
-			return fmt.Errorf("objstore: put %q: %w", key, err)
+			return fmt.Errorf("objstore: %s %q: %w", op, key, err)
 		}
 	}
 }

@@ -20,10 +20,10 @@ var ErrInjected = errors.New("objstore: injected fault")
 // same faults; under concurrency the order of draws varies.
 type FaultConfig struct {
 	// FailRate is the probability that a call fails with ErrInjected. A
-	// failed Put or Delete is not applied; half of the failed GetRange
+	// failed Put, Create or Delete is not applied; half of the failed GetRange
 	// calls succeed and then fail in the middle of the body instead.
 	FailRate float64
-	// LostReplyRate is the probability that a Put or Delete is applied and
+	// LostReplyRate is the probability that a Put, Create or Delete is applied and
 	// still reports ErrInjected, as when S3 commits a write but the reply
 	// is lost: callers must tolerate objects they think they failed to put.
 	LostReplyRate float64
@@ -120,7 +120,7 @@ func (f *Faulty) injected(op, key string) error {
 	return markRetryable(fmt.Errorf("objstore: %s %q: %w", op, key, ErrInjected))
 }
 
-// write runs a Put or Delete, apply, with its fate: a lost reply reports
+// write runs a Put, Create or Delete, apply, with its fate: a lost reply reports
 // a failure after applying it.
 func (f *Faulty) write(ctx context.Context, op, key string, apply func() error) error {
 	ft := f.draw()
@@ -135,6 +135,10 @@ func (f *Faulty) write(ctx context.Context, op, key string, apply func() error) 
 
 func (f *Faulty) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
 	return f.write(ctx, "put", key, func() error { return f.inner.Put(ctx, key, r, size) })
+}
+
+func (f *Faulty) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return f.write(ctx, "create", key, func() error { return f.inner.Create(ctx, key, r, size) })
 }
 
 func (f *Faulty) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {

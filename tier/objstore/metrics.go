@@ -124,6 +124,17 @@ func (s *metricsStore) Put(ctx context.Context, key string, r io.ReaderAt, size 
 	return err
 }
 
+// Create counts as a put: it is one PUT request.
+func (s *metricsStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	err := s.inner.Create(ctx, key, r, size)
+	var n int64
+	if err == nil {
+		n = size
+	}
+	s.m.record(OpPut, n, err)
+	return err
+}
+
 func (s *metricsStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	rc, err := s.inner.GetRange(ctx, key, off, n)
 	s.m.record(OpGet, 0, err)

@@ -47,6 +47,18 @@ type Store interface {
 	// after Put returns. Reading fewer than size bytes from r is an error.
 	Put(ctx context.Context, key string, r io.ReaderAt, size int64) error
 
+	// Create is Put that never replaces: it stores the object only if key
+	// does not exist, atomically, and otherwise changes nothing and returns
+	// ErrExists. Of concurrent Creates of one key at most one succeeds.
+	// This is what publishes a partition's manifest: two writers can never
+	// replace each other's version (S3's PUT with If-None-Match: *).
+	//
+	// ErrExists does not prove that someone else wrote the key: a retried
+	// Create whose first attempt was applied but whose reply was lost meets
+	// its own object. A caller that must know reads the object back and
+	// compares.
+	Create(ctx context.Context, key string, r io.ReaderAt, size int64) error
+
 	// GetRange returns a reader of n bytes of key starting at off; n < 0
 	// reads to the end of the object. The caller must Close the reader; ctx
 	// governs the reads through it too. A missing key is ErrNotFound; a
@@ -84,6 +96,9 @@ var (
 	ErrInvalidRange = errors.New("objstore: range outside object")
 	// ErrInvalidKey reports a key that breaks the rules in the package doc.
 	ErrInvalidKey = errors.New("objstore: invalid key")
+	// ErrExists reports a Create of a key that already exists. It is final,
+	// never retryable.
+	ErrExists = errors.New("objstore: object already exists")
 )
 
 // maxKeyLen is S3's limit on a key's UTF-8 length.
@@ -180,7 +195,8 @@ func IsRetryable(err error) bool {
 		return true
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidRange) || errors.Is(err, ErrInvalidKey) {
+		errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidRange) || errors.Is(err, ErrInvalidKey) ||
+		errors.Is(err, ErrExists) {
 		return false
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||

@@ -36,6 +36,13 @@ func (p *prefixStore) Put(ctx context.Context, key string, r io.ReaderAt, size i
 	return p.inner.Put(ctx, p.prefix+key, r, size)
 }
 
+func (p *prefixStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	return p.inner.Create(ctx, p.prefix+key, r, size)
+}
+
 func (p *prefixStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err

@@ -46,11 +46,11 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // keeps its own slower loop, because an object store can be down for longer
 // than any one call should wait.
 //
-// Put and Delete are idempotent and are retried whole. A GetRange body that
-// fails mid-read is resumed from the first unread byte with a new ranged
-// request. A List that fails part-way is restarted and skips the keys it has
-// already delivered, so fn sees every key once; errors from fn are returned
-// as is, never retried.
+// Put and Delete are idempotent and are retried whole; so is Create (see
+// retryStore.Create). A GetRange body that fails mid-read is resumed from
+// the first unread byte with a new ranged request. A List that fails
+// part-way is restarted and skips the keys it has already delivered, so fn
+// sees every key once; errors from fn are returned as is, never retried.
 //
 // The S3 backend already retries inside the SDK; wrap it with WithRetry when
 // the per-attempt timeout or body resumption is wanted, or when a fault
@@ -151,6 +151,12 @@ func (s *retryStore) call(ctx context.Context, n int64, fn func(actx context.Con
 
 func (s *retryStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
 	return s.call(ctx, size, func(actx context.Context) error { return s.inner.Put(actx, key, r, size) })
+}
+
+// Create is retried like Put. A retry after a lost reply meets the object
+// the lost attempt created and reports ErrExists, as Store.Create warns.
+func (s *retryStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.call(ctx, size, func(actx context.Context) error { return s.inner.Create(actx, key, r, size) })
 }
 
 func (s *retryStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {

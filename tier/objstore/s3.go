@@ -206,6 +206,11 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 		o.UsePathStyle = cfg.PathStyle
 	})
 	st := &s3Store{cfg: cfg, client: client}
+	if cfg.AccessKey == "" && awsCfg.Credentials != nil {
+		if err := st.checkCredentials(ctx, awsCfg.Credentials); err != nil {
+			return nil, err
+		}
+	}
 	if err := st.checkBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -214,6 +219,10 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 	}
 	return st, nil
 }
+
+// ErrNoCredentials is returned by NewS3 when no keys were given and the
+// default AWS credential chain found none.
+var ErrNoCredentials = errors.New("no credentials")
 
 func (s *s3Store) where() string {
 	ep := s.cfg.Endpoint
@@ -224,6 +233,22 @@ func (s *s3Store) where() string {
 }
 
 func (s *s3Store) String() string { return "s3:" + s.where() }
+
+// checkCredentials resolves the default chain's credentials before the
+// first request, because the SDK reports a chain that found nothing as a
+// failure to send that request, which reads like a dead endpoint. The
+// chain caches what it finds, so the requests that follow reuse it.
+func (s *s3Store) checkCredentials(ctx context.Context, p aws.CredentialsProvider) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+dialTimeout)
+	defer cancel()
+	if _, err := p.Retrieve(ctx); err != nil {
+		return fmt.Errorf("objstore: s3: %w for %s: none given, and the default AWS chain found none "+
+			"(it looks at AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws/credentials and ~/.aws/config "+
+			"for AWS_PROFILE or the default profile, AWS_WEB_IDENTITY_TOKEN_FILE, ECS/EKS container credentials, "+
+			"and the EC2 instance metadata service): %v", ErrNoCredentials, s.where(), err)
+	}
+	return nil
+}
 
 func (s *s3Store) checkBucket(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout+dialTimeout)
@@ -279,6 +304,10 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 			return fmt.Errorf("objstore: s3 %s %q: %s is gone: %w", op, key, s.where(), err)
 		case "InvalidRange":
 			return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrInvalidRange)
+		case "PreconditionFailed":
+			return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrExists)
+		case "ConditionalRequestConflict":
+			return markRetryable(fmt.Errorf("objstore: s3 %s %q: %w", op, key, err))
 		}
 	}
 	var nsk *types.NoSuchKey
@@ -288,6 +317,9 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 		(errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound) {
 		return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrNotFound)
 	}
+	if re != nil && re.HTTPStatusCode() == http.StatusPreconditionFailed {
+		return fmt.Errorf("objstore: s3 %s %q: %w", op, key, ErrExists)
+	}
 	wrapped := fmt.Errorf("objstore: s3 %s %q: %w", op, key, err)
 	if retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary {
 		return markRetryable(wrapped)
@@ -296,13 +328,27 @@ func (s *s3Store) classify(ctx, tctx context.Context, op, key string, err error)
 }
 
 func (s *s3Store) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.put(ctx, "put", key, r, size, nil)
+}
+
+// Create is a PUT with If-None-Match: *, which AWS S3 (since August 2024),
+// MinIO and the in-process server (gofakes3) evaluate atomically: 412
+// Precondition Failed when the key exists. A 409 ConditionalRequestConflict
+// (a concurrent write of the key was in flight) is retryable; the retry
+// then sees the winner's object. A server that ignores the header would
+// silently replace, so docs/bucket-format.md lists the servers checked.
+func (s *s3Store) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return s.put(ctx, "create", key, r, size, aws.String("*"))
+}
+
+func (s *s3Store) put(ctx context.Context, op, key string, r io.ReaderAt, size int64, ifNoneMatch *string) error {
 	if err := validateKey(key); err != nil {
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("objstore: put %q: negative size %d", key, size)
+		return fmt.Errorf("objstore: %s %q: negative size %d", op, key, size)
 	}
-	if err := ctxErr(ctx, "put", key); err != nil {
+	if err := ctxErr(ctx, op, key); err != nil {
 		return err
 	}
 	// One deadline covers every attempt the SDK makes inside this call.
@@ -316,9 +362,10 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.ReaderAt, size int64
 		// the payload for signing and to rewind it for a retry.
 		Body:          io.NewSectionReader(r, 0, size),
 		ContentLength: aws.Int64(size),
+		IfNoneMatch:   ifNoneMatch,
 	})
 	if err != nil {
-		return s.classify(ctx, tctx, "put", key, err)
+		return s.classify(ctx, tctx, op, key, err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"time"
 
+	"strata/broker"
 	"strata/tier"
 )
 
@@ -52,6 +53,10 @@ type Kafka struct {
 	Listen          string // kafka.listen, host:port
 	AdvertisedAddr  string // kafka.advertised_addr; empty means the listener's address
 	MaxRequestBytes int32  // kafka.max_request_bytes
+
+	QueuedMaxRequestBytes int64         // kafka.queued_max_request_bytes: request bytes held across connections
+	ConnectionsMaxIdle    time.Duration // kafka.connections_max_idle: close a connection idle this long
+	FetchMaxBytes         int32         // kafka.fetch_max_bytes: cap on one Fetch response
 }
 
 // HTTP is the metrics and health listener.
@@ -144,6 +149,10 @@ func Defaults() Config {
 		Kafka: Kafka{
 			Listen:          DefaultListen,
 			MaxRequestBytes: defaultMaxRequestBytes,
+
+			QueuedMaxRequestBytes: broker.DefaultQueuedMaxRequestBytes,
+			ConnectionsMaxIdle:    broker.DefaultConnectionsMaxIdle,
+			FetchMaxBytes:         broker.DefaultFetchMaxBytes,
 		},
 		HTTP: HTTP{Listen: DefaultHTTPListen},
 		S3:   S3{PathStyle: true},

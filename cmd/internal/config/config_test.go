@@ -44,6 +44,9 @@ kafka:
   listen: 0.0.0.0:19092
   advertised_addr: file.example:19092
   max_request_bytes: 2097152
+  queued_max_request_bytes: 64MiB
+  connections_max_idle: 90s
+  fetch_max_bytes: 16MiB
 http:
   listen: 127.0.0.1:19644
 topics:
@@ -89,7 +92,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 	want := Config{
 		Node:    Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
 		Cluster: Cluster{ID: "file-cluster"},
-		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20},
+		Kafka:   Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second, FetchMaxBytes: 16 << 20},
 		HTTP:    HTTP{Listen: "127.0.0.1:19644"},
 		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",
@@ -511,3 +514,104 @@ func TestParseBytes(t *testing.T) {
 }
 
 func equal(a, b Config) bool { return reflect.DeepEqual(a, b) }
+
+// TestSizesAcceptShortUnits pins issue 10: "8M", "8MiB" and "8388608" are
+// the same size wherever a size is read (flag, variable, file), as in the
+// tools operators already use (docker, JVM -Xmx), where a bare K, M, G or
+// T is binary.
+func TestSizesAcceptShortUnits(t *testing.T) {
+	for _, raw := range []string{"8M", "8m", "8MiB", "8388608", "8192K", "8192KiB"} {
+		for _, src := range []struct {
+			name string
+			yaml string
+			env  []string
+			args []string
+		}{
+			{"flag", "", nil, []string{"--tier-chunk-bytes", raw}},
+			{"env", "", []string{"STRATA_TIER_CHUNK_BYTES=" + raw}, nil},
+			{"file", "tier:\n  chunk_bytes: " + raw + "\n", nil, nil},
+		} {
+			cfg, _, err := load(t, src.yaml, append([]string{"STRATA_DATA_DIR=/d"}, src.env...), src.args...)
+			if err != nil {
+				t.Errorf("%s %q: %v", src.name, raw, err)
+				continue
+			}
+			if cfg.Tier.ChunkBytes != 8<<20 {
+				t.Errorf("%s %q: chunk bytes %d, want %d", src.name, raw, cfg.Tier.ChunkBytes, 8<<20)
+			}
+		}
+		cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"}, "--max-request-bytes", raw)
+		if err != nil || cfg.Kafka.MaxRequestBytes != 8<<20 {
+			t.Errorf("--max-request-bytes %q: %d, %v; want %d", raw, cfg.Kafka.MaxRequestBytes, err, 8<<20)
+		}
+	}
+	if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"}, "--max-request-bytes", "2G"); err == nil {
+		t.Error("--max-request-bytes 2G (beyond a Kafka request's int32 size) accepted")
+	}
+	if _, err := parseBytes("8Q"); err == nil {
+		t.Error(`"8Q" accepted`)
+	}
+}
+
+// TestFlagsOnlyWarnsOfIgnoredVariables: strata dev takes flags only; a
+// setting variable it ignores is reported, not silently dropped (issue 10),
+// while the S3 keys, which it does read, are not.
+func TestFlagsOnlyWarnsOfIgnoredVariables(t *testing.T) {
+	fs := pflag.NewFlagSet("dev", pflag.ContinueOnError)
+	flags := AddFlagsFor(fs, false, "s3", "tier")
+	env := []string{"STRATA_LISTEN=127.0.0.1:1", "STRATA_TIER_CHUNK_BYTES=1M", "STRATA_S3_ACCESS_KEY=a", "STRATA_S3_SECRET_KEY=s", "STRATA_BOOTSTRAP=x:1"}
+	cfg, warnings, err := Load(Sources{Env: env, Flags: flags, FlagsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.S3.AccessKey != "a" {
+		t.Errorf("keys not read")
+	}
+	got := strings.Join(warnings, "\n")
+	for _, want := range []string{"ignoring STRATA_LISTEN", "ignoring STRATA_TIER_CHUNK_BYTES"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if len(warnings) != 2 {
+		t.Errorf("want exactly the two settings warned of:\n%s", got)
+	}
+}
+
+// TestConnectionSettings: the request memory bound and the idle timeout
+// default to Kafka's queued.max.request.bytes as Strata sets it (256 MiB)
+// and connections.max.idle.ms (10 minutes), are read from every source,
+// and refuse values that would mean "unset" or make no sense.
+func TestConnectionSettings(t *testing.T) {
+	cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.QueuedMaxRequestBytes != 256<<20 || cfg.Kafka.ConnectionsMaxIdle != 10*time.Minute {
+		t.Errorf("defaults: queued %d, idle %s", cfg.Kafka.QueuedMaxRequestBytes, cfg.Kafka.ConnectionsMaxIdle)
+	}
+	for _, src := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+	}{
+		{"file", "kafka:\n  queued_max_request_bytes: 64MiB\n  connections_max_idle: 90s\n", nil, nil},
+		{"env", "", []string{"STRATA_QUEUED_MAX_REQUEST_BYTES=64MiB", "STRATA_CONNECTIONS_MAX_IDLE=90s"}, nil},
+		{"flags", "", nil, []string{"--queued-max-request-bytes", "64MiB", "--connections-max-idle", "90s"}},
+	} {
+		cfg, _, err := load(t, src.yaml, append([]string{"STRATA_DATA_DIR=/d"}, src.env...), src.args...)
+		if err != nil {
+			t.Errorf("%s: %v", src.name, err)
+			continue
+		}
+		if cfg.Kafka.QueuedMaxRequestBytes != 64<<20 || cfg.Kafka.ConnectionsMaxIdle != 90*time.Second {
+			t.Errorf("%s: queued %d, idle %s", src.name, cfg.Kafka.QueuedMaxRequestBytes, cfg.Kafka.ConnectionsMaxIdle)
+		}
+	}
+	for _, env := range []string{"STRATA_QUEUED_MAX_REQUEST_BYTES=0", "STRATA_QUEUED_MAX_REQUEST_BYTES=-1", "STRATA_CONNECTIONS_MAX_IDLE=0", "STRATA_CONNECTIONS_MAX_IDLE=-1s"} {
+		if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", env}); err == nil {
+			t.Errorf("%s accepted", env)
+		}
+	}
+}

@@ -112,9 +112,10 @@ type Sources struct {
 	Env []string
 	// Flags are the parsed command-line flags; nil means none.
 	Flags *Flags
-	// FlagsOnly ignores the config file and the STRATA_* setting
-	// variables: strata dev takes its settings from flags alone. The S3
-	// keys still come from Env, their only source.
+	// FlagsOnly ignores the config file (even one named by --config) and
+	// the STRATA_* setting variables: strata dev takes its settings from
+	// flags alone, and serve checks its flags alone this way. The S3 keys
+	// still come from Env, their only source.
 	FlagsOnly bool
 	// DataDirOptional accepts a configuration without node.data_dir, for
 	// commands that are not a node (the tier inspection verbs).
@@ -133,11 +134,11 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	cfg.S3.AccessKey, cfg.S3.SecretKey = env[EnvS3AccessKey], env[EnvS3SecretKey]
 
 	path := env[EnvConfig]
-	if src.FlagsOnly {
-		path = ""
-	}
 	if src.Flags != nil && src.Flags.configFile != "" {
 		path = src.Flags.configFile
+	}
+	if src.FlagsOnly {
+		path = ""
 	}
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -154,6 +155,8 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 		if err != nil {
 			return Config{}, nil, err
 		}
+	} else {
+		warnings = ignoredEnv(env)
 	}
 
 	if src.Flags != nil {
@@ -168,6 +171,20 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 		return Config{}, nil, err
 	}
 	return cfg, warnings, nil
+}
+
+// ignoredEnv warns of each setting variable (and STRATA_CONFIG) set for a
+// command that takes its settings from flags alone: an operator used to
+// serve would otherwise see STRATA_LISTEN silently have no effect.
+func ignoredEnv(env map[string]string) []string {
+	var warnings []string
+	for k := range env {
+		if byEnv[k] != nil || k == EnvConfig {
+			warnings = append(warnings, "ignoring "+k+": this command takes its settings from flags only (strata serve reads STRATA_* variables)")
+		}
+	}
+	sort.Strings(warnings)
+	return warnings
 }
 
 // knownEnv are the STRATA_* variables that are not settings.

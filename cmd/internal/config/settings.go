@@ -62,8 +62,23 @@ var settings = []*setting{
 	},
 	{
 		key: "kafka.max_request_bytes", flag: "max-request-bytes", typ: "bytes", usage: "largest request accepted (socket.request.max.bytes)",
-		set: int32Setter(func(c *Config) *int32 { return &c.Kafka.MaxRequestBytes }, 1024),
+		set: bytes32Setter(func(c *Config) *int32 { return &c.Kafka.MaxRequestBytes }, 1024),
 		get: func(c *Config) string { return strconv.Itoa(int(c.Kafka.MaxRequestBytes)) },
+	},
+	{
+		key: "kafka.queued_max_request_bytes", flag: "queued-max-request-bytes", typ: "bytes", usage: "bytes of requests read or handled at once across all connections; beyond it sockets are not read (queued.max.request.bytes)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Kafka.QueuedMaxRequestBytes }, 1024),
+		get: func(c *Config) string { return formatBytes(c.Kafka.QueuedMaxRequestBytes) },
+	},
+	{
+		key: "kafka.connections_max_idle", flag: "connections-max-idle", typ: "duration", usage: "close a connection that sends and receives nothing for this long (connections.max.idle.ms)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Kafka.ConnectionsMaxIdle }),
+		get: func(c *Config) string { return c.Kafka.ConnectionsMaxIdle.String() },
+	},
+	{
+		key: "kafka.fetch_max_bytes", flag: "fetch-max-bytes", typ: "bytes", usage: "largest Fetch response, whatever the client asks for; the first batch still goes whole (fetch.max.bytes)",
+		set: bytes32Setter(func(c *Config) *int32 { return &c.Kafka.FetchMaxBytes }, 1024),
+		get: func(c *Config) string { return strconv.Itoa(int(c.Kafka.FetchMaxBytes)) },
 	},
 	{
 		key: "http.listen", flag: "http-listen", typ: "host:port", usage: `metrics and health listener ("off" disables it)`,
@@ -322,8 +337,12 @@ func intSetter(field func(*Config) *int, min int) func(*Config, string) error {
 
 // byteUnits are the size suffixes parseBytes accepts, in lower case: IEC
 // binary units and SI decimal ones, so "8MiB" and "8MB" mean what they say.
+// A bare letter ("8M") is binary, as in docker, the JVM's -Xmx and most
+// operators' habits: sizes here are buffers and caches, counted in powers
+// of two.
 var byteUnits = map[string]int64{
 	"": 1, "b": 1,
+	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
 	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
 	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
 }
@@ -342,7 +361,7 @@ func parseBytes(raw string) (int64, error) {
 	n, err := strconv.ParseInt(s[:i], 10, 64)
 	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
 	if err != nil || !ok {
-		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB, KB, MB, GB...)", raw)
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number with K, M, G, KiB, MiB, GiB, KB, MB, GB...)", raw)
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("%q is negative", raw)
@@ -377,6 +396,22 @@ func bytesSetter(field func(*Config) *int64, min int64) func(*Config, string) er
 			return fmt.Errorf("%q is less than %d", raw, min)
 		}
 		*field(c) = n
+		return nil
+	}
+}
+
+// bytes32Setter parses a size of at least min bytes that a Kafka int32
+// length field can carry.
+func bytes32Setter(field func(*Config) *int32, min int64) func(*Config, string) error {
+	return func(c *Config, raw string) error {
+		var n int64
+		if err := bytesSetter(func(*Config) *int64 { return &n }, min)(c, raw); err != nil {
+			return err
+		}
+		if n > math.MaxInt32 {
+			return fmt.Errorf("%q is more than %d bytes", raw, math.MaxInt32)
+		}
+		*field(c) = int32(n)
 		return nil
 	}
 }

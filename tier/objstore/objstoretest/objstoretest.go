@@ -42,6 +42,8 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"OddKeys", testOddKeys},
 		{"InvalidKeys", testInvalidKeys},
 		{"ShortBody", testShortBody},
+		{"CreateExclusive", testCreateExclusive},
+		{"CreateRace", testCreateRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -461,5 +463,98 @@ func testShortBody(t *testing.T, s objstore.Store) {
 	}
 	if _, serr := s.Stat(ctxFor(t), "short"); !errors.Is(serr, objstore.ErrNotFound) {
 		t.Fatalf("a failed Put (%v) left an object: Stat = %v", err, serr)
+	}
+}
+
+// testCreateExclusive: Create writes a key that does not exist and refuses,
+// changing nothing, one that does; the refusal is ErrExists and is final.
+func testCreateExclusive(t *testing.T, s objstore.Store) {
+	ctx := ctxFor(t)
+	first, second := randBytes(11, 3000), randBytes(12, 200)
+	if err := s.Create(ctx, "cr/k", bytes.NewReader(first), int64(len(first))); err != nil {
+		t.Fatalf("Create of a new key: %v", err)
+	}
+	if got := mustGet(t, s, "cr/k", 0, -1); !bytes.Equal(got, first) {
+		t.Fatalf("Create stored %d bytes, want the %d given", len(got), len(first))
+	}
+	err := s.Create(ctx, "cr/k", bytes.NewReader(second), int64(len(second)))
+	if !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("Create of an existing key = %v, want ErrExists", err)
+	}
+	if objstore.IsRetryable(err) {
+		t.Fatalf("ErrExists classified retryable: %v", err)
+	}
+	if got := mustGet(t, s, "cr/k", 0, -1); !bytes.Equal(got, first) {
+		t.Fatalf("a refused Create changed the object: %d bytes, want the first %d", len(got), len(first))
+	}
+	// A deleted key can be created again.
+	if err := s.Delete(ctx, "cr/k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, "cr/k", bytes.NewReader(second), int64(len(second))); err != nil {
+		t.Fatalf("Create after Delete: %v", err)
+	}
+	if got := mustGet(t, s, "cr/k", 0, -1); !bytes.Equal(got, second) {
+		t.Fatalf("re-created object: %d bytes, want %d", len(got), len(second))
+	}
+	if err := s.Create(ctx, "cr/", bytes.NewReader(nil), 0); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("Create(cr/) = %v, want ErrInvalidKey", err)
+	}
+	if err := s.Create(ctx, "cr/short", shortReaderAt{[]byte("abc")}, 10); err == nil {
+		t.Fatal("Create of a body shorter than its size succeeded")
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Create(cctx, "cr/cancelled", bytes.NewReader(first), int64(len(first))); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Create with a cancelled context = %v, want context.Canceled", err)
+	}
+	for _, k := range []string{"cr/short", "cr/cancelled"} {
+		if _, err := s.Stat(ctx, k); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("a failed Create left %s: Stat = %v", k, err)
+		}
+	}
+}
+
+// testCreateRace: of writers that Create one key at the same moment,
+// exactly one succeeds and the object holds its bytes. This is what lets
+// two writers of a partition never replace each other's manifest.
+func testCreateRace(t *testing.T, s objstore.Store) {
+	const keys, writers = 8, 8
+	for k := range keys {
+		key := fmt.Sprintf("race/%d", k)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []int
+			errs    []error
+		)
+		start := make(chan struct{})
+		for w := range writers {
+			wg.Go(func() {
+				b := randBytes(uint64(100*k+w), 1000+w)
+				<-start
+				err := s.Create(ctxFor(t), key, bytes.NewReader(b), int64(len(b)))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, w)
+				case !errors.Is(err, objstore.ErrExists):
+					errs = append(errs, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if len(winners) != 1 {
+			t.Fatalf("%s: %d concurrent Creates succeeded (writers %v), want exactly 1", key, len(winners), winners)
+		}
+		w := winners[0]
+		if got := mustGet(t, s, key, 0, -1); !bytes.Equal(got, randBytes(uint64(100*k+w), 1000+w)) {
+			t.Fatalf("%s holds %d bytes, not the winner's", key, len(got))
+		}
 	}
 }

@@ -71,6 +71,12 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	}
 
 	referenced := make(map[string]bool)
+	// Objects in flight are read before the current manifest: one whose
+	// writer has let go of it is then in that manifest (a writer lets go
+	// only once the manifest naming it is current).
+	for _, k := range ps.heldKeys() {
+		referenced[k] = true
+	}
 	cur := ps.cur.Load()
 	if n := len(manifests); n > 0 {
 		newest := manifests[n-1].key

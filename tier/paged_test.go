@@ -496,3 +496,40 @@ func records(t *testing.T, b []byte) []record {
 	}
 	return out
 }
+
+// TestCollectorKeepsObjectsInFlight: the collector runs on its own
+// goroutine, without the writers' lock. Objects written for a manifest
+// not yet published (the segment of an upload under way, the pages of its
+// root) are kept whatever the grace, even none: otherwise the manifest
+// would be published naming objects already deleted.
+func TestCollectorKeepsObjectsInFlight(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	segs := testSegments(t, 8)
+	tr := openPagedTier(t, store, clk.Now)
+	collections := 0
+	store.beforeWrite = func(_ context.Context, key string) error {
+		if strings.HasSuffix(key, ".manifest") {
+			// Between the objects and the root that names them.
+			clk.add(time.Second)
+			if _, err := tr.CollectOrphans(ctx, testTP, 0); err != nil {
+				return err
+			}
+			collections++
+		}
+		return nil
+	}
+	for _, s := range segs {
+		if _, err := tr.Upload(ctx, testTP, s, 0); err != nil {
+			t.Fatal(err)
+		}
+		checkCovers(t, store, 0, s.EndOffset)
+		checkEveryManifestComplete(t, store)
+	}
+	if collections < len(segs) {
+		t.Fatalf("%d collections ran during %d uploads", collections, len(segs))
+	}
+	store.beforeWrite = nil
+	readAll(t, store, 0, segs[len(segs)-1].EndOffset)
+}

@@ -145,6 +145,16 @@ type partitionState struct {
 	// its objects meanwhile. Written with mu held.
 	pending atomic.Pointer[pendingPublish]
 
+	// inflight holds the keys of objects this tier is writing for a
+	// manifest it has not published yet (a segment, a merged segment, the
+	// pages of a change): the collector keeps them whatever their age, so
+	// that even a grace shorter than an upload never deletes an object
+	// that is about to be referenced.
+	inflight struct {
+		sync.Mutex
+		keys map[string]int
+	}
+
 	refs struct {
 		sync.Mutex
 		// byKey caches the roots of the manifest versions the collector
@@ -156,6 +166,43 @@ type partitionState struct {
 type pendingPublish struct {
 	m   *format.Root
 	raw []byte
+}
+
+// hold marks keys as in flight until the returned func is first called.
+func (ps *partitionState) hold(keys ...string) (release func()) {
+	ps.inflight.Lock()
+	if ps.inflight.keys == nil {
+		ps.inflight.keys = make(map[string]int)
+	}
+	for _, k := range keys {
+		ps.inflight.keys[k]++
+	}
+	ps.inflight.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() { ps.release(keys) })
+	}
+}
+
+func (ps *partitionState) release(keys []string) {
+	ps.inflight.Lock()
+	defer ps.inflight.Unlock()
+	for _, k := range keys {
+		if ps.inflight.keys[k]--; ps.inflight.keys[k] <= 0 {
+			delete(ps.inflight.keys, k)
+		}
+	}
+}
+
+// heldKeys returns the keys in flight.
+func (ps *partitionState) heldKeys() []string {
+	ps.inflight.Lock()
+	defer ps.inflight.Unlock()
+	keys := make([]string, 0, len(ps.inflight.keys))
+	for k := range ps.inflight.keys {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // newer reports whether a is a later manifest version than b.
@@ -314,6 +361,9 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 		return nil, err
 	}
 	defer obj.close()
+	// Held until the manifest that lists it is current (or the upload
+	// failed, leaving an ordinary orphan).
+	defer ps.hold(rs.Key)()
 	if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
 		return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
 	}
@@ -377,15 +427,25 @@ func (t *Tier) updateLocked(ctx context.Context, tp format.TopicPartition, ps *p
 		if next.LeaderEpoch != epoch {
 			return nil, fmt.Errorf("tier: manifest change of %s-%d at epoch %d, writer's is %d", tp.Topic, tp.Partition, next.LeaderEpoch, epoch)
 		}
+		// The new pages are in flight until the root naming them is
+		// current (or pending, whose pages the collector walks).
+		keys := make([]string, len(ch.Pages))
+		for i, p := range ch.Pages {
+			keys[i] = p.Ref.Key
+		}
+		release := ps.hold(keys...)
 		err = t.publishLocked(ctx, ps, ch)
 		if err == nil {
-			if cur := ps.advance(next); cur != next && cur.LeaderEpoch > epoch {
+			cur := ps.advance(next)
+			release()
+			if cur != next && cur.LeaderEpoch > epoch {
 				// A newer leader's manifest arrived meanwhile: what this
 				// writer published is not the partition's state.
 				return nil, t.fenced(cur, epoch)
 			}
 			return next, nil
 		}
+		release() // orphans now, unless pending (the collector walks that)
 		if !errors.Is(err, errConflict) || attempt == maxConflicts {
 			return nil, err
 		}

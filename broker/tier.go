@@ -253,11 +253,40 @@ func (b *Broker) uploadPartition(p *partition) error {
 	if err != nil {
 		return err
 	}
+	if m, err = b.mergeSmall(ctx, p, m); err != nil {
+		return err
+	}
 	p.tier.manifest = m
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
 	}
 	return nil
+}
+
+// mergesPerPass bounds the merges of small remote segments an upload pass
+// makes per partition, so that a backlog of them (a quiet partition's
+// year of idle uploads) is worked off without holding uploads back.
+const mergesPerPass = 4
+
+// mergeSmall merges adjacent small remote segments of p (below half of
+// segment.bytes, as idle uploads make them) into objects of up to
+// segment.bytes, and returns the manifest after.
+func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root) (*format.Root, error) {
+	if m.Empty() {
+		return m, nil
+	}
+	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: p.leaderEpoch.Load(), Max: mergesPerPass}
+	n, err := b.tier.MergeSmall(ctx, p.bucketName(), merge)
+	if n == 0 {
+		return m, err
+	}
+	// The replaced objects are the collector's after the grace.
+	b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
+	if m, err = b.tier.Manifest(ctx, p.bucketName()); err != nil {
+		return nil, err
+	}
+	p.setRemote(m)
+	return m, nil
 }
 
 // setRemote records what the bucket holds for p, and tells the log that

@@ -497,6 +497,104 @@ func records(t *testing.T, b []byte) []record {
 	return out
 }
 
+// TestMergeSmallSegments is issue 12 item 4: a quiet partition's 1,000
+// tiny segments (as idle uploads make them) become a handful of objects of
+// up to segment.bytes, through the manifest's replace step, and every
+// record still reads at its offset, and by timestamp, from a fresh tier.
+// Replaced objects stay for the grace (a reader holding the old manifest
+// finishes) and go after it.
+func TestMergeSmallSegments(t *testing.T) {
+	const (
+		n        = 1000
+		segBytes = 64 << 10
+	)
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	tr := openTierWith(t, store, clk.Now, format.Paging{PageSegments: 8, Fanout: 4})
+	local := t.TempDir()
+	const ts0 = 1_700_000_000_000
+	for i := range n {
+		// Timestamps mostly rising, some going back (CreateTime).
+		ts := ts0 + int64(i)*1000 - int64(i%7)*3000
+		if _, err := tr.Upload(ctx, testTP, localSegment(t, local, int64(i)*10, ts), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, _ := tr.Manifest(ctx, testTP)
+	heldSegs := allSegments(t, store, held)
+	merges := 0
+	for {
+		k, err := tr.MergeSmall(ctx, testTP, Merge{SegmentBytes: segBytes, Max: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			break
+		}
+		merges += k
+	}
+	m, _ := tr.Manifest(ctx, testTP)
+	segs := allSegments(t, store, m)
+	t.Logf("%d segments merged into %d objects in %d merges", n, len(segs), merges)
+	if len(segs) > 10 || m.LogStartOffset != 0 || m.EndOffset() != n*10 {
+		t.Fatalf("after merging: %d segments covering [%d, %d)", len(segs), m.LogStartOffset, m.EndOffset())
+	}
+	for _, s := range segs {
+		if s.Log.Len > segBytes {
+			t.Fatalf("merged segment %d holds %d bytes of log, more than segment.bytes", s.BaseOffset, s.Log.Len)
+		}
+	}
+	checkEveryManifestComplete(t, store)
+
+	fresh := openTier(t, store, clk.Now)
+	for o := int64(0); o < n*10; {
+		b, err := fresh.Read(ctx, testTP, nil, o, 1<<20)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read at %d: %d bytes, %v", o, len(b), err)
+		}
+		for _, r := range records(t, b) {
+			if r.offset != o || string(r.value) != fmt.Sprintf("record %d", o) {
+				t.Fatalf("offset %d: record %d %q", o, r.offset, r.value)
+			}
+			o++
+		}
+	}
+	// By timestamp: the first record at or after ts, as before merging.
+	for _, i := range []int64{0, 1, 6, 7, 500, 993, 999} {
+		ts := ts0 + i*1000 - (i%7)*3000
+		want := int64(-1)
+		for j := int64(0); j < n; j++ {
+			if ts0+j*1000-(j%7)*3000 >= ts {
+				want = j * 10
+				break
+			}
+		}
+		off, _, ok, err := fresh.OffsetForTimestamp(ctx, testTP, ts)
+		if err != nil || !ok || off != want {
+			t.Fatalf("offset for timestamp of segment %d: %d %v %v, want %d", i, off, ok, err, want)
+		}
+	}
+
+	// The replaced objects outlive the grace only as long as it lasts.
+	clk.add(10 * time.Minute)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range heldSegs {
+		if _, err := store.Stat(ctx, s.Key); err != nil {
+			t.Fatalf("within the grace, a replaced object is gone: %v", err)
+		}
+	}
+	clk.add(2 * time.Hour)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := countKeys(t, store, testTP.SegmentsPrefix()); got != len(segs) {
+		t.Fatalf("%d segment objects after the grace, the manifest lists %d", got, len(segs))
+	}
+}
+
 // TestCollectorKeepsObjectsInFlight: the collector runs on its own
 // goroutine, without the writers' lock. Objects written for a manifest
 // not yet published (the segment of an upload under way, the pages of its

@@ -145,6 +145,10 @@ type partitionState struct {
 	// its objects meanwhile. Written with mu held.
 	pending atomic.Pointer[pendingPublish]
 
+	// mergeFrom is where MergeSmall looks for small segments next: what
+	// is below it was found unmergeable.
+	mergeFrom atomic.Int64
+
 	// inflight holds the keys of objects this tier is writing for a
 	// manifest it has not published yet (a segment, a merged segment, the
 	// pages of a change): the collector keeps them whatever their age, so

@@ -32,7 +32,8 @@ type listedManifest struct {
 // a live root (directly or through index pages), or garbage.
 //
 // The collector reads the bucket, not this tier's writers' state, and does
-// not wait for them. A pass whose listing shows an older newest manifest
+// not wait for them; it only keeps, whatever their age, the objects this
+// tier's writers have in flight (written for a manifest not yet current). A pass whose listing shows an older newest manifest
 // than this tier already knows (a lagging LIST) deletes nothing.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
 	ps := t.state(tp)

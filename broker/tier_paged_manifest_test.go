@@ -2,12 +2,15 @@ package broker
 
 import (
 	"context"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"strata/tier/format"
 	"strata/tier/objstore"
 )
 
@@ -16,16 +19,18 @@ import (
 // rewrote the whole manifest in version 1 (about 1 MB of manifest per
 // 16 KB segment at 4,000 segments); with pages, the manifest objects
 // written, all of them kept by a long orphan grace, average under 64 KiB
-// per uploaded segment, and every record still replays.
+// per uploaded segment, and every record still replays. After a restart
+// the first fetches, at offset 0 and at the bucket's end, read a page per
+// level of the manifest, not all of its pages.
 func TestTinySegmentsManifestBytes(t *testing.T) {
 	const (
 		n    = 33_000 // records of 100 bytes in segments of 1 KiB: over 4,000 segments
 		size = 100
 	)
 	store := tierStores[0].open(t)
-	b := tieredBroker(t, "", store, func(c *Config) {
-		c.Tier.OrphanGrace = 24 * time.Hour
-	})
+	dir := t.TempDir()
+	keep := func(c *Config) { c.Tier.OrphanGrace = 24 * time.Hour }
+	b := tieredBroker(t, dir, store, keep)
 	createTopic(t, testAdmin(t, b), "quiet", 1, map[string]*string{
 		"segment.bytes":         ptr("1024"),
 		"local.retention.bytes": ptr("1"),
@@ -56,6 +61,76 @@ func TestTinySegmentsManifestBytes(t *testing.T) {
 		t.Fatalf("%d bytes of manifest per uploaded segment, want under 64 KiB", per)
 	}
 	consumeExactlyOnce(t, b, "quiet", n, size)
+
+	// The restart, over a store that counts the page GETs.
+	m, err := b.tier.Manifest(ctx, p.bucketName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, levels := 0, 0
+	if err := m.Walk(ctx, b.tier.Pages(), func(ref *format.PageRef, _ *format.RemoteSegment) error {
+		if ref != nil {
+			pages++
+			levels = max(levels, ref.Level+1)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	remoteEnd := m.EndOffset()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The collector's first pass after a restart walks every page of
+	// every live manifest; it is held at its first LIST so that only the
+	// fetches' page reads are counted.
+	counted := &pageGetCounter{Store: store, hold: make(chan struct{})}
+	defer close(counted.hold)
+	b = tieredBroker(t, dir, counted, keep)
+	for _, o := range []int64{0, remoteEnd - 1} {
+		cl := testClient(t, b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"quiet": {0: kgo.NewOffset().At(o)}}))
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var got []*kgo.Record
+		for len(got) == 0 && fctx.Err() == nil {
+			fs := cl.PollFetches(fctx)
+			fs.EachError(func(_ string, _ int32, err error) { t.Logf("fetch at %d: %v", o, err) })
+			got = append(got, fs.Records()...)
+		}
+		cancel()
+		if len(got) == 0 || got[0].Offset != o {
+			t.Fatalf("first fetch at %d after the restart: %d records", o, len(got))
+		}
+	}
+	if g := counted.pageGets.Load(); g > int64(2*levels) || g >= int64(pages) {
+		t.Fatalf("the first fetches after the restart read %d pages; the manifest has %d pages on %d levels", g, pages, levels)
+	}
+	t.Logf("after the restart the first fetches at both ends read %d of %d pages (%d levels)", counted.pageGets.Load(), pages, levels)
+}
+
+// pageGetCounter counts the GETs of manifest pages, and holds listings of
+// segment objects (which only the collector makes) until hold is closed.
+type pageGetCounter struct {
+	objstore.Store
+	pageGets atomic.Int64
+	hold     chan struct{}
+}
+
+func (c *pageGetCounter) List(ctx context.Context, prefix string, fn func(objstore.Attrs) error) error {
+	if strings.HasSuffix(prefix, "/segments/") {
+		select {
+		case <-c.hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Store.List(ctx, prefix, fn)
+}
+
+func (c *pageGetCounter) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if strings.Contains(key, "/pages/") {
+		c.pageGets.Add(1)
+	}
+	return c.Store.GetRange(ctx, key, off, n)
 }
 
 // TestSmallSegmentsMerged is issue 12 item 4 through the broker: a topic

@@ -65,11 +65,27 @@ func (t *Tier) MergeSmall(ctx context.Context, tp format.TopicPartition, m Merge
 // log. The cursor moves past what cannot be merged, so that a pass does
 // not read the whole history again; it stays at a small segment that ends
 // the history, which the next uploads may join.
+//
+// A page whose segments average half of segmentBytes or more is skipped
+// unread: merging is worth it where small segments are the rule (idle
+// uploads), and a restart must not read a long history's every page to
+// find the few small segments scattered in it.
 func (t *Tier) smallRun(ctx context.Context, ps *partitionState, root *format.Root, segmentBytes int64) ([]format.RemoteSegment, error) {
 	from := max(root.LogStartOffset, ps.mergeFrom.Load())
 	var run []format.RemoteSegment
 	var logBytes int64
-	err := root.Scan(ctx, t.pages, from, func(s *format.RemoteSegment) (bool, error) {
+	page := func(p *format.PageRef) (skip, more bool) {
+		if p.Bytes/p.Segments < segmentBytes/2 {
+			return false, true
+		}
+		if len(run) >= 2 {
+			return true, false
+		}
+		run, logBytes = nil, 0
+		ps.mergeFrom.Store(p.LastOffset + 1)
+		return true, true
+	}
+	err := root.ScanPages(ctx, t.pages, from, page, func(s *format.RemoteSegment) (bool, error) {
 		if s.BaseOffset < root.LogStartOffset {
 			return true, nil
 		}

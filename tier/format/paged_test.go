@@ -751,3 +751,25 @@ func TestScan(t *testing.T) {
 		}
 	}
 }
+
+// ScanPages skips the pages it is told to, unread.
+func TestScanPagesSkips(t *testing.T) {
+	ctx := context.Background()
+	src := newMemPages()
+	r := buildRoot(t, src, 200, testPaging)
+	src.resetFetches()
+	var got int
+	err := r.ScanPages(ctx, src, 0, func(p *PageRef) (bool, bool) { return p.BaseOffset < 1000, true }, func(s *RemoteSegment) (bool, error) {
+		if s.BaseOffset < 1000 && s.LastOffset < 1000 {
+			t.Errorf("segment %d of a skipped page visited", s.BaseOffset)
+		}
+		got++
+		return true, nil
+	})
+	if err != nil || got == 0 || got > 100 {
+		t.Fatalf("%d segments visited, %v", got, err)
+	}
+	if src.fetches > 60 {
+		t.Fatalf("%d pages fetched", src.fetches)
+	}
+}

@@ -563,8 +563,15 @@ func walkRefs(ctx context.Context, src PageSource, refs []PageRef, fn func(*Page
 // order, until fn returns false or an error. It fetches only the pages
 // that hold such segments, one at a time as it goes.
 func (r *Root) Scan(ctx context.Context, src PageSource, from int64, fn func(*RemoteSegment) (bool, error)) error {
-	_, err := scanRefs(ctx, src, r.Pages, from, fn)
-	if err != nil {
+	return r.ScanPages(ctx, src, from, nil, fn)
+}
+
+// ScanPages is Scan, with page asked first about every page it would
+// fetch: page may skip it (its segments are not visited), and may stop the
+// scan. A nil page skips nothing.
+func (r *Root) ScanPages(ctx context.Context, src PageSource, from int64, page func(*PageRef) (skip, more bool), fn func(*RemoteSegment) (bool, error)) error {
+	more, err := scanRefs(ctx, src, r.Pages, from, page, fn)
+	if err != nil || !more {
 		return err
 	}
 	for i := range r.Tail {
@@ -578,15 +585,24 @@ func (r *Root) Scan(ctx context.Context, src PageSource, from int64, fn func(*Re
 	return nil
 }
 
-// scanRefs is Scan over refs; it reports whether to go on.
-func scanRefs(ctx context.Context, src PageSource, refs []PageRef, from int64, fn func(*RemoteSegment) (bool, error)) (bool, error) {
+// scanRefs is ScanPages over refs; it reports whether to go on.
+func scanRefs(ctx context.Context, src PageSource, refs []PageRef, from int64, page func(*PageRef) (bool, bool), fn func(*RemoteSegment) (bool, error)) (bool, error) {
 	i := sort.Search(len(refs), func(i int) bool { return refs[i].LastOffset >= from })
 	for ; i < len(refs); i++ {
+		if page != nil {
+			skip, more := page(&refs[i])
+			if !more {
+				return false, nil
+			}
+			if skip {
+				continue
+			}
+		}
 		p, err := src.Page(ctx, refs[i])
 		if err != nil {
 			return false, err
 		}
-		if more, err := scanRefs(ctx, src, p.Pages, from, fn); err != nil || !more {
+		if more, err := scanRefs(ctx, src, p.Pages, from, page, fn); err != nil || !more {
 			return false, err
 		}
 		for j := range p.Segments {

@@ -71,11 +71,8 @@ func (b *Broker) handleDescribeLogDirs(req *request) (kmsg.Response, error) {
 				remote.Topics = nil
 				break
 			}
-			var size int64
-			for _, s := range m.Segments {
-				size += s.Size
-			}
-			addLogDirPartition(&remote, p.topic, p.index, size)
+			// The root's page summaries carry the total: no page is read.
+			addLogDirPartition(&remote, p.topic, p.index, m.Totals().Bytes)
 		}
 		b.metrics.countError(kmsg.DescribeLogDirs, remote.ErrorCode)
 		resp.Dirs = append(resp.Dirs, remote)

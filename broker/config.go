@@ -206,7 +206,7 @@ func (c Config) Validate() error {
 	if c.GroupMaxSessionTimeout > 0 && c.GroupMinSessionTimeout > c.GroupMaxSessionTimeout {
 		return fmt.Errorf("group min session timeout %s is above the max %s", c.GroupMinSessionTimeout, c.GroupMaxSessionTimeout)
 	}
-	if t := c.Tier; t.ChunkBytes < 0 || t.MemoryBytes < 0 || t.CacheBytes < 0 || t.LocalDiskLimit < 0 || t.ReadAhead < 0 || t.ReadWorkers < 0 {
+	if t := c.Tier; t.ChunkBytes < 0 || t.MemoryBytes < 0 || t.CacheBytes < 0 || t.ManifestCacheBytes < 0 || t.LocalDiskLimit < 0 || t.ReadAhead < 0 || t.ReadWorkers < 0 {
 		return errors.New("tier: sizes and counts must not be negative")
 	}
 	if t := c.Tier; t.ChunkBytes > 0 && t.CacheBytes > 0 && t.CacheBytes < 2*t.ChunkBytes {

@@ -68,8 +68,12 @@ func TestDescribeLogDirsLocalAndRemote(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("manifest: %v %v", ok, err)
 		}
+		segs, err := tier.AllSegments(ctx, tier.NewPageSource(store, 0), m)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var n int64
-		for _, s := range m.Segments {
+		for _, s := range segs {
 			n += s.Size
 		}
 		return n

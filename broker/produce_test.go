@@ -147,7 +147,7 @@ func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
 			createTopic(t, testAdmin(t, b), "zero", 1, map[string]*string{"segment.bytes": ptr("1024"), key: ptr("0")})
 			produceKeyed(t, b, "zero", 60, 100, kgo.ProducerBatchMaxBytes(512))
 			p := b.partition("zero", 0)
-			var m *format.Manifest
+			var m *format.Root
 			waitFor(t, 20*time.Second, "both tiers to drop every closed segment", func() bool {
 				var err error
 				if m, err = b.tier.Manifest(context.Background(), p.bucketName()); err != nil {
@@ -157,7 +157,7 @@ func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return m.EndOffset() > 0 && len(segs) == 0 && len(m.Segments) == 0
+				return m.EndOffset() > 0 && len(segs) == 0 && m.Empty()
 			})
 			cl := testClient(t, b)
 			if start := listOffset(t, cl, "zero", -2); start < m.EndOffset() {

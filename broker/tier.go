@@ -30,6 +30,9 @@ type TierConfig struct {
 	// defaults.
 	ChunkBytes, MemoryBytes, CacheBytes int64
 	ReadAhead, ReadWorkers              int
+	// ManifestCacheBytes bounds the manifest pages held in memory, all
+	// partitions together (tier.Config); zero takes the default.
+	ManifestCacheBytes int64
 	// UploadInterval is how often hosted partitions are checked for closed
 	// segments to upload (default 1s).
 	UploadInterval time.Duration
@@ -80,15 +83,16 @@ func (b *Broker) openTier() error {
 		return nil
 	}
 	t, err := tier.Open(tier.Config{
-		Store:       b.cfg.Tier.Store,
-		CacheDir:    filepath.Join(b.cfg.DataDir, "tier-cache"),
-		ChunkBytes:  b.cfg.Tier.ChunkBytes,
-		MemoryBytes: b.cfg.Tier.MemoryBytes,
-		CacheBytes:  b.cfg.Tier.CacheBytes,
-		ReadAhead:   b.cfg.Tier.ReadAhead,
-		ReadWorkers: b.cfg.Tier.ReadWorkers,
-		Logger:      b.log.With("component", "tier"),
-		Now:         b.cfg.Tier.Now,
+		Store:              b.cfg.Tier.Store,
+		CacheDir:           filepath.Join(b.cfg.DataDir, "tier-cache"),
+		ChunkBytes:         b.cfg.Tier.ChunkBytes,
+		MemoryBytes:        b.cfg.Tier.MemoryBytes,
+		CacheBytes:         b.cfg.Tier.CacheBytes,
+		ReadAhead:          b.cfg.Tier.ReadAhead,
+		ReadWorkers:        b.cfg.Tier.ReadWorkers,
+		Logger:             b.log.With("component", "tier"),
+		Now:                b.cfg.Tier.Now,
+		ManifestCacheBytes: b.cfg.Tier.ManifestCacheBytes,
 	})
 	if err != nil {
 		return err
@@ -115,7 +119,7 @@ type partitionTier struct {
 	// it must be asked of the tier again (at first, and after a failure).
 	// Keeping it lets a pass with nothing to upload skip the tier, and a
 	// pass after a failure ask the tier again.
-	manifest *format.Manifest
+	manifest *format.Root
 }
 
 // stopTier stops p's uploads and returns once none is under way, so that
@@ -230,7 +234,7 @@ func (b *Broker) uploadPartition(p *partition) error {
 		if seg.EndOffset > hw {
 			break // only committed data goes up
 		}
-		if len(m.Segments) > 0 && seg.BaseOffset != m.EndOffset() {
+		if !m.Empty() && seg.BaseOffset != m.EndOffset() {
 			return fmt.Errorf("local segment %d does not follow the bucket's end %d", seg.BaseOffset, m.EndOffset())
 		}
 		start := time.Now()
@@ -249,6 +253,9 @@ func (b *Broker) uploadPartition(p *partition) error {
 	if err != nil {
 		return err
 	}
+	if m, err = b.mergeSmall(ctx, p, m); err != nil {
+		return err
+	}
 	p.tier.manifest = m
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
@@ -256,12 +263,38 @@ func (b *Broker) uploadPartition(p *partition) error {
 	return nil
 }
 
+// mergesPerPass bounds the merges of small remote segments an upload pass
+// makes per partition, so that a backlog of them (a quiet partition's
+// year of idle uploads) is worked off without holding uploads back.
+const mergesPerPass = 4
+
+// mergeSmall merges adjacent small remote segments of p (below half of
+// segment.bytes, as idle uploads make them) into objects of up to
+// segment.bytes, and returns the manifest after.
+func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root) (*format.Root, error) {
+	if m.Empty() {
+		return m, nil
+	}
+	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: p.leaderEpoch.Load(), Max: mergesPerPass}
+	n, err := b.tier.MergeSmall(ctx, p.bucketName(), merge)
+	if n == 0 {
+		return m, err
+	}
+	// The replaced objects are the collector's after the grace.
+	b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
+	if m, err = b.tier.Manifest(ctx, p.bucketName()); err != nil {
+		return nil, err
+	}
+	p.setRemote(m)
+	return m, nil
+}
+
 // setRemote records what the bucket holds for p, and tells the log that
 // everything below its end may go under local retention.
-func (p *partition) setRemote(m *format.Manifest) {
+func (p *partition) setRemote(m *format.Root) {
 	defer p.remoteKnown.Store(true)
 	p.uploadedEnd.Store(m.EndOffset())
-	if len(m.Segments) == 0 {
+	if m.Empty() {
 		p.remoteStart.Store(-1)
 		p.remoteEnd.Store(-1)
 		return
@@ -421,8 +454,8 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 // manifest's log start moves; the objects follow after the orphan grace).
 //
 // It returns the manifest that holds afterwards.
-func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Manifest) (*format.Manifest, error) {
-	if len(m.Segments) == 0 {
+func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Root) (*format.Root, error) {
+	if m.Empty() {
 		return m, nil
 	}
 	cfg := p.settings.Load().log

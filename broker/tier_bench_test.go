@@ -127,7 +127,7 @@ func BenchmarkTier(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, s := range m.Segments {
+		for _, s := range remoteSegments(b, br.tier, m) {
 			segs = append(segs, s)
 			logBytes += s.Log.Len
 		}

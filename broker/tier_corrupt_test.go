@@ -53,10 +53,10 @@ func TestCorruptRemoteObjectFailsOnlyItsPartition(t *testing.T) {
 	}
 	p0 := b.partition("rot", 0)
 	m, err := b.tier.Manifest(ctx, p0.bucketName())
-	if err != nil || len(m.Segments) == 0 {
+	if err != nil || m.Empty() {
 		t.Fatalf("manifest: %v", err)
 	}
-	key := m.Segments[0].Key
+	key := remoteSegments(t, b.tier, m)[0].Key
 	rc, err := store.GetRange(ctx, key, 0, -1)
 	if err != nil {
 		t.Fatal(err)

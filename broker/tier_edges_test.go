@@ -185,10 +185,10 @@ func TestRemoteReadChecksCRC(t *testing.T) {
 	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
 
 	m, err := b.tier.Manifest(context.Background(), p.bucketName())
-	if err != nil || len(m.Segments) == 0 {
+	if err != nil || m.Empty() {
 		t.Fatalf("manifest: %v", err)
 	}
-	first := m.Segments[0]
+	first := remoteSegments(t, b.tier, m)[0]
 	path := filepath.Join(bucket, filepath.FromSlash(first.Key))
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -123,10 +123,10 @@ func checkBucket(t *testing.T, store objstore.Store, ends map[format.TopicPartit
 	for tp, end := range ends {
 		i := tp.Partition
 		m, keys := manifestKeys(t, tr, tp)
-		if len(m.Segments) == 0 {
+		if m.Empty() {
 			t.Fatalf("partition %d: empty manifest", i)
 		}
-		for _, s := range m.Segments {
+		for _, s := range remoteSegments(t, tr, m) {
 			rc, err := store.GetRange(ctx, s.Key, 0, -1)
 			if err != nil {
 				t.Fatalf("partition %d: listed segment: %v", i, err)
@@ -367,7 +367,7 @@ func checkBucketKeys(t *testing.T, store objstore.Store, tp format.TopicPartitio
 // manifestKeys reads tp's manifest through tr and checks that it lists
 // each offset range once: segments contiguous from offset 0, distinct
 // keys. It returns the manifest and its segments' keys.
-func manifestKeys(t *testing.T, tr *tier.Tier, tp format.TopicPartition) (*format.Manifest, map[string]bool) {
+func manifestKeys(t *testing.T, tr *tier.Tier, tp format.TopicPartition) (*format.Root, map[string]bool) {
 	t.Helper()
 	m, err := tr.Manifest(context.Background(), tp)
 	if err != nil {
@@ -375,7 +375,7 @@ func manifestKeys(t *testing.T, tr *tier.Tier, tp format.TopicPartition) (*forma
 	}
 	keys := map[string]bool{}
 	next := int64(0)
-	for _, s := range m.Segments {
+	for _, s := range remoteSegments(t, tr, m) {
 		if s.BaseOffset != next {
 			t.Fatalf("partition %d: segment %s starts at %d, want %d (gap or overlap)", tp.Partition, s.Key, s.BaseOffset, next)
 		}

@@ -221,7 +221,7 @@ func checkTieredReplay(t *testing.T, store objstore.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		remote += len(m.Segments)
+		remote += int(m.Totals().Segments)
 	}
 	t.Logf("%d segments in the bucket", remote)
 	consumeExactlyOnce(t, b, "history", n, size)

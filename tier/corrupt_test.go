@@ -79,7 +79,7 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := m.Segments[0]
+	rs := allSegments(t, store, m)[0]
 	good := getObject(t, store, rs.Key)
 	// Batches hold one 1 KiB record each: batch i holds offset i. The
 	// victim and its neighbour are in chunk 1 (a read of either also

@@ -9,11 +9,12 @@ import (
 	"strata/tier/objstore"
 )
 
-// ReadManifest reads tp's current manifest from store: the one under the
-// lexicographically largest manifest key, i.e. the highest (leader epoch,
-// sequence). ok is false when the bucket holds no manifest of tp. It needs
-// no running broker, so inspection tools use it too.
-func ReadManifest(ctx context.Context, store objstore.Store, tp format.TopicPartition) (m *format.Manifest, ok bool, err error) {
+// ReadManifest reads the root of tp's current manifest from store: the one
+// under the lexicographically largest manifest key, i.e. the highest
+// (leader epoch, sequence). ok is false when the bucket holds no manifest
+// of tp. It needs no running broker, so inspection tools use it too;
+// NewPageSource reads the pages the root points at.
+func ReadManifest(ctx context.Context, store objstore.Store, tp format.TopicPartition) (m *format.Root, ok bool, err error) {
 	var newest string
 	err = store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
 		if _, err := format.ParseManifestKey(a.Key); err == nil {
@@ -37,9 +38,10 @@ func ReadManifest(ctx context.Context, store objstore.Store, tp format.TopicPart
 	return m, true, nil
 }
 
-// GetManifest reads and decodes the manifest stored under key, checking
-// its CRC.
-func GetManifest(ctx context.Context, store objstore.Store, key string) (*format.Manifest, error) {
+// GetManifest reads and decodes the manifest root stored under key,
+// checking its CRC. A version 1 manifest reads as a root with every
+// segment inline.
+func GetManifest(ctx context.Context, store objstore.Store, key string) (*format.Root, error) {
 	rc, err := store.GetRange(ctx, key, 0, -1)
 	if err != nil {
 		return nil, fmt.Errorf("get manifest %s: %w", key, err)
@@ -49,7 +51,7 @@ func GetManifest(ctx context.Context, store objstore.Store, key string) (*format
 	if err != nil {
 		return nil, fmt.Errorf("get manifest %s: %w", key, err)
 	}
-	m, err := format.DecodeManifest(raw)
+	m, err := format.DecodeRoot(raw)
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", key, err)
 	}

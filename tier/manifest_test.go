@@ -89,7 +89,7 @@ func manifestKeys(t *testing.T, store objstore.Store) []string {
 // checkCovers reads the partition's current manifest from the bucket, as
 // a restarted broker or `strata tier` would, and fails unless it covers
 // [from, end) and every object it lists is there.
-func checkCovers(t *testing.T, store objstore.Store, from, end int64) *format.Manifest {
+func checkCovers(t *testing.T, store objstore.Store, from, end int64) *format.Root {
 	t.Helper()
 	ctx := context.Background()
 	m, ok, err := ReadManifest(ctx, store, testTP)
@@ -99,7 +99,7 @@ func checkCovers(t *testing.T, store objstore.Store, from, end int64) *format.Ma
 	if m.LogStartOffset > from || m.EndOffset() < end {
 		t.Fatalf("the bucket's manifest %s holds [%d, %d); published were [%d, %d)", m.Key(), m.LogStartOffset, m.EndOffset(), from, end)
 	}
-	for _, s := range m.Segments {
+	for _, s := range allSegments(t, store, m) {
 		if _, err := store.Stat(ctx, s.Key); err != nil {
 			t.Fatalf("manifest %s lists a missing object: %v", m.Key(), err)
 		}
@@ -267,6 +267,7 @@ func TestRetentionGraceCountsFromRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldSegs := allSegments(t, store, held)
 	clk.add(48 * time.Hour) // the objects were uploaded long ago
 	if _, err := tr.ApplyRetention(ctx, testTP, Retention{Bytes: segs[1].Size + segs[2].Size, Age: -1}); err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestRetentionGraceCountsFromRemoval(t *testing.T) {
 	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range held.Segments {
+	for _, s := range heldSegs {
 		if _, err := store.Stat(ctx, s.Key); err != nil {
 			t.Fatalf("10 minutes after retention, within the hour of grace, an object of the previous manifest is gone: %v", err)
 		}
@@ -284,7 +285,7 @@ func TestRetentionGraceCountsFromRemoval(t *testing.T) {
 	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Stat(ctx, held.Segments[0].Key); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := store.Stat(ctx, heldSegs[0].Key); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("the dropped object after its grace: %v, want it deleted", err)
 	}
 	checkEveryManifestComplete(t, store)
@@ -301,7 +302,7 @@ func checkEveryManifestComplete(t *testing.T, store objstore.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range m.Segments {
+		for _, s := range allSegments(t, store, m) {
 			if _, err := store.Stat(ctx, s.Key); err != nil {
 				t.Fatalf("manifest %s is kept but names a missing object: %v", k, err)
 			}

@@ -33,17 +33,21 @@ type listedManifest struct {
 // ever deleted with (in fact before) the objects that only it names.
 // Segment objects that no manifest references (an upload whose manifest
 // was never published, or one still under way) go once they are older
-// than grace.
+// than grace. Manifest pages are objects like segments: referenced through
+// a live root (directly or through index pages), or garbage.
 //
 // The collector reads the bucket, not this tier's writers' state, and does
-// not wait for them. A pass whose listing shows an older newest manifest
-// than this tier already knows (a lagging LIST) deletes nothing and
-// returns ErrCollectionSkipped.
+// not wait for them; it only keeps, whatever their age, the objects this
+// tier's writers have in flight (written for a manifest not yet current).
+// A pass whose listing shows an older newest manifest than this tier
+// already knows (a lagging LIST) deletes nothing and returns
+// ErrCollectionSkipped.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
 	ps := t.state(tp)
 	cutoff := t.cfg.Now().Add(-grace)
-	// Segments are listed before manifests: an object that a manifest
-	// published after the first listing names is then seen in the second.
+	// Segments and pages are listed before manifests: an object that a
+	// manifest published after the first listings names is then seen in
+	// the last.
 	var segments []objstore.Attrs
 	err := t.store.List(ctx, tp.SegmentsPrefix(), func(a objstore.Attrs) error {
 		if _, err := format.ParseSegmentKey(a.Key); err == nil {
@@ -53,6 +57,15 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	})
 	if err != nil {
 		return 0, fmt.Errorf("list segments of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	err = t.store.List(ctx, tp.PagesPrefix(), func(a objstore.Attrs) error {
+		if _, err := format.ParsePageKey(a.Key); err == nil {
+			segments = append(segments, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list manifest pages of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
 	var manifests []listedManifest // in (epoch, seq) order, as keys sort
 	err = t.store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
@@ -66,10 +79,11 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	}
 
 	referenced := make(map[string]bool)
-	// The upload under way is read before the current manifest: an upload
-	// that is no longer under way has published, so cur then names it.
-	if k := ps.uploading.Load(); k != nil {
-		referenced[*k] = true
+	// Objects in flight are read before the current manifest: one whose
+	// writer has let go of it is then in that manifest (a writer lets go
+	// only once the manifest naming it is current).
+	for _, k := range ps.heldKeys() {
+		referenced[k] = true
 	}
 	cur := ps.cur.Load()
 	if n := len(manifests); n > 0 {
@@ -85,7 +99,7 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 		if i < len(manifests)-1 && manifests[i+1].LastModified.Before(cutoff) {
 			continue
 		}
-		keys, err := t.referencedKeys(ctx, ps, lm.Key, i == len(manifests)-1)
+		root, err := t.liveRoot(ctx, ps, lm.Key, i == len(manifests)-1)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue // deleted since the listing, by another collector
 		}
@@ -93,20 +107,20 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 			return 0, err
 		}
 		live[lm.Key] = true
-		for _, k := range keys {
-			referenced[k] = true
+		if err := t.markReferenced(ctx, root, referenced); err != nil {
+			return 0, err
 		}
 	}
 	// What this tier holds or may have published counts too, whatever the
 	// listing shows.
 	if cur != nil {
-		for _, s := range cur.Segments {
-			referenced[s.Key] = true
+		if err := t.markReferenced(ctx, cur, referenced); err != nil {
+			return 0, err
 		}
 	}
 	if p := ps.pending.Load(); p != nil {
-		for _, s := range p.m.Segments {
-			referenced[s.Key] = true
+		if err := t.markReferenced(ctx, p.m, referenced); err != nil {
+			return 0, err
 		}
 	}
 	ps.pruneRefs(live)
@@ -135,34 +149,65 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 	return deleted, nil
 }
 
-// referencedKeys returns the segment keys the manifest under key names,
-// reading it once per tier: a version never changes under its key. The
-// newest version read also brings the tier's current manifest forward.
-func (t *Tier) referencedKeys(ctx context.Context, ps *partitionState, key string, newest bool) ([]string, error) {
+// liveRoot returns the manifest root stored under key, reading it once per
+// tier: a version never changes under its key. The newest version read
+// also brings the tier's current manifest forward.
+func (t *Tier) liveRoot(ctx context.Context, ps *partitionState, key string, newest bool) (*format.Root, error) {
 	ps.refs.Lock()
-	keys, ok := ps.refs.byKey[key]
+	root, ok := ps.refs.byKey[key]
 	ps.refs.Unlock()
 	if ok {
-		return keys, nil // the newest too: it was advanced to when read
+		return root, nil // the newest too: it was advanced to when read
 	}
-	m, err := GetManifest(ctx, t.store, key)
+	root, err := GetManifest(ctx, t.store, key)
 	if err != nil {
 		return nil, err
 	}
 	if newest {
-		ps.advance(m)
-	}
-	keys = make([]string, len(m.Segments))
-	for i, s := range m.Segments {
-		keys[i] = s.Key
+		ps.advance(root)
 	}
 	ps.refs.Lock()
 	if ps.refs.byKey == nil {
-		ps.refs.byKey = make(map[string][]string)
+		ps.refs.byKey = make(map[string]*format.Root)
 	}
-	ps.refs.byKey[key] = keys
+	ps.refs.byKey[key] = root
 	ps.refs.Unlock()
-	return keys, nil
+	return root, nil
+}
+
+// markReferenced adds to referenced the keys of every page and segment
+// root references. Live roots share most of their pages, and what is
+// beneath a page never changes, so a page already marked is not walked
+// again: a pass fetches each distinct page once (through the page cache).
+func (t *Tier) markReferenced(ctx context.Context, root *format.Root, referenced map[string]bool) error {
+	var walk func(refs []format.PageRef) error
+	walk = func(refs []format.PageRef) error {
+		for _, ref := range refs {
+			if referenced[ref.Key] {
+				continue
+			}
+			p, err := t.pages.Page(ctx, ref)
+			if err != nil {
+				return fmt.Errorf("read manifest %s: %w", root.Key(), err)
+			}
+			if err := walk(p.Pages); err != nil {
+				return err
+			}
+			for _, s := range p.Segments {
+				referenced[s.Key] = true
+			}
+			// Marked last: a page is marked only once all beneath it is.
+			referenced[ref.Key] = true
+		}
+		return nil
+	}
+	if err := walk(root.Pages); err != nil {
+		return err
+	}
+	for _, s := range root.Tail {
+		referenced[s.Key] = true
+	}
+	return nil
 }
 
 // pruneRefs forgets the referenced keys of versions that are not live.

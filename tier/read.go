@@ -47,7 +47,10 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	if offset < m.LogStartOffset || offset >= m.EndOffset() {
 		return dst, fmt.Errorf("%w: offset %d, bucket holds [%d, %d)", segment.ErrOffsetOutOfRange, offset, m.LogStartOffset, m.EndOffset())
 	}
-	rs, ok := m.Find(offset)
+	rs, ok, err := m.Find(ctx, t.pages, offset)
+	if err != nil {
+		return dst, fmt.Errorf("read %s-%d at %d: %w", tp.Topic, tp.Partition, offset, err)
+	}
 	if !ok {
 		return dst, fmt.Errorf("%w: offset %d not in the manifest", segment.ErrOffsetOutOfRange, offset)
 	}
@@ -77,7 +80,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		aheadEnd = 0
 	}
 	if sequential && pos+int64(maxBytes)+ahead >= logEnd {
-		if next, ok := m.Find(rs.LastOffset + 1); ok {
+		if next, ok, _ := m.Find(ctx, t.pages, rs.LastOffset+1); ok {
 			t.prefetchSegment(next, 0)
 		}
 	}
@@ -221,7 +224,7 @@ func (t *Tier) OffsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 	if err != nil {
 		return 0, 0, false, err
 	}
-	return t.offsetForTimestamp(ctx, tp, m, ts)
+	return t.offsetForTimestamp(ctx, tp, m, ts, m.LogStartOffset)
 }
 
 // MaxTimestamp returns the largest record timestamp in the bucket, at or
@@ -234,18 +237,17 @@ func (t *Tier) MaxTimestamp(ctx context.Context, tp format.TopicPartition) (time
 	if err != nil {
 		return 0, 0, false, err
 	}
+	from := m.LogStartOffset
 	for {
-		best := -1
-		for i, s := range m.Segments {
-			if s.LastOffset >= m.LogStartOffset && s.MaxTimestamp >= 0 && (best < 0 || s.MaxTimestamp > m.Segments[best].MaxTimestamp) {
-				best = i
-			}
+		best, found, err := m.FindMaxTimestampFrom(ctx, t.pages, from)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("largest timestamp of %s-%d: %w", tp.Topic, tp.Partition, err)
 		}
-		if best < 0 {
+		if !found || best.MaxTimestamp < 0 {
 			return 0, 0, false, nil
 		}
-		maxTs := m.Segments[best].MaxTimestamp
-		off, ts, found, err := t.offsetForTimestamp(ctx, tp, m, maxTs)
+		maxTs := best.MaxTimestamp
+		off, ts, found, err := t.offsetForTimestamp(ctx, tp, m, maxTs, from)
 		if err != nil {
 			return 0, 0, false, err
 		}
@@ -254,18 +256,22 @@ func (t *Tier) MaxTimestamp(ctx context.Context, tp format.TopicPartition) (time
 		}
 		// The segment's maximum belongs to a record below the log start:
 		// look among the segments after it.
-		next := m.Segments[best].LastOffset + 1
-		if next >= m.EndOffset() {
+		from = best.LastOffset + 1
+		if from >= m.EndOffset() {
 			return 0, 0, false, nil
 		}
-		m = m.WithLogStart(next)
 	}
 }
 
-// offsetForTimestamp is OffsetForTimestamp in m.
-func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition, m *format.Manifest, ts int64) (offset, timestamp int64, ok bool, err error) {
+// offsetForTimestamp is OffsetForTimestamp in m, at or after offset from
+// (at least m's log start).
+func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition, m *format.Root, ts, from int64) (offset, timestamp int64, ok bool, err error) {
+	start := max(from, m.LogStartOffset)
 	for {
-		rs, found := m.FindTimestamp(ts)
+		rs, found, err := m.FindTimestampFrom(ctx, t.pages, ts, start)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("find timestamp %d in %s-%d: %w", ts, tp.Topic, tp.Partition, err)
+		}
 		if !found {
 			return 0, 0, false, nil
 		}
@@ -276,15 +282,15 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 			}
 			return 0, 0, false, err
 		}
-		from, _, err := format.LookupTimestamp(timeIndex, rs.BaseOffset, ts)
+		pos, _, err := format.LookupTimestamp(timeIndex, rs.BaseOffset, ts)
 		if err != nil {
 			err = fmt.Errorf("%w: time index of %s: %v", segment.ErrCorruptSegment, rs.Key, err)
 			t.reportCorrupt(tp, rs.Key, err, false)
 			return 0, 0, false, err
 		}
-		from = max(from, m.LogStartOffset, rs.BaseOffset)
-		for from <= rs.LastOffset {
-			batches, err := t.read(ctx, tp, nil, from, 1<<20, false)
+		pos = max(pos, start, rs.BaseOffset)
+		for pos <= rs.LastOffset {
+			batches, err := t.read(ctx, tp, nil, pos, 1<<20, false)
 			if err != nil {
 				return 0, 0, false, err
 			}
@@ -295,7 +301,7 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 				h, _ := segment.ParseBatchHeader(batches[p:])
 				size := h.Size()
 				if h.MaxTimestamp >= ts {
-					off, rts, ok, err := segment.FirstRecordAtOrAfter(batches[p:p+size], ts, max(from, m.LogStartOffset))
+					off, rts, ok, err := segment.FirstRecordAtOrAfter(batches[p:p+size], ts, max(pos, start))
 					if err != nil {
 						return 0, 0, false, err
 					}
@@ -303,17 +309,16 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 						return off, rts, true, nil
 					}
 				}
-				from = h.LastOffset() + 1
+				pos = h.LastOffset() + 1
 				p += size
 			}
 		}
 		// Timestamps need not grow with offsets: the segment's max timestamp
 		// said yes but no record qualified past the start; look further.
-		next := rs.LastOffset + 1
-		if next >= m.EndOffset() {
+		start = rs.LastOffset + 1
+		if start >= m.EndOffset() {
 			return 0, 0, false, nil
 		}
-		m = m.WithLogStart(next)
 	}
 }
 
@@ -429,8 +434,9 @@ func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
 	if m == nil {
 		return // not loaded yet: the read itself will load it
 	}
-	rs, ok := m.Find(offset)
-	if !ok {
+	// Only pages already in memory: a prefetch must not wait on a GET.
+	rs, ok, err := m.Find(context.Background(), cachedPages{t.pages}, offset)
+	if err != nil || !ok {
 		return
 	}
 	t.cache.goBackground(func() {

@@ -115,10 +115,14 @@ func TestOffsetForTimestampReadsNoAhead(t *testing.T) {
 	l, tr, store := uploadedLog(t, 600, 256<<10, func(i int) int64 { return 1000 + int64(i) },
 		Config{ChunkBytes: chunk, MemoryBytes: 8 * chunk, CacheBytes: 8 * chunk, ReadAhead: 4})
 	m, err := tr.Manifest(ctx, testTP)
-	if err != nil || len(m.Segments) < 2 {
-		t.Fatalf("manifest: %d segments, %v", len(m.Segments), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	first := m.Segments[0]
+	segs := allSegments(t, store, m)
+	if len(segs) < 2 {
+		t.Fatalf("manifest: %d segments", len(segs))
+	}
+	first := segs[0]
 	store.reset()
 	want, _, ok, err := l.OffsetForTimestamp(1000 + first.LastOffset)
 	if err != nil || !ok {
@@ -129,7 +133,7 @@ func TestOffsetForTimestampReadsNoAhead(t *testing.T) {
 		t.Fatalf("lookup of the last timestamp of segment 0: offset %d, %v, %v; want %d", off, ok, err, want)
 	}
 	tr.Close() // waits for background downloads
-	for _, s := range m.Segments[1:] {
+	for _, s := range segs[1:] {
 		if gets := store.getsOf(s.Key); len(gets) != 0 {
 			t.Errorf("lookup in segment 0 read segment %d: %v", s.BaseOffset, gets)
 		}
@@ -169,7 +173,7 @@ func TestReadChecksBatchOffsets(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rs := m.Segments[0]
+				rs := allSegments(t, store, m)[0]
 				obj := getObject(t, store, rs.Key)
 				// One record per batch: batch i holds offset i.
 				pos, prevBase := int64(0), int64(-1)
@@ -252,13 +256,14 @@ func TestIndexGetsShareTheWorkersAndOneFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Segments) < 8 {
-		t.Fatalf("%d segments, want at least 8", len(m.Segments))
+	segs := allSegments(t, store, m)
+	if len(segs) < 8 {
+		t.Fatalf("%d segments, want at least 8", len(segs))
 	}
 	store.reset()
 	store.delay = 20 * time.Millisecond // so that GETs started together overlap
 	var wg sync.WaitGroup
-	for _, s := range m.Segments {
+	for _, s := range segs {
 		for range readersPerSegment {
 			wg.Go(func() {
 				if _, err := tr.Read(ctx, testTP, nil, s.BaseOffset, 1); err != nil {
@@ -271,7 +276,7 @@ func TestIndexGetsShareTheWorkersAndOneFlight(t *testing.T) {
 	if n := store.maxIn.Load(); n > workers {
 		t.Errorf("%d GETs in flight at once with %d read workers", n, workers)
 	}
-	for _, s := range m.Segments {
+	for _, s := range segs {
 		var indexGets int
 		for _, g := range store.getsOf(s.Key) {
 			if g.off == s.Index.Offset {

@@ -32,13 +32,16 @@ func (t *Tier) ApplyRetention(ctx context.Context, tp format.TopicPartition, r R
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	advanced := false
-	m, err := t.updateLocked(ctx, tp, ps, r.LeaderEpoch, func(m *format.Manifest) (*format.Manifest, error) {
-		start := t.retainedStart(m, r)
+	m, err := t.updateLocked(ctx, tp, ps, r.LeaderEpoch, func(m *format.Root) (*format.Change, error) {
+		start, err := t.retainedStart(ctx, m, r)
+		if err != nil {
+			return nil, err
+		}
 		advanced = start != m.LogStartOffset
 		if !advanced {
 			return nil, nil
 		}
-		return m.WithLogStart(start), nil
+		return m.WithLogStart(ctx, t.pages, start, r.LeaderEpoch, t.cfg.Paging)
 	})
 	if err != nil {
 		return -1, fmt.Errorf("retention of %s-%d: %w", tp.Topic, tp.Partition, err)
@@ -50,22 +53,22 @@ func (t *Tier) ApplyRetention(ctx context.Context, tp format.TopicPartition, r R
 	return m.LogStartOffset, nil
 }
 
-// retainedStart returns the log start offset that r allows for m.
-func (t *Tier) retainedStart(m *format.Manifest, r Retention) int64 {
-	total := r.LocalBytes
-	for _, s := range m.Segments {
-		total += s.Size
-	}
+// retainedStart returns the log start offset that r allows for m. The
+// oldest segments go while the log without them still holds r.Bytes, or
+// while they are older than r.Age. Whole pages are judged by their
+// summaries and go unread (a page older than the cutoff takes along any
+// segment of it without timestamps); only the page where retention stops
+// is read.
+func (t *Tier) retainedStart(ctx context.Context, m *format.Root, r Retention) (int64, error) {
+	total := r.LocalBytes + m.Totals().Bytes
 	cutoff := t.cfg.Now().Add(-r.Age).UnixMilli()
-	start := m.LogStartOffset
-	for _, s := range m.Segments {
-		bySize := r.Bytes >= 0 && total-s.Size >= r.Bytes
+	return m.CutPrefix(ctx, t.pages, func(s format.Span) bool {
+		bySize := r.Bytes >= 0 && total-s.Bytes >= r.Bytes
 		byAge := r.Age >= 0 && s.MaxTimestamp >= 0 && s.MaxTimestamp < cutoff
 		if !bySize && !byAge {
-			break
+			return false
 		}
-		total -= s.Size
-		start = s.LastOffset + 1
-	}
-	return start
+		total -= s.Bytes
+		return true
+	})
 }

@@ -45,6 +45,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for orphan grace periods; nil is time.Now.
 	Now func() time.Time
+	// ManifestCacheBytes bounds the manifest pages held in memory, all
+	// partitions together (default 64 MiB). A partition opens with its
+	// manifest's root alone; pages are fetched when a lookup needs them.
+	ManifestCacheBytes int64
+	// Paging is the shape of the manifests this tier writes (format
+	// defaults when zero).
+	Paging format.Paging
 }
 
 // Defaults.
@@ -83,6 +90,9 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.ManifestCacheBytes <= 0 {
+		c.ManifestCacheBytes = DefaultManifestCacheBytes
+	}
 	return c
 }
 
@@ -93,6 +103,8 @@ type Tier struct {
 	log   *slog.Logger
 	cache *chunkCache
 	index *indexCache
+	// pages holds manifest pages for every partition.
+	pages *pageCache
 	// corrupt reports corrupt remote reads (read.go).
 	corrupt corruptReports
 
@@ -115,14 +127,15 @@ const maxConflicts = 5
 
 // partitionState is the tier's view of one partition.
 //
-// Readers take cur without locking: it points to an immutable manifest and
+// Readers take cur without locking: it points to an immutable manifest
+// root (its pages come from the tier's page cache) and
 // only ever moves forward in (LeaderEpoch, Seq), so a read never waits for
 // an upload or a collection pass and never sees an older version than one
 // already served. mu serialises this tier's writers of the partition
 // (Upload, ApplyRetention), which hold it across their PUTs; the collector
 // does not take it. Lock order: partitionState.mu, then Tier.mu.
 type partitionState struct {
-	cur atomic.Pointer[format.Manifest] // nil until loaded
+	cur atomic.Pointer[format.Root] // nil until loaded
 
 	// mu is held by this tier's writers of the partition.
 	mu sync.Mutex
@@ -131,27 +144,73 @@ type partitionState struct {
 	// failed too). The next write resolves it first; the collector keeps
 	// its objects meanwhile. Written with mu held.
 	pending atomic.Pointer[pendingPublish]
-	// uploading is the key of the segment object this tier's writer is
-	// putting and publishing right now, so the collector never takes it
-	// for an orphan between its PUT and its manifest, whatever the grace.
-	// Set and cleared with mu held.
-	uploading atomic.Pointer[string]
+
+	// mergeFrom is where MergeSmall looks for small segments next: what
+	// is below it was found unmergeable.
+	mergeFrom atomic.Int64
+
+	// inflight holds the keys of objects this tier is writing for a
+	// manifest it has not published yet (a segment, a merged segment, the
+	// pages of a change): the collector keeps them whatever their age, so
+	// that even a grace shorter than an upload never deletes an object
+	// that is about to be referenced.
+	inflight struct {
+		sync.Mutex
+		keys map[string]int
+	}
 
 	refs struct {
 		sync.Mutex
-		// byKey caches the segment keys each manifest version references,
-		// for the collector; a version never changes under its key.
-		byKey map[string][]string
+		// byKey caches the roots of the manifest versions the collector
+		// has read; a version never changes under its key.
+		byKey map[string]*format.Root
 	}
 }
 
 type pendingPublish struct {
-	m   *format.Manifest
+	m   *format.Root
 	raw []byte
 }
 
+// hold marks keys as in flight until the returned func is first called.
+func (ps *partitionState) hold(keys ...string) (release func()) {
+	ps.inflight.Lock()
+	if ps.inflight.keys == nil {
+		ps.inflight.keys = make(map[string]int)
+	}
+	for _, k := range keys {
+		ps.inflight.keys[k]++
+	}
+	ps.inflight.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() { ps.release(keys) })
+	}
+}
+
+func (ps *partitionState) release(keys []string) {
+	ps.inflight.Lock()
+	defer ps.inflight.Unlock()
+	for _, k := range keys {
+		if ps.inflight.keys[k]--; ps.inflight.keys[k] <= 0 {
+			delete(ps.inflight.keys, k)
+		}
+	}
+}
+
+// heldKeys returns the keys in flight.
+func (ps *partitionState) heldKeys() []string {
+	ps.inflight.Lock()
+	defer ps.inflight.Unlock()
+	keys := make([]string, 0, len(ps.inflight.keys))
+	for k := range ps.inflight.keys {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // newer reports whether a is a later manifest version than b.
-func newer(a, b *format.Manifest) bool {
+func newer(a, b *format.Root) bool {
 	if a.LeaderEpoch != b.LeaderEpoch {
 		return a.LeaderEpoch > b.LeaderEpoch
 	}
@@ -160,7 +219,7 @@ func newer(a, b *format.Manifest) bool {
 
 // advance makes m the current manifest unless a later one is already
 // there, and returns the current one.
-func (ps *partitionState) advance(m *format.Manifest) *format.Manifest {
+func (ps *partitionState) advance(m *format.Root) *format.Root {
 	for {
 		cur := ps.cur.Load()
 		if cur != nil && !newer(m, cur) {
@@ -177,6 +236,9 @@ func Open(cfg Config) (*Tier, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Store == nil {
 		return nil, errors.New("tier: no object store")
+	}
+	if err := cfg.Paging.Validate(); err != nil {
+		return nil, fmt.Errorf("tier: %w", err)
 	}
 	if cfg.CacheBytes < 2*cfg.ChunkBytes {
 		return nil, fmt.Errorf("tier: chunk cache of %d bytes cannot hold two %d-byte chunks", cfg.CacheBytes, cfg.ChunkBytes)
@@ -197,6 +259,7 @@ func Open(cfg Config) (*Tier, error) {
 		log:        cfg.Logger,
 		cache:      cache,
 		index:      newIndexCache(indexCacheBytes),
+		pages:      newPageCache(cfg.Store, cfg.ManifestCacheBytes),
 		partitions: make(map[format.TopicPartition]*partitionState),
 	}, nil
 }
@@ -218,11 +281,12 @@ func (t *Tier) state(tp format.TopicPartition) *partitionState {
 	return ps
 }
 
-// Manifest returns the partition's current manifest, reading it from the
-// bucket the first time. A partition with nothing in the bucket has an
-// empty manifest (no segments, sequence 0). It never waits for a writer:
-// only the first load does I/O, bounded by ctx.
-func (t *Tier) Manifest(ctx context.Context, tp format.TopicPartition) (*format.Manifest, error) {
+// Manifest returns the root of the partition's current manifest, reading
+// it from the bucket the first time. A partition with nothing in the
+// bucket has an empty root (no segments, sequence 0). It never waits for a
+// writer: only the first load does I/O, bounded by ctx. Lookups in the
+// root take Pages() as their page source.
+func (t *Tier) Manifest(ctx context.Context, tp format.TopicPartition) (*format.Root, error) {
 	ps := t.state(tp)
 	if m := ps.cur.Load(); m != nil {
 		return m, nil
@@ -236,19 +300,41 @@ func (t *Tier) Manifest(ctx context.Context, tp format.TopicPartition) (*format.
 
 // cachedManifest returns tp's current manifest if it is loaded, without
 // any I/O.
-func (t *Tier) cachedManifest(tp format.TopicPartition) *format.Manifest {
+func (t *Tier) cachedManifest(tp format.TopicPartition) *format.Root {
 	return t.state(tp).cur.Load()
+}
+
+// Pages returns the source of manifest pages for lookups in the roots
+// Manifest returns: the tier's page cache, shared by all partitions.
+func (t *Tier) Pages() format.PageSource { return t.pages }
+
+// Segments lists every segment of m, fetching every page: for tools and
+// tests, not for serving.
+func (t *Tier) Segments(ctx context.Context, m *format.Root) ([]format.RemoteSegment, error) {
+	return AllSegments(ctx, t.pages, m)
+}
+
+// AllSegments lists every segment of m, fetching its pages from src.
+func AllSegments(ctx context.Context, src format.PageSource, m *format.Root) ([]format.RemoteSegment, error) {
+	var segs []format.RemoteSegment
+	err := m.Walk(ctx, src, func(_ *format.PageRef, s *format.RemoteSegment) error {
+		if s != nil {
+			segs = append(segs, *s)
+		}
+		return nil
+	})
+	return segs, err
 }
 
 // loadManifest reads the newest manifest of tp from the bucket, or an
 // empty one when there is none.
-func (t *Tier) loadManifest(ctx context.Context, tp format.TopicPartition) (*format.Manifest, error) {
+func (t *Tier) loadManifest(ctx context.Context, tp format.TopicPartition) (*format.Root, error) {
 	m, ok, err := ReadManifest(ctx, t.store, tp)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return &format.Manifest{TopicPartition: tp}, nil
+		return &format.Root{TopicPartition: tp}, nil
 	}
 	return m, nil
 }
@@ -263,7 +349,7 @@ func (t *Tier) loadManifest(ctx context.Context, tp format.TopicPartition) (*for
 // leaderEpoch is the uploader's epoch: the new manifest is stored under
 // it, and a manifest of a higher epoch in the bucket fences the upload
 // (ErrFenced).
-func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment.SegmentInfo, leaderEpoch int32) (*format.Manifest, error) {
+func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment.SegmentInfo, leaderEpoch int32) (*format.Root, error) {
 	ps := t.state(tp)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -271,7 +357,7 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Segments) > 0 && seg.EndOffset <= m.EndOffset() {
+	if !m.Empty() && seg.EndOffset <= m.EndOffset() {
 		return m, nil // already there
 	}
 	obj, rs, err := t.buildObject(tp, seg, leaderEpoch)
@@ -279,16 +365,17 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 		return nil, err
 	}
 	defer obj.close()
-	ps.uploading.Store(&rs.Key)
-	defer ps.uploading.Store(nil)
+	// Held until the manifest that lists it is current (or the upload
+	// failed, leaving an ordinary orphan).
+	defer ps.hold(rs.Key)()
 	if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
 		return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
 	}
-	next, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Manifest) (*format.Manifest, error) {
-		if len(m.Segments) > 0 && seg.EndOffset <= m.EndOffset() {
+	next, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Root) (*format.Change, error) {
+		if !m.Empty() && seg.EndOffset <= m.EndOffset() {
 			return nil, nil // another writer of this epoch put it there meanwhile
 		}
-		next, err := m.With(rs)
+		next, err := m.Append(rs, leaderEpoch, t.cfg.Paging)
 		if err != nil {
 			return nil, fmt.Errorf("add segment %d to the manifest of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
 		}
@@ -304,7 +391,7 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 // writableLocked returns the manifest a writer of epoch builds on, after
 // resolving a publication of unknown outcome; ErrFenced if a later epoch
 // owns the manifest.
-func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Manifest, error) {
+func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Root, error) {
 	if err := t.resolvePendingLocked(ctx, ps); err != nil {
 		return nil, err
 	}
@@ -318,37 +405,51 @@ func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps 
 	return m, nil
 }
 
-func (t *Tier) fenced(m *format.Manifest, epoch int32) error {
+func (t *Tier) fenced(m *format.Root, epoch int32) error {
 	return fmt.Errorf("%w: %s-%d has a manifest of epoch %d, this writer's epoch is %d", ErrFenced, m.Topic, m.Partition, m.LeaderEpoch, epoch)
 }
 
 // updateLocked publishes the manifest that change derives from the current
-// one, keyed by the writer's epoch, and makes it current. change returns
-// nil when there is nothing to write; updateLocked then returns the current
+// one (its new pages, then its root, keyed by the writer's epoch, which
+// change gives the transition) and makes it current. change returns nil
+// when there is nothing to write; updateLocked then returns the current
 // manifest. A publication that finds its key taken reloads the bucket and
 // applies change again to what it finds.
-func (t *Tier) updateLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32, change func(*format.Manifest) (*format.Manifest, error)) (*format.Manifest, error) {
+func (t *Tier) updateLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32, change func(*format.Root) (*format.Change, error)) (*format.Root, error) {
 	for attempt := 0; ; attempt++ {
 		m, err := t.writableLocked(ctx, tp, ps, epoch)
 		if err != nil {
 			return nil, err
 		}
-		next, err := change(m)
-		if err != nil || next == nil {
+		ch, err := change(m)
+		if err != nil || ch == nil {
 			return m, err
 		}
+		next := ch.Root
 		// Keyed by the writer's own epoch, never by a higher one it has
 		// read: a deposed writer's versions sort below the new leader's.
-		next.LeaderEpoch = epoch
-		err = t.publishLocked(ctx, ps, next)
+		if next.LeaderEpoch != epoch {
+			return nil, fmt.Errorf("tier: manifest change of %s-%d at epoch %d, writer's is %d", tp.Topic, tp.Partition, next.LeaderEpoch, epoch)
+		}
+		// The new pages are in flight until the root naming them is
+		// current (or pending, whose pages the collector walks).
+		keys := make([]string, len(ch.Pages))
+		for i, p := range ch.Pages {
+			keys[i] = p.Ref.Key
+		}
+		release := ps.hold(keys...)
+		err = t.publishLocked(ctx, ps, ch)
 		if err == nil {
-			if cur := ps.advance(next); cur != next && cur.LeaderEpoch > epoch {
+			cur := ps.advance(next)
+			release()
+			if cur != next && cur.LeaderEpoch > epoch {
 				// A newer leader's manifest arrived meanwhile: what this
 				// writer published is not the partition's state.
 				return nil, t.fenced(cur, epoch)
 			}
 			return next, nil
 		}
+		release() // orphans now, unless pending (the collector walks that)
 		if !errors.Is(err, errConflict) || attempt == maxConflicts {
 			return nil, err
 		}
@@ -375,14 +476,30 @@ func (t *Tier) reloadLocked(ctx context.Context, tp format.TopicPartition, ps *p
 	return nil
 }
 
-// publishLocked writes m under its key with a conditional create, so that
-// it never replaces a published version. A create refused because the key
-// exists is this call's own retried write or someone else's: reading it
-// back tells which (errConflict for the second). A failure that may have
-// been applied is resolved the same way; if even the read-back fails, m is
-// kept pending and the next write resolves it before anything else.
-func (t *Tier) publishLocked(ctx context.Context, ps *partitionState, m *format.Manifest) error {
-	raw, err := format.EncodeManifest(m)
+// publishLocked stores ch's new pages, then writes its root under its key
+// with a conditional create, so that it never replaces a published
+// version. Pages go first: a crash in between leaves pages no root names
+// (orphans the collector removes), never a root naming a missing page.
+// Pages have fresh random keys, so a page create refused because the key
+// exists is this call's own retried write.
+//
+// A root create refused because the key exists is this call's own retried
+// write or someone else's: reading it back tells which (errConflict for
+// the second). A failure that may have been applied is resolved the same
+// way; if even the read-back fails, the root is kept pending and the next
+// write resolves it before anything else.
+func (t *Tier) publishLocked(ctx context.Context, ps *partitionState, ch *format.Change) error {
+	for _, p := range ch.Pages {
+		err := t.store.Create(ctx, p.Ref.Key, bytes.NewReader(p.Data), int64(len(p.Data)))
+		if err == nil {
+			continue
+		}
+		if same, rerr := t.readBack(ctx, p.Ref.Key, p.Data); rerr != nil || !same {
+			return fmt.Errorf("store manifest page %s: %w", p.Ref.Key, err)
+		}
+	}
+	m := ch.Root
+	raw, err := format.EncodeRoot(m)
 	if err != nil {
 		return fmt.Errorf("encode manifest of %s-%d: %w", m.Topic, m.Partition, err)
 	}

@@ -126,17 +126,18 @@ func tierConfig(c config.Tier, store objstore.Store) broker.TierConfig {
 		readAhead = -1 // the tier reads 0 as its default; the operator meant none
 	}
 	return broker.TierConfig{
-		Store:           store,
-		ChunkBytes:      c.ChunkBytes,
-		MemoryBytes:     c.MemoryBytes,
-		CacheBytes:      c.CacheBytes,
-		ReadAhead:       readAhead,
-		ReadWorkers:     c.ReadWorkers,
-		UploadInterval:  c.UploadInterval,
-		IdleUpload:      c.IdleUpload,
-		OrphanGrace:     c.OrphanGrace,
-		CollectInterval: c.CollectInterval,
-		LocalDiskLimit:  c.LocalDiskLimit,
+		Store:              store,
+		ChunkBytes:         c.ChunkBytes,
+		MemoryBytes:        c.MemoryBytes,
+		CacheBytes:         c.CacheBytes,
+		ManifestCacheBytes: c.ManifestCacheBytes,
+		ReadAhead:          readAhead,
+		ReadWorkers:        c.ReadWorkers,
+		UploadInterval:     c.UploadInterval,
+		IdleUpload:         c.IdleUpload,
+		OrphanGrace:        c.OrphanGrace,
+		CollectInterval:    c.CollectInterval,
+		LocalDiskLimit:     c.LocalDiskLimit,
 	}
 }
 

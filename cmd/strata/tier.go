@@ -169,11 +169,12 @@ every partition it holds a manifest of.`,
 	return cmd
 }
 
-func (r *partitionStatus) addManifest(m *format.Manifest) {
-	r.Segments = len(m.Segments)
-	for _, s := range m.Segments {
-		r.Bytes += s.Size
-	}
+// addManifest takes the totals from the manifest's root alone: its page
+// summaries carry them, so status reads no page.
+func (r *partitionStatus) addManifest(m *format.Root) {
+	tot := m.Totals()
+	r.Segments = int(tot.Segments)
+	r.Bytes = tot.Bytes
 }
 
 // bucketPartitions is `tier status` without a broker: a row per partition
@@ -452,13 +453,17 @@ when it holds a single topic of that name.`,
 				return fail(fmt.Errorf("no manifest in the bucket under %s (nothing uploaded yet?)", tp.ManifestsPrefix()))
 			}
 			key := m.Key()
+			segs, err := tier.AllSegments(cmd.Context(), tier.NewPageSource(st, 0), m)
+			if err != nil {
+				return fail(fmt.Errorf("manifest %s: %w", key, err))
+			}
 			out := listedManifest{
 				Topic: topic, Partition: tp.Partition, TopicID: topicID(tp.TopicID), TopicIDHex: topicIDHex(tp.TopicID), Manifest: key,
 				LeaderEpoch: m.LeaderEpoch, Seq: m.Seq, LogStartOffset: m.LogStartOffset, EndOffset: m.EndOffset(),
-				Segments: make([]listedSegment, 0, len(m.Segments)),
+				Segments: make([]listedSegment, 0, len(segs)),
 			}
 			var total int64
-			for _, s := range m.Segments {
+			for _, s := range segs {
 				out.Segments = append(out.Segments, listedSegment{
 					BaseOffset: s.BaseOffset, LastOffset: s.LastOffset, Records: s.RecordCount,
 					FirstTimestamp: s.FirstTimestamp, MaxTimestamp: s.MaxTimestamp, Size: s.Size,
@@ -471,7 +476,7 @@ when it holds a single topic of that name.`,
 			}
 			fmt.Fprintf(stdout, "%s-%d (topic id %s), manifest %s\n", topic, p, out.TopicID, key)
 			fmt.Fprintf(stdout, "remote log start %d, end %d, %s, %s\n\n", m.LogStartOffset, m.EndOffset(),
-				plural(len(m.Segments), "segment"), humanBytes(total))
+				plural(len(segs), "segment"), humanBytes(total))
 			tw := newTable(stdout)
 			fmt.Fprintln(tw, "BASE\tLAST\tRECORDS\tFIRST-TIMESTAMP\tMAX-TIMESTAMP\tSIZE\tEPOCH\tKEY")
 			for _, s := range out.Segments {
@@ -612,6 +617,8 @@ func listManifests(ctx context.Context, st objstore.Store, topics []string) (map
 			newest[k.TopicPartition] = a.Key // List is in key order
 		} else if k, err := format.ParseSegmentKey(a.Key); err == nil && (len(want) == 0 || want[k.Topic]) {
 			objects[a.Key] = true
+		} else if k, err := format.ParsePageKey(a.Key); err == nil && (len(want) == 0 || want[k.Topic]) {
+			objects[a.Key] = true
 		}
 		return nil
 	})
@@ -672,6 +679,7 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 
 	var (
 		segs         []format.RemoteSegment
+		pages        int
 		failed       int
 		checkedBytes int64
 	)
@@ -691,7 +699,24 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 			fail(key, err)
 			continue
 		}
-		segs = append(segs, m.Segments...)
+		// Every page is fetched and checked against its summary on the
+		// way (size, CRC-32C, contents); the first bad one fails the
+		// partition's manifest.
+		var msegs []format.RemoteSegment
+		err = m.Walk(ctx, tier.NewPageSource(st, 0), func(ref *format.PageRef, s *format.RemoteSegment) error {
+			if ref != nil {
+				delete(objects, ref.Key)
+				pages++
+			} else {
+				msegs = append(msegs, *s)
+			}
+			return nil
+		})
+		if err != nil {
+			fail(key, err)
+			continue
+		}
+		segs = append(segs, msegs...)
 	}
 	results := verifyObjects(ctx, st, segs, parallel)
 	for i, s := range segs {
@@ -705,6 +730,9 @@ func verifyBucket(ctx context.Context, st objstore.Store, topics []string, paral
 		return fmt.Errorf("tier verify: %w", err)
 	}
 	summary := fmt.Sprintf("checked %s (%s) in %s", plural(len(segs), "segment"), humanBytes(checkedBytes), plural(len(tps), "partition"))
+	if pages > 0 {
+		summary += fmt.Sprintf(" and %s", plural(pages, "manifest page"))
+	}
 	if len(objects) > 0 {
 		summary += fmt.Sprintf("; %s no manifest references (orphans, deleted after the grace period)", plural(len(objects), "object"))
 	}

@@ -123,17 +123,18 @@ func redact(s string) string {
 // (S3 when a bucket is set, else the local directory store) and are read
 // back from it. See broker.TierConfig for what each knob does.
 type Tier struct {
-	Enabled         bool          // tier.enabled: false keeps every log wholly local
-	ChunkBytes      int64         // tier.chunk_bytes: size of remote-read ranged GETs
-	MemoryBytes     int64         // tier.memory_bytes: bound of the chunks held in memory
-	CacheBytes      int64         // tier.cache_bytes: bound of the on-disk chunk cache
-	ReadAhead       int           // tier.read_ahead: chunks fetched ahead of a sequential reader; 0 disables
-	ReadWorkers     int           // tier.read_workers: concurrent GETs of remote reads
-	UploadInterval  time.Duration // tier.upload_interval: how often closed segments are looked for
-	IdleUpload      time.Duration // tier.idle_upload: roll and upload an active segment older than this
-	OrphanGrace     time.Duration // tier.orphan_grace: age before an unreferenced object is deleted
-	CollectInterval time.Duration // tier.collect_interval: how often orphans are looked for
-	LocalDiskLimit  int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
+	Enabled            bool          // tier.enabled: false keeps every log wholly local
+	ChunkBytes         int64         // tier.chunk_bytes: size of remote-read ranged GETs
+	MemoryBytes        int64         // tier.memory_bytes: bound of the chunks held in memory
+	CacheBytes         int64         // tier.cache_bytes: bound of the on-disk chunk cache
+	ManifestCacheBytes int64         // tier.manifest_cache_bytes: bound of the manifest pages held in memory
+	ReadAhead          int           // tier.read_ahead: chunks fetched ahead of a sequential reader; 0 disables
+	ReadWorkers        int           // tier.read_workers: concurrent GETs of remote reads
+	UploadInterval     time.Duration // tier.upload_interval: how often closed segments are looked for
+	IdleUpload         time.Duration // tier.idle_upload: roll and upload an active segment older than this
+	OrphanGrace        time.Duration // tier.orphan_grace: age before an unreferenced object is deleted
+	CollectInterval    time.Duration // tier.collect_interval: how often orphans are looked for
+	LocalDiskLimit     int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
 }
 
 // Logging configures the node's log output.
@@ -165,16 +166,17 @@ func Defaults() Config {
 		HTTP: HTTP{Listen: DefaultHTTPListen},
 		S3:   S3{PathStyle: true},
 		Tier: Tier{
-			Enabled:         true,
-			ChunkBytes:      tier.DefaultChunkBytes,
-			MemoryBytes:     tier.DefaultMemoryBytes,
-			CacheBytes:      tier.DefaultCacheBytes,
-			ReadAhead:       tier.DefaultReadAhead,
-			ReadWorkers:     tier.DefaultReadWorkers,
-			UploadInterval:  time.Second,
-			IdleUpload:      10 * time.Minute,
-			OrphanGrace:     time.Hour,
-			CollectInterval: 10 * time.Minute,
+			Enabled:            true,
+			ChunkBytes:         tier.DefaultChunkBytes,
+			MemoryBytes:        tier.DefaultMemoryBytes,
+			CacheBytes:         tier.DefaultCacheBytes,
+			ManifestCacheBytes: tier.DefaultManifestCacheBytes,
+			ReadAhead:          tier.DefaultReadAhead,
+			ReadWorkers:        tier.DefaultReadWorkers,
+			UploadInterval:     time.Second,
+			IdleUpload:         10 * time.Minute,
+			OrphanGrace:        time.Hour,
+			CollectInterval:    10 * time.Minute,
 		},
 		Topics: Topics{
 			AutoCreate:        true, // Kafka's auto.create.topics.enable default

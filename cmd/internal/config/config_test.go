@@ -73,6 +73,7 @@ tier:
   chunk_bytes: 4MiB
   memory_bytes: 64MiB
   cache_bytes: 2GiB
+  manifest_cache_bytes: 16MiB
   read_ahead: 0
   read_workers: 16
   upload_interval: 5s
@@ -106,7 +107,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 		Storage: Storage{FlushInterval: 2 * time.Second},
 		S3:      S3{Endpoint: "http://127.0.0.1:9000", Bucket: "events", Prefix: "prod", Region: "eu-west-1"},
 		Tier: Tier{
-			ChunkBytes: 4 << 20, MemoryBytes: 64 << 20, CacheBytes: 2 << 30, ReadWorkers: 16,
+			ChunkBytes: 4 << 20, MemoryBytes: 64 << 20, CacheBytes: 2 << 30, ManifestCacheBytes: 16 << 20, ReadWorkers: 16,
 			UploadInterval: 5 * time.Second, IdleUpload: time.Minute, OrphanGrace: 2 * time.Hour,
 			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
 		},

@@ -209,6 +209,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return formatBytes(c.Tier.CacheBytes) },
 	},
 	{
+		key: "tier.manifest_cache_bytes", flag: "tier-manifest-cache-bytes", typ: "bytes", usage: "bound of the manifest pages held in memory, all partitions together",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.ManifestCacheBytes }, 1),
+		get: func(c *Config) string { return formatBytes(c.Tier.ManifestCacheBytes) },
+	},
+	{
 		key: "tier.read_ahead", flag: "tier-read-ahead", typ: "chunks", usage: "chunks fetched ahead of a sequential remote reader (0 disables read-ahead)",
 		set: intSetter(func(c *Config) *int { return &c.Tier.ReadAhead }, 0),
 		get: func(c *Config) string { return strconv.Itoa(c.Tier.ReadAhead) },

@@ -33,6 +33,8 @@ type hookStore struct {
 	// afterWrite runs after a Put or Create is applied; an error is what
 	// the caller sees (a lost reply).
 	afterWrite func(key string) error
+	// get, when set, runs before a GetRange; an error fails it.
+	get func(key string) error
 	// list, when set, filters what List reports for prefix.
 	list func(prefix string, as []objstore.Attrs) []objstore.Attrs
 }
@@ -84,6 +86,15 @@ func (h *hookStore) Put(ctx context.Context, key string, r io.ReaderAt, size int
 
 func (h *hookStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
 	return h.write(ctx, key, r, size, func() error { return h.Store.Create(ctx, key, r, size) })
+}
+
+func (h *hookStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if h.get != nil {
+		if err := h.get(key); err != nil {
+			return nil, err
+		}
+	}
+	return h.Store.GetRange(ctx, key, off, n)
 }
 
 func (h *hookStore) stamp(a objstore.Attrs) objstore.Attrs {

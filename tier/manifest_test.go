@@ -444,3 +444,60 @@ func TestCollectorSparesTheUploadUnderWay(t *testing.T) {
 	}
 	checkCovers(t, store, segs[0].BaseOffset, segs[1].EndOffset)
 }
+
+// TestUnknownPublishResolvedBeforeNextWrite is issue 9 item 2's last
+// clause in its hard case: a manifest's reply is lost and reading it back
+// fails too, so the outcome stays unknown. The next write settles it
+// first; no manifest key is ever written twice with different content,
+// the collector keeps the segment meanwhile, and the bucket's manifest
+// covers everything published.
+func TestUnknownPublishResolvedBeforeNextWrite(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	segs := testSegments(t, 3)
+	tr := openTier(t, store, clk.Now)
+	if _, err := tr.Upload(ctx, testTP, segs[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	var lostKey atomic.Pointer[string]
+	var lost, unreadable atomic.Bool
+	lost.Store(true)
+	store.afterWrite = func(key string) error {
+		if strings.HasSuffix(key, ".manifest") && lost.CompareAndSwap(true, false) {
+			lostKey.Store(&key)
+			unreadable.Store(true)
+			return fmt.Errorf("test: reply lost: %w", objstore.ErrInjected)
+		}
+		return nil
+	}
+	store.get = func(key string) error {
+		if k := lostKey.Load(); k != nil && key == *k && unreadable.Load() {
+			return fmt.Errorf("test: read-back failed: %w", objstore.ErrInjected)
+		}
+		return nil
+	}
+	if _, err := tr.Upload(ctx, testTP, segs[1], 0); err == nil {
+		t.Fatal("upload whose manifest reply was lost and could not be read back reported success")
+	}
+	// Meanwhile the collector keeps what the unknown version names (it
+	// may fail to read that version too, and then deletes nothing).
+	clk.add(24 * time.Hour)
+	n, err := tr.CollectOrphans(ctx, testTP, time.Hour)
+	t.Logf("collection while the outcome is unknown: %d deleted, %v", n, err)
+	unreadable.Store(false)
+	if _, err := tr.Upload(ctx, testTP, segs[1], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Upload(ctx, testTP, segs[2], 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := store.rewritten(); len(r) > 0 {
+		t.Fatalf("manifest keys rewritten with other content: %q", r)
+	}
+	clk.add(24 * time.Hour)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	checkCovers(t, store, segs[0].BaseOffset, segs[2].EndOffset)
+}

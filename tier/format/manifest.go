@@ -1,16 +1,13 @@
 package format
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"math"
 	"sort"
-	"strconv"
 )
 
 // A manifest is stored as a JSON document followed by a 16-byte trailer
@@ -299,33 +296,13 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 // strictly (no unknown fields, no trailing data, a known format and
 // version) and validates the result.
 func DecodeManifest(b []byte) (*Manifest, error) {
-	if len(b) < trailerSize {
-		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrCorrupt, len(b))
+	body, err := openJSON(b, "manifest")
+	if err != nil {
+		return nil, err
 	}
-	body, trailer := b[:len(b)-trailerSize], b[len(b)-trailerSize:]
-	if !bytes.HasPrefix(trailer, []byte(trailerPrefix)) || trailer[trailerSize-1] != '\n' {
-		return nil, fmt.Errorf("%w: manifest trailer %q", ErrCorrupt, trailer)
-	}
-	digits := trailer[len(trailerPrefix) : trailerSize-1]
-	for _, c := range digits {
-		// Lowercase only: a flipped case bit must not go unnoticed.
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return nil, fmt.Errorf("%w: manifest trailer %q", ErrCorrupt, trailer)
-		}
-	}
-	want, _ := strconv.ParseUint(string(digits), 16, 32)
-	if c := crc32.Checksum(body, castagnoli); uint64(c) != want {
-		return nil, fmt.Errorf("%w: manifest CRC-32C %08x, trailer says %08x", ErrCorrupt, c, want)
-	}
-
 	var w wireManifest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&w); err != nil {
-		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: manifest: data after the document", ErrCorrupt)
+	if err := decodeStrict(body, &w, "manifest"); err != nil {
+		return nil, err
 	}
 	if w.Format != ManifestFormat || w.Version != ManifestVersion {
 		return nil, fmt.Errorf("%w: manifest format %q version %d, want %q version %d", ErrCorrupt, w.Format, w.Version, ManifestFormat, ManifestVersion)

@@ -115,18 +115,17 @@ func WithMetrics(s Store, m *Metrics) Store { return &metricsStore{s, m} }
 func (s *metricsStore) String() string { return fmt.Sprint(s.inner) }
 
 func (s *metricsStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
-	err := s.inner.Put(ctx, key, r, size)
-	var n int64
-	if err == nil {
-		n = size
-	}
-	s.m.record(OpPut, n, err)
-	return err
+	return s.recordPut(size, s.inner.Put(ctx, key, r, size))
 }
 
 // Create counts as a put: it is one PUT request.
 func (s *metricsStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
-	err := s.inner.Create(ctx, key, r, size)
+	return s.recordPut(size, s.inner.Create(ctx, key, r, size))
+}
+
+// recordPut counts one PUT of size bytes that ended with err; its bytes
+// count only when it succeeded.
+func (s *metricsStore) recordPut(size int64, err error) error {
 	var n int64
 	if err == nil {
 		n = size

@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -76,10 +74,8 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 			if r.ValidateOnly {
 				return nil
 			}
-			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			defer cancel()
-			if err := b.meta.AlterConfigs(ctx, rr.ResourceName, set, nil, true); err != nil {
-				return fmt.Errorf("alter configs of %q: %w", rr.ResourceName, err)
+			if err := b.alterTopicConfigs(rr.ResourceName, set, nil, true); err != nil {
+				return err
 			}
 			changed = true
 			return nil
@@ -90,9 +86,7 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 		resp.Resources = append(resp.Resources, sr)
 	}
 	if changed {
-		if err := b.reconcile(); err != nil {
-			b.log.Error("apply config change", "err", err)
-		}
+		b.applyConfigChanges()
 	}
 	return resp, nil
 }

@@ -79,10 +79,8 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 			if r.ValidateOnly {
 				return nil
 			}
-			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			defer cancel()
-			if err := b.meta.AlterConfigs(ctx, rr.ResourceName, set, del, false); err != nil {
-				return fmt.Errorf("alter configs of %q: %w", rr.ResourceName, err)
+			if err := b.alterTopicConfigs(rr.ResourceName, set, del, false); err != nil {
+				return err
 			}
 			changed = true
 			return nil
@@ -93,9 +91,7 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 		resp.Resources = append(resp.Resources, sr)
 	}
 	if changed {
-		if err := b.reconcile(); err != nil {
-			b.log.Error("apply config change", "err", err)
-		}
+		b.applyConfigChanges()
 	}
 	return resp, nil
 }
@@ -124,4 +120,24 @@ func editList(list, edit string, add bool) string {
 		}
 	}
 	return strings.Join(items, ",")
+}
+
+// alterTopicConfigs records a change of topic name's configs in the
+// metadata: set and del edit them, or with replace set becomes the whole
+// set. Both AlterConfigs versions come here.
+func (b *Broker) alterTopicConfigs(name string, set map[string]string, del []string, replace bool) error {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if err := b.meta.AlterConfigs(ctx, name, set, del, replace); err != nil {
+		return fmt.Errorf("alter configs of %q: %w", name, err)
+	}
+	return nil
+}
+
+// applyConfigChanges brings the hosted partitions in step with config
+// changes just recorded.
+func (b *Broker) applyConfigChanges() {
+	if err := b.reconcile(); err != nil {
+		b.log.Error("apply config change", "err", err)
+	}
 }

@@ -85,6 +85,22 @@ type Config struct {
 	// OffsetsRetention is offsets.retention.minutes; zero means 7 days.
 	OffsetsRetention time.Duration
 
+	// DefaultReplicationFactor is default.replication.factor: the
+	// replication factor of topics created without one (auto-created
+	// topics, and CreateTopics asking for -1). Zero means 1.
+	DefaultReplicationFactor int16
+	// SessionTimeout is broker.session.timeout.ms: a broker whose
+	// heartbeats to the controller stop for this long is fenced, and its
+	// leaderships move. Zero means DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is broker.heartbeat.interval.ms. Zero means a
+	// quarter of SessionTimeout.
+	HeartbeatInterval time.Duration
+	// ReplicaLagTimeMax is replica.lag.time.max.ms: a follower that has not
+	// caught up with the leader's log end for this long leaves the ISR.
+	// Zero means DefaultReplicaLagTimeMax.
+	ReplicaLagTimeMax time.Duration
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the broker's metrics; nil uses a private
@@ -112,6 +128,13 @@ const (
 	// DefaultOffsetsPartitions is Kafka's offsets.topic.num.partitions.
 	DefaultOffsetsPartitions = 50
 	defaultClusterID         = "strata"
+	// DefaultSessionTimeout is shorter than Kafka's 9 s so that a killed
+	// leader stalls its producers for under 3 s; loopback and LAN
+	// heartbeats every 500 ms leave room for a few lost ones.
+	DefaultSessionTimeout = 2 * time.Second
+	// DefaultReplicaLagTimeMax is shorter than Kafka's 30 s: a stalled
+	// follower holds acks=all producers for at most this long.
+	DefaultReplicaLagTimeMax = 10 * time.Second
 )
 
 // WithDefaults returns c with unset fields filled in.
@@ -146,6 +169,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClusterID == "" {
 		c.ClusterID = defaultClusterID
+	}
+	if c.DefaultReplicationFactor == 0 {
+		c.DefaultReplicationFactor = 1
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.SessionTimeout / 4
+	}
+	if c.ReplicaLagTimeMax == 0 {
+		c.ReplicaLagTimeMax = DefaultReplicaLagTimeMax
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -196,6 +231,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaintenanceInterval < 0 || c.FlushInterval < 0 {
 		return errors.New("maintenance and flush intervals must not be negative")
+	}
+	if c.DefaultReplicationFactor < 1 {
+		return fmt.Errorf("default replication factor %d: must be at least 1", c.DefaultReplicationFactor)
+	}
+	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 || c.ReplicaLagTimeMax < 0 {
+		return errors.New("session timeout, heartbeat interval and replica lag time must not be negative")
+	}
+	if c.HeartbeatInterval >= c.SessionTimeout {
+		return fmt.Errorf("heartbeat interval %s: must be shorter than the session timeout %s", c.HeartbeatInterval, c.SessionTimeout)
 	}
 	if c.OffsetsPartitions < 1 {
 		return fmt.Errorf("offsets partitions %d: must be at least 1", c.OffsetsPartitions)

@@ -58,6 +58,11 @@ type Log struct {
 
 	// cfg is w.cfg for Prepare, which validates without writeMu.
 	cfg atomic.Pointer[Config]
+
+	// testHook, when set, is called at each step of a truncation where a
+	// crash would leave the files in a different state: the crash tests
+	// copy the directory there.
+	testHook func(point string)
 }
 
 // AppendInfo describes a completed Append.
@@ -499,7 +504,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 		if i+1 < len(segs) {
 			nextBase = segs[i+1].base
 		}
-		s.acquire()
+		s.pin()
 		l.mu.RUnlock()
 
 		segEnd := end
@@ -507,7 +512,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 			segEnd = nextBase
 		}
 		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
-		s.release()
+		s.unpin()
 		if err != nil || found || nextBase < 0 {
 			return out, err
 		}
@@ -516,7 +521,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 }
 
 // snapshotSegments returns the segments with a reference each, the
-// published size of each, and the log bounds; release with releaseAll.
+// published size of each, and the log bounds; release with unpinAll.
 func (l *Log) snapshotSegments() ([]*segment, []int64, int64, int, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -526,7 +531,7 @@ func (l *Log) snapshotSegments() ([]*segment, []int64, int64, int, error) {
 	segs := slices.Clone(l.mu.segs)
 	sizes := make([]int64, len(segs))
 	for i, s := range segs {
-		s.acquire()
+		s.pin()
 		sizes[i] = s.size
 	}
 	return segs, sizes, l.mu.start, l.mu.interval, nil
@@ -547,7 +552,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, timestamp int64, ok bo
 	if err != nil {
 		return -1, -1, false, err
 	}
-	defer releaseAll(segs)
+	defer unpinAll(segs)
 	for i, s := range segs {
 		off, rts, ok, err := s.findTimestamp(ts, start, sizes[i], interval, l.logger)
 		if err != nil || ok {
@@ -565,7 +570,7 @@ func (l *Log) MaxTimestamp() (timestamp int64, offset int64) {
 	if err != nil {
 		return -1, -1
 	}
-	defer releaseAll(segs)
+	defer unpinAll(segs)
 	best, bestIdx := int64(-1), -1
 	for i, s := range segs {
 		ts, _, err := s.maxTimestampShallow(sizes[i], interval, l.logger)

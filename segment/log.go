@@ -115,12 +115,14 @@ func (l *Log) LatestEpoch() int32 {
 	return -1
 }
 
-// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279) exactly
-// as Kafka's LeaderEpochFileCache.endOffsetFor: for the latest epoch, the
-// log end offset; otherwise the largest known epoch <= epoch and the start
-// offset of the next higher one; for an epoch below every known one, the
-// requested epoch and the first known start offset; (-1, -1) for an epoch
-// above every known one, for -1, or with no history.
+// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279) as a
+// Kafka leader does: the largest known epoch <= epoch and the start offset
+// of the next higher one; for the latest epoch or any above it, the latest
+// epoch and the log end offset (a Kafka leader's history holds its current
+// epoch from its election on; here it enters with the first batch); for an
+// epoch below every known one, the requested epoch and the first known
+// start offset; (-1, -1) for -1 or with no history. The caller fences an
+// epoch above the partition's current leader epoch.
 func (l *Log) EndOffsetForEpoch(epoch int32) (endOffset int64, epochOut int32) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

@@ -603,3 +603,87 @@ func TestTruncateFullyCrashSafe(t *testing.T) {
 		t.Fatalf("crash points saw old %v new %v: %v", sawOld, sawNew, points)
 	}
 }
+
+// OffsetForLeaderEpoch (KIP-101, KIP-279) as a Kafka leader answers it. A
+// Kafka leader records its epoch at its log end offset when elected, so
+// an epoch above every written one is answered with the log end and the
+// latest written epoch, as that entry would give.
+func TestEndOffsetForEpochTable(t *testing.T) {
+	hist := []epochEntry{{1, 0}, {3, 6}, {5, 12}}
+	tests := []struct {
+		name      string
+		epochs    []epochEntry
+		requested int32
+		leo       int64
+		wantEnd   int64
+		wantEpoch int32
+	}{
+		{"no history", nil, 0, 10, -1, -1},
+		{"no history, undefined", nil, -1, 10, -1, -1},
+		{"undefined epoch", hist, -1, 16, -1, -1},
+		{"latest epoch: the log end", hist, 5, 16, 16, 5},
+		{"above the latest: log end, latest epoch", hist, 6, 16, 16, 5},
+		{"far above the latest", hist, 100, 16, 16, 5},
+		{"known epoch: the next epoch's start", hist, 3, 16, 12, 3},
+		{"first epoch", hist, 1, 16, 6, 1},
+		{"unknown epoch between: next start, largest epoch below", hist, 4, 16, 12, 3},
+		{"unknown epoch between, lower", hist, 2, 16, 6, 1},
+		{"below every epoch: requested epoch, first start", hist, 0, 16, 0, 0},
+		{"below every epoch after retention", []epochEntry{{4, 50}, {6, 70}}, 2, 90, 50, 2},
+		{"one epoch, requested", []epochEntry{{2, 0}}, 2, 7, 7, 2},
+		{"one epoch, above", []epochEntry{{2, 0}}, 3, 7, 7, 2},
+		{"one epoch, below", []epochEntry{{2, 5}}, 1, 7, 5, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			end, ep := endOffsetForEpoch(tt.epochs, tt.requested, tt.leo)
+			if end != tt.wantEnd || ep != tt.wantEpoch {
+				t.Fatalf("endOffsetForEpoch(%v, %d, leo %d) = %d, %d; want %d, %d", tt.epochs, tt.requested, tt.leo, end, ep, tt.wantEnd, tt.wantEpoch)
+			}
+		})
+	}
+}
+
+// After truncation the epochs answer for the log as it now ends.
+func TestEndOffsetForEpochAfterTruncation(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, SegmentBytes: 800})
+	defer l.Close()
+	for _, ep := range []int32{1, 1, 1, 3, 3, 5, 5} { // 2 records each: 1@0, 3@6, 5@10
+		mustAppend(t, l, tsBatch(t, clock.Millis(), 2), ep)
+	}
+	if newEnd, err := l.TruncateTo(9); err != nil || newEnd != 8 {
+		t.Fatalf("TruncateTo(9) = %d, %v", newEnd, err)
+	}
+	for _, c := range []struct {
+		req       int32
+		end       int64
+		epoch     int32
+		latestNow int32
+	}{
+		{3, 8, 3, 3}, // now the latest: the log end
+		{5, 8, 3, 3}, // gone: above the latest
+		{4, 8, 3, 3},
+		{1, 6, 1, 3},
+		{0, 0, 0, 3},
+	} {
+		if e, ep := l.EndOffsetForEpoch(c.req); e != c.end || ep != c.epoch || l.LatestEpoch() != c.latestNow {
+			t.Fatalf("after truncation EndOffsetForEpoch(%d) = %d, %d (latest %d); want %d, %d (latest %d)", c.req, e, ep, l.LatestEpoch(), c.end, c.epoch, c.latestNow)
+		}
+	}
+	// Truncating into the first epoch's batches drops the later ones.
+	if _, err := l.TruncateTo(5); err != nil {
+		t.Fatal(err)
+	}
+	if e, ep := l.EndOffsetForEpoch(1); e != 4 || ep != 1 || l.LatestEpoch() != 1 {
+		t.Fatalf("EndOffsetForEpoch(1) = %d, %d, latest %d", e, ep, l.LatestEpoch())
+	}
+	// The new leader's epoch goes in after the cut.
+	mustAppend(t, l, tsBatch(t, clock.Millis(), 2), 7)
+	if e, ep := l.EndOffsetForEpoch(1); e != 4 || ep != 1 {
+		t.Fatalf("EndOffsetForEpoch(1) after the new epoch = %d, %d", e, ep)
+	}
+	if e, ep := l.EndOffsetForEpoch(6); e != 4 || ep != 1 {
+		t.Fatalf("EndOffsetForEpoch(6) = %d, %d", e, ep)
+	}
+}

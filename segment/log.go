@@ -18,14 +18,17 @@ import (
 // Log is a partition's local log. See the package documentation for its
 // concurrency contract.
 type Log struct {
-	// Lock order: writeMu, then mu, then a segment's imu.
+	// Lock order: writeMu, then mu, then a segment's imu. A segment's cut
+	// lock is taken shared under mu (pin) and exclusively under writeMu
+	// alone, never with mu held; imu may be taken inside it.
 
 	dir    string
 	logger *slog.Logger
 	now    func() time.Time
 
 	// writeMu serializes the operations that change the log: Append,
-	// Maintain, SetConfig, Sync, Close and Delete.
+	// AppendReplica, TruncateTo, TruncateFullyAndStartAt, Maintain,
+	// SetConfig, Sync, Close and Delete.
 	writeMu sync.Mutex
 	w       struct { // guarded by writeMu
 		cfg       Config

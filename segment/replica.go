@@ -518,7 +518,7 @@ func restartFiles(dir string, offset int64, interval int, point func(string)) (*
 	return createSegment(dir, offset, interval)
 }
 
-// The restart record (docs/format.md §7b): magic, offset, CRC-32C.
+// The restart record (docs/format.md §11): magic, offset, CRC-32C.
 const restartSize = 16
 
 var restartMagic = [4]byte{'S', 'T', 'R', 'S'}

@@ -29,6 +29,7 @@ const (
 	kindAllocateProducerIDs             // allocateProducerIDsCmd
 	kindFenceBroker                     // brokerEpochCmd
 	kindUnfenceBroker                   // brokerEpochCmd
+	kindAlterPartition                  // alterPartitionCmd
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -36,6 +37,9 @@ const (
 type registerBrokerCmd struct {
 	Broker Broker
 }
+
+// alterPartitionCmd is an AlterPartitionRequest, checked in Apply.
+type alterPartitionCmd AlterPartitionRequest
 
 // brokerEpochCmd names one incarnation of a broker: a decision the
 // controller took about it does not touch a later incarnation.
@@ -94,7 +98,9 @@ type result struct {
 	topic   *Topic // the created or deleted topic, if any
 	firstID int64  // the first producer id allocated
 	epoch   int64  // the broker epoch a registration admitted
-	err     error
+	// partition is the partition an AlterPartition left.
+	partition Partition
+	err       error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -113,6 +119,7 @@ var applyTable = [...]applyFunc{
 	kindAllocateProducerIDs: applyAllocateProducerIDs,
 	kindFenceBroker:         applyFenceBroker,
 	kindUnfenceBroker:       applyUnfenceBroker,
+	kindAlterPartition:      applyAlterPartition,
 }
 
 // applyCommand decodes data and dispatches it.

@@ -319,3 +319,37 @@ func (s *Store) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatRep
 	}
 	return HeartbeatReply{Fenced: b.Fenced}, nil
 }
+
+// AlterPartitionRequest is a partition leader's request to change the
+// partition's ISR (Kafka's AlterPartition, KIP-497): it names the
+// leadership it acts under (BrokerEpoch, LeaderEpoch) and the state it
+// decided from (PartitionEpoch).
+type AlterPartitionRequest struct {
+	Topic          string
+	Partition      int32
+	BrokerID       int32
+	BrokerEpoch    int64
+	LeaderEpoch    int32
+	PartitionEpoch int32
+	ISR            []int32
+}
+
+// AlterPartition changes a partition's ISR for its leader and returns the
+// partition as it is then. It is refused with ErrUnknownTopicOrPartition,
+// ErrStaleBrokerEpoch (the broker's registration is newer than the
+// request), ErrFencedLeaderEpoch (not the leader, or not at this leader
+// epoch), ErrInvalidUpdateVersion (the partition changed since the leader
+// read it; refresh and decide again) or ErrIneligibleReplica (an ISR with
+// a non-replica, a fenced or shutting-down newcomer, or without the
+// leader). All checks run in the FSM, so of two racing requests decided
+// from the same partition epoch only the first is applied.
+func (s *Store) AlterPartition(ctx context.Context, r AlterPartitionRequest) (Partition, error) {
+	if err := s.checkController(fmt.Sprintf("AlterPartition of %s-%d", r.Topic, r.Partition)); err != nil {
+		return Partition{}, err
+	}
+	res, err := s.propose(ctx, kindAlterPartition, alterPartitionCmd(r))
+	if err != nil {
+		return Partition{}, err
+	}
+	return res.partition, nil
+}

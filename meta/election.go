@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -128,4 +129,68 @@ func electOfflineLocked(next *State, id int32) {
 		}
 		return withLeader(p, leader, isr)
 	})
+}
+
+// applyAlterPartition checks an ISR change against the state it is
+// ordered after, in Kafka's order of checks, and applies it. The leader
+// and its epoch stay; the ISR is stored in Replicas order.
+func applyAlterPartition(s *State, _ uint64, payload []byte) (*State, result) {
+	var c alterPartitionCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	t, ok := s.Topics[c.Topic]
+	if !ok || c.Partition < 0 || int(c.Partition) >= len(t.Partitions) {
+		return nil, result{err: fmt.Errorf("%w: %s-%d", ErrUnknownTopicOrPartition, c.Topic, c.Partition)}
+	}
+	p := t.Partitions[c.Partition]
+	if b, ok := s.Brokers[c.BrokerID]; !ok || b.Epoch != c.BrokerEpoch {
+		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.BrokerID, c.BrokerEpoch)}
+	}
+	if p.Leader != c.BrokerID || p.LeaderEpoch != c.LeaderEpoch {
+		return nil, result{err: fmt.Errorf("%w: %s-%d is led by %d at epoch %d, not by %d at %d",
+			ErrFencedLeaderEpoch, c.Topic, c.Partition, p.Leader, p.LeaderEpoch, c.BrokerID, c.LeaderEpoch)}
+	}
+	if p.PartitionEpoch != c.PartitionEpoch {
+		return nil, result{err: fmt.Errorf("%w: %s-%d is at partition epoch %d, not %d",
+			ErrInvalidUpdateVersion, c.Topic, c.Partition, p.PartitionEpoch, c.PartitionEpoch)}
+	}
+	if err := checkNewISR(s, p, c.ISR); err != nil {
+		return nil, result{err: fmt.Errorf("%w: %s-%d ISR %v: %s", ErrIneligibleReplica, c.Topic, c.Partition, c.ISR, err)}
+	}
+	var isr []int32
+	for _, r := range p.Replicas {
+		if slices.Contains(c.ISR, r) {
+			isr = append(isr, r)
+		}
+	}
+	np, changed := withLeader(p, p.Leader, isr)
+	if !changed {
+		return nil, result{partition: p}
+	}
+	nt := t.clone()
+	nt.Partitions[c.Partition] = np
+	next := s.clone()
+	next.putTopic(nt)
+	return next, result{topic: nt, partition: np}
+}
+
+// checkNewISR says why isr may not be p's ISR: every member must be a
+// replica, once, and the leader must be one. A member joining must be
+// eligible; a member staying may be shutting down, since it is in sync.
+func checkNewISR(s *State, p Partition, isr []int32) error {
+	if !slices.Contains(isr, p.Leader) {
+		return fmt.Errorf("leader %d missing", p.Leader)
+	}
+	for i, r := range isr {
+		switch {
+		case !slices.Contains(p.Replicas, r):
+			return fmt.Errorf("%d is not a replica", r)
+		case slices.Contains(isr[:i], r):
+			return fmt.Errorf("%d twice", r)
+		case !slices.Contains(p.ISR, r) && !s.eligible(r):
+			return fmt.Errorf("%d is fenced or shutting down", r)
+		}
+	}
+	return nil
 }

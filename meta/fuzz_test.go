@@ -48,6 +48,7 @@ func FuzzApplyCommand(f *testing.F) {
 		{kindUnfenceBroker, brokerEpochCmd{ID: 4, Epoch: 4}},
 		{kindCreatePartitions, createPartitionsCmd{Name: "t", Count: 9}},
 		{kindAlterConfigs, alterConfigsCmd{Name: "u", Delete: []string{configUncleanElection}}},
+		{kindAlterPartition, alterPartitionCmd{Topic: "t", BrokerID: 1, BrokerEpoch: 1, ISR: []int32{1, 2}}},
 	}
 	for _, s := range seeds {
 		data, err := encodeCommand(s.k, s.p)

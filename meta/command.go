@@ -30,6 +30,8 @@ const (
 	kindFenceBroker                     // brokerEpochCmd
 	kindUnfenceBroker                   // brokerEpochCmd
 	kindAlterPartition                  // alterPartitionCmd
+	kindControlledShutdown              // brokerEpochCmd
+	kindElectLeaders                    // electLeadersCmd
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -40,6 +42,14 @@ type registerBrokerCmd struct {
 
 // alterPartitionCmd is an AlterPartitionRequest, checked in Apply.
 type alterPartitionCmd AlterPartitionRequest
+
+// electLeadersCmd asks for elections in the listed partitions, or in all
+// of them.
+type electLeadersCmd struct {
+	Unclean    bool
+	All        bool
+	Partitions []TopicPartition
+}
 
 // brokerEpochCmd names one incarnation of a broker: a decision the
 // controller took about it does not touch a later incarnation.
@@ -100,7 +110,9 @@ type result struct {
 	epoch   int64  // the broker epoch a registration admitted
 	// partition is the partition an AlterPartition left.
 	partition Partition
-	err       error
+	// elected is ElectLeaders' outcome per partition.
+	elected map[TopicPartition]error
+	err     error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -120,6 +132,8 @@ var applyTable = [...]applyFunc{
 	kindFenceBroker:         applyFenceBroker,
 	kindUnfenceBroker:       applyUnfenceBroker,
 	kindAlterPartition:      applyAlterPartition,
+	kindControlledShutdown:  applyControlledShutdown,
+	kindElectLeaders:        applyElectLeaders,
 }
 
 // applyCommand decodes data and dispatches it.
@@ -228,7 +242,7 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	if c.Partitions <= 0 {
 		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
 	}
-	brokers := s.sortedBrokerIDs()
+	brokers := s.placementBrokers()
 	if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
 		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
 	}
@@ -237,7 +251,7 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 		ID:         c.ID,
 		Internal:   c.Internal,
 		Configs:    maps.Clone(c.Configs),
-		Partitions: assign(brokers, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
+		Partitions: assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
 	}
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
@@ -282,12 +296,12 @@ func applyCreatePartitions(s *State, _ uint64, payload []byte) (*State, result) 
 	if rf == 0 {
 		return nil, result{err: fmt.Errorf("%w: %q has no replicas to copy", ErrInvalidReplicationFactor, c.Name)}
 	}
-	brokers := s.sortedBrokerIDs()
+	brokers := s.placementBrokers()
 	if rf > len(brokers) {
 		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, rf, len(brokers))}
 	}
 	nt := t.clone()
-	nt.Partitions = append(nt.Partitions, assign(brokers, t.ID, have, c.Count, rf)...)
+	nt.Partitions = append(nt.Partitions, assign(brokers, s.rackOf, t.ID, have, c.Count, rf)...)
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}
@@ -318,20 +332,69 @@ func applyAlterConfigs(s *State, _ uint64, payload []byte) (*State, result) {
 	return next, result{topic: nt}
 }
 
-// assign places partitions [from, to) of a topic on rf of the sorted
-// brokers. Partition p gets rf consecutive brokers starting at (start+p)
-// mod n, its leader is the first, and its ISR is all of them. start comes
-// from the topic ID, so leaders of different topics spread over the
-// brokers rather than all starting on the lowest ID, while staying a pure
-// function of the command.
-func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
+// placementBrokers lists the brokers new replicas may go to: alive and
+// not shutting down. Sorted by id; with racks, reordered so that racks
+// alternate (Kafka's rack-alternated list: the first broker of each rack,
+// then the second of each, ...), so consecutive brokers sit on different
+// racks as far as the racks allow.
+func (s *State) placementBrokers() []int32 {
+	var ids []int32
+	racks := map[string][]int32{}
+	for _, id := range s.sortedBrokerIDs() {
+		if s.eligible(id) {
+			ids = append(ids, id)
+			r := s.Brokers[id].Rack
+			racks[r] = append(racks[r], id)
+		}
+	}
+	if len(racks) <= 1 {
+		return ids
+	}
+	names := slices.Sorted(maps.Keys(racks))
+	out := make([]int32, 0, len(ids))
+	for i := 0; len(out) < len(ids); i++ {
+		for _, r := range names {
+			if i < len(racks[r]) {
+				out = append(out, racks[r][i])
+			}
+		}
+	}
+	return out
+}
+
+func (s *State) rackOf(id int32) string { return s.Brokers[id].Rack }
+
+// assign places partitions [from, to) of a topic on rf of the brokers (in
+// placementBrokers order). Partition p's leader is the broker at
+// (start+p) mod n, and its followers the brokers after it, skipping any
+// whose rack already has a replica of p until every rack has one; its ISR
+// is all of them. Without racks that is rf consecutive brokers. start
+// comes from the topic ID, so leaders of different topics spread over the
+// brokers rather than all starting on the same one, while staying a pure
+// function of the command and the state.
+func assign(brokers []int32, rackOf func(int32) string, id [16]byte, from, to int32, rf int) []Partition {
 	n := len(brokers)
 	start := int(binary.BigEndian.Uint32(id[:4]) % uint32(n))
+	racks := map[string]bool{}
+	for _, b := range brokers {
+		racks[rackOf(b)] = true
+	}
 	parts := make([]Partition, 0, to-from)
 	for p := from; p < to; p++ {
-		replicas := make([]int32, rf)
-		for j := range replicas {
-			replicas[j] = brokers[(start+int(p)+j)%n]
+		first := (start + int(p)) % n
+		replicas := []int32{brokers[first]}
+		used := map[string]bool{rackOf(brokers[first]): true}
+		for _, sameRackOK := range []bool{false, true} {
+			for k := 1; k < n && len(replicas) < rf; k++ {
+				b := brokers[(first+k)%n]
+				if slices.Contains(replicas, b) {
+					continue
+				}
+				if r := rackOf(b); sameRackOK || !used[r] || len(used) == len(racks) {
+					replicas = append(replicas, b)
+					used[r] = true
+				}
+			}
 		}
 		parts = append(parts, Partition{
 			Index:    p,

@@ -242,8 +242,31 @@ func (s *Store) fenceExpired(ctx context.Context) {
 	}
 }
 
-// rebalance is filled in with preferred-leader election.
-func (s *Store) rebalance(context.Context) {}
+// rebalance moves leadership back to preferred replicas that can take it
+// (auto.leader.rebalance.enable). Unlike Kafka, it does not wait for a
+// broker's share of non-preferred leaders to pass a ratio: every
+// partition goes back, which is what keeps load even after a rolling
+// restart.
+func (s *Store) rebalance(ctx context.Context) {
+	parts := unbalanced(s.State())
+	if len(parts) == 0 {
+		return
+	}
+	res, err := s.propose(ctx, kindElectLeaders, electLeadersCmd{Partitions: parts})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.ctl.log.Warn("rebalance leaders", "err", err)
+		}
+		return
+	}
+	n := 0
+	for _, err := range res.elected {
+		if err == nil {
+			n++
+		}
+	}
+	s.ctl.log.Info("moved leaders back to preferred replicas", "partitions", n)
+}
 
 // checkController fails unless this node is the controller.
 func (s *Store) checkController(what string) error {
@@ -298,7 +321,9 @@ func (s *Store) RegisterBroker(ctx context.Context, r Registration) (int64, erro
 // heartbeat from another incarnation than the registered one is
 // ErrStaleBrokerEpoch: that process must register again. A fenced broker
 // that heartbeats again (it was paused, or cut off, past its session) is
-// unfenced.
+// unfenced. WantShutdown starts, or continues, a controlled shutdown (see
+// applyControlledShutdown); the reply's ShouldShutdown says the broker
+// may stop: it leads nothing another broker could lead.
 func (s *Store) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatReply, error) {
 	if err := s.checkController(fmt.Sprintf("heartbeat of broker %d", r.ID)); err != nil {
 		return HeartbeatReply{}, err
@@ -313,11 +338,17 @@ func (s *Store) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatRep
 			return HeartbeatReply{}, err
 		}
 	}
-	b, ok = s.State().Brokers[r.ID]
+	if r.WantShutdown && !(b.ShuttingDown && readyToShutdown(s.State(), r.ID)) {
+		if _, err := s.propose(ctx, kindControlledShutdown, brokerEpochCmd{ID: r.ID, Epoch: r.Epoch}); err != nil {
+			return HeartbeatReply{}, err
+		}
+	}
+	st := s.State()
+	b, ok = st.Brokers[r.ID]
 	if !ok || b.Epoch != r.Epoch {
 		return HeartbeatReply{}, fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, r.ID, r.Epoch)
 	}
-	return HeartbeatReply{Fenced: b.Fenced}, nil
+	return HeartbeatReply{Fenced: b.Fenced, ShouldShutdown: readyToShutdown(st, r.ID)}, nil
 }
 
 // AlterPartitionRequest is a partition leader's request to change the
@@ -352,4 +383,23 @@ func (s *Store) AlterPartition(ctx context.Context, r AlterPartitionRequest) (Pa
 		return Partition{}, err
 	}
 	return res.partition, nil
+}
+
+// ElectLeaders runs leader elections (Kafka's ElectLeaders, KIP-460).
+// Preferred (unclean false): each partition's first replica leads if it is
+// in the ISR, alive and not shutting down. Unclean: each offline
+// partition gets its first alive replica, in sync or not. parts nil means
+// every partition; then partitions that needed no election are left out of
+// the result. A nil error in the result means elected; otherwise
+// ErrElectionNotNeeded, ErrPreferredLeaderNotAvailable,
+// ErrEligibleLeadersNotAvailable or ErrUnknownTopicOrPartition.
+func (s *Store) ElectLeaders(ctx context.Context, unclean bool, parts []TopicPartition) (map[TopicPartition]error, error) {
+	if err := s.checkController("ElectLeaders"); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, kindElectLeaders, electLeadersCmd{Unclean: unclean, All: parts == nil, Partitions: parts})
+	if err != nil {
+		return nil, err
+	}
+	return res.elected, nil
 }

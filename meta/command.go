@@ -327,6 +327,17 @@ func applyAlterConfigs(s *State, _ uint64, payload []byte) (*State, result) {
 	if maps.Equal(nt.Configs, t.Configs) {
 		return nil, result{topic: t}
 	}
+	if uncleanAllowed(nt) {
+		// Allowing unclean election is asking for it where it is needed
+		// now: the topic's offline partitions.
+		for i, p := range nt.Partitions {
+			if p.Leader != NoLeader {
+				continue
+			}
+			leader, isr := electLeader(s, p, p.ISR, true)
+			nt.Partitions[i], _ = withLeader(p, leader, isr)
+		}
+	}
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}

@@ -79,8 +79,10 @@ type controller struct {
 		last map[int32]time.Time
 	}
 
-	// terms counts the control loops started, for tests to wait on.
-	terms atomic.Int32
+	// terms counts the control loops started, and running says one runs;
+	// for tests to wait on.
+	terms   atomic.Int32
+	running atomic.Bool
 
 	// stop and done belong to the supervisor goroutine (startController).
 	stop context.CancelFunc
@@ -201,6 +203,8 @@ func (s *Store) stopController() {
 // ends (leadership lost, or Close).
 func (s *Store) controlLoop(ctx context.Context) {
 	s.ctl.resetSessions()
+	s.ctl.running.Store(true)
+	defer s.ctl.running.Store(false)
 	s.ctl.terms.Add(1)
 	tick := time.NewTicker(s.ctl.tickEvery())
 	defer tick.Stop()

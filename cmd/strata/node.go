@@ -184,6 +184,11 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
 		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
 		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
+
+		DefaultReplicationFactor: c.Topics.DefaultReplicationFactor,
+		SessionTimeout:           c.Cluster.SessionTimeout,
+		HeartbeatInterval:        c.Cluster.HeartbeatInterval,
+		ReplicaLagTimeMax:        c.Cluster.ReplicaLagTimeMax,
 	}
 }
 

@@ -60,10 +60,7 @@ func (a *admin) adminClient(cl *kgo.Client) *kadm.Client {
 
 // doClient is do for verbs that also send raw kmsg requests.
 func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Client) error) error {
-	seeds := strings.Split(a.bootstrap, ",")
-	for i := range seeds {
-		seeds[i] = strings.TrimSpace(seeds[i])
-	}
+	seeds := a.seeds()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("strata-cli"),
@@ -88,6 +85,16 @@ func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Clien
 		return &unreachableError{fmt.Sprintf("no answer from %s within %s: %v", a.bootstrap, a.timeout, err)}
 	}
 	return err
+}
+
+// seeds are the --bootstrap addresses, in the order given: the order of
+// the client's SeedBrokers.
+func (a *admin) seeds() []string {
+	seeds := strings.Split(a.bootstrap, ",")
+	for i := range seeds {
+		seeds[i] = strings.TrimSpace(seeds[i])
+	}
+	return seeds
 }
 
 // unreachableError says no broker answered, as opposed to a broker that

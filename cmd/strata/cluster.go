@@ -268,7 +268,7 @@ func ptrTo[T any](v T) *T { return &v }
 // health counts partitions as Kafka's tools do: under-replicated when the
 // ISR is smaller than the replica set, offline when there is no leader.
 type health struct {
-	total                     int
+	total                    int
 	underReplicated, offline []string // topic-partition, in metadata order
 }
 

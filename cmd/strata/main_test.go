@@ -496,6 +496,12 @@ func TestDevLifecycle(t *testing.T) {
 			t.Errorf("describe does not show %q:\n%s", want, out)
 		}
 	}
+	// Every partition's leader, epoch, replicas, ISR and offline
+	// replicas (issue 11): one node, so all on node 0, none offline.
+	if !regexp.MustCompile(`(?m)^PARTITION\s+LEADER\s+EPOCH\s+REPLICAS\s+ISR\s+OFFLINE$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^2\s+0\s+0\s+0\s+0\s+-$`).MatchString(out) {
+		t.Errorf("describe's partition table:\n%s", out)
+	}
 	var described []topicDescription
 	out, _ = cli(0, "topic", "describe", "orders", "--json")
 	if err := json.Unmarshal([]byte(out), &described); err != nil {

@@ -270,8 +270,9 @@ func newTopicDescribeCmd(a *admin, stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "describe NAME|ID...",
 		Short: "Show topics' partitions, leaders, replicas, in-sync replicas, ids and configs",
-		Long: `Show each topic's id, its partitions with their leader, leader epoch,
-replicas and in-sync replicas, and the configs set on the topic itself
+		Long: `Show each topic's id, its partitions with their leader (-1: offline),
+leader epoch, replicas, in-sync replicas and offline replicas (on brokers
+that are down or fenced), and the configs set on the topic itself
 (values inherited from broker defaults are not listed). A topic may be
 given by its id, in Kafka's base64 or as the 32 hex digits of bucket keys.`,
 		Args: args(cobra.MinimumNArgs(1)),
@@ -432,13 +433,13 @@ func printDescriptions(w io.Writer, descs []topicDescription) error {
 			withErr = withErr || p.Error != ""
 		}
 		tw := newTable(w)
-		fmt.Fprint(tw, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR")
+		fmt.Fprint(tw, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tOFFLINE")
 		if withErr {
 			fmt.Fprint(tw, "\tERROR")
 		}
 		fmt.Fprintln(tw)
 		for _, p := range d.Partitions {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s", p.Partition, p.Leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR))
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s", p.Partition, p.Leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR), ids(p.OfflineReplicas))
 			if withErr {
 				fmt.Fprintf(tw, "\t%s", p.Error)
 			}

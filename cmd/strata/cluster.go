@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -333,7 +336,114 @@ func index(p *int64) string {
 }
 
 func newClusterElectLeadersCmd(a *admin, stdout io.Writer) *cobra.Command {
-	return &cobra.Command{Use: "elect-leaders", Hidden: true, RunE: func(*cobra.Command, []string) error { return nil }}
+	var (
+		topic     string
+		partition int32
+		unclean   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "elect-leaders",
+		Short: "Move partition leadership back to the preferred replicas",
+		Long: `Ask the controller to elect leaders (the ElectLeaders API, KIP-183): by
+default the preferred replica, the first of each partition's replicas, where
+it is in the ISR; with --unclean, any live replica of a partition that has
+no leader, at the risk of losing what only the old leader had (KIP-460).
+Without --topic every partition is considered.
+
+Each partition's result is printed: ELECTION_NOT_NEEDED means its preferred
+replica already leads, and is no failure; any other error is reported and
+makes the command fail.`,
+		Example: `  strata cluster elect-leaders
+  strata cluster elect-leaders --topic orders --partition 3
+  strata cluster elect-leaders --topic orders --unclean`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("partition") && topic == "" {
+				return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--partition %d needs --topic", partition))
+			}
+			how := kadm.ElectPreferredReplica
+			if unclean {
+				how = kadm.ElectLiveReplica
+			}
+			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
+				if err := checkServes(ctx, adm, kmsg.ElectLeaders); err != nil {
+					return fmt.Errorf("cluster elect-leaders: %w", err)
+				}
+				var set kadm.TopicsSet
+				switch {
+				case cmd.Flags().Changed("partition"):
+					set.Add(topic, partition)
+				case topic != "":
+					tds, err := adm.ListTopics(ctx, topic)
+					if err != nil {
+						return fmt.Errorf("cluster elect-leaders: %w", err)
+					}
+					td, ok := tds[topic]
+					if !ok {
+						return fmt.Errorf("cluster elect-leaders %s: %w", topic, kerr.UnknownTopicOrPartition)
+					}
+					if td.Err != nil {
+						return fmt.Errorf("cluster elect-leaders %s: %w", topic, kafkaError(td.Err, ""))
+					}
+					set.Add(topic, td.Partitions.Numbers()...)
+				}
+				rs, err := adm.ElectLeaders(ctx, how, set)
+				if err != nil {
+					return fmt.Errorf("cluster elect-leaders: %w", err)
+				}
+				return printElections(stdout, rs)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", "", "only this topic's partitions")
+	f.Int32Var(&partition, "partition", 0, "only this partition of --topic")
+	f.BoolVar(&unclean, "unclean", false, "elect any live replica for partitions without a leader, even outside the ISR (may lose records)")
+	return cmd
+}
+
+// printElections prints one row per partition that was elected or needed
+// no election, and returns the others' errors.
+func printElections(w io.Writer, rs kadm.ElectLeadersResults) error {
+	fails := failures{verb: "cluster elect-leaders"}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tRESULT")
+	for _, t := range slices.Sorted(maps.Keys(rs)) {
+		for _, p := range slices.Sorted(maps.Keys(rs[t])) {
+			r := rs[t][p]
+			switch {
+			case r.Err == nil:
+				result := "elected"
+				if r.How == kadm.ElectLiveReplica {
+					result = "elected (unclean)"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", t, p, result)
+			case errors.Is(r.Err, kerr.ElectionNotNeeded):
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", t, p, kafkaError(r.Err, r.ErrMessage))
+			default:
+				fails.add(t+"-"+strconv.Itoa(int(p)), kafkaError(r.Err, r.ErrMessage))
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return fails.err()
+}
+
+// checkServes fails when no broker serves the API key: the client would
+// otherwise say only that "the broker is too old".
+func checkServes(ctx context.Context, adm *kadm.Client, key kmsg.Key) error {
+	vs, err := adm.ApiVersions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if _, ok := v.KeyMaxVersion(int16(key)); ok && v.Err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("the brokers do not serve %s (Kafka API %d)", key.Name(), key)
 }
 
 // deref is a nullable protocol string's value, "" for null.

@@ -27,10 +27,21 @@ const (
 	kindCreatePartitions                // createPartitionsCmd
 	kindAlterConfigs                    // alterConfigsCmd
 	kindAllocateProducerIDs             // allocateProducerIDsCmd
+	kindFenceBroker                     // brokerEpochCmd
+	kindUnfenceBroker                   // brokerEpochCmd
 )
 
+// registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
+// ShuttingDown are decided by Apply, not taken from the proposer.
 type registerBrokerCmd struct {
 	Broker Broker
+}
+
+// brokerEpochCmd names one incarnation of a broker: a decision the
+// controller took about it does not touch a later incarnation.
+type brokerEpochCmd struct {
+	ID    int32
+	Epoch int64
 }
 
 type createTopicCmd struct {
@@ -82,12 +93,14 @@ func encodeCommand(k kind, payload any) ([]byte, error) {
 type result struct {
 	topic   *Topic // the created or deleted topic, if any
 	firstID int64  // the first producer id allocated
+	epoch   int64  // the broker epoch a registration admitted
 	err     error
 }
 
-// applyFunc applies one command's payload to s. It returns the next state,
-// or nil when nothing changed (including on error); it must not modify s.
-type applyFunc func(s *State, payload []byte) (*State, result)
+// applyFunc applies one command's payload, found at index in the raft log,
+// to s. It returns the next state, or nil when nothing changed (including
+// on error); it must not modify s.
+type applyFunc func(s *State, index uint64, payload []byte) (*State, result)
 
 var applyTable = [...]applyFunc{
 	kindBarrier:          applyBarrier,
@@ -98,10 +111,12 @@ var applyTable = [...]applyFunc{
 	kindAlterConfigs:     applyAlterConfigs,
 
 	kindAllocateProducerIDs: applyAllocateProducerIDs,
+	kindFenceBroker:         applyFenceBroker,
+	kindUnfenceBroker:       applyUnfenceBroker,
 }
 
 // applyCommand decodes data and dispatches it.
-func applyCommand(s *State, data []byte) (*State, result) {
+func applyCommand(s *State, index uint64, data []byte) (*State, result) {
 	if len(data) == 0 {
 		return nil, result{err: fmt.Errorf("%w: empty", errBadCommand)}
 	}
@@ -109,7 +124,7 @@ func applyCommand(s *State, data []byte) (*State, result) {
 	if int(k) >= len(applyTable) || applyTable[k] == nil {
 		return nil, result{err: fmt.Errorf("%w: unknown kind %d", errBadCommand, k)}
 	}
-	return applyTable[k](s, data[1:])
+	return applyTable[k](s, index, data[1:])
 }
 
 func decodePayload(payload []byte, v any) error {
@@ -119,22 +134,77 @@ func decodePayload(payload []byte, v any) error {
 	return nil
 }
 
-func applyBarrier(*State, []byte) (*State, result) { return nil, result{} }
+func applyBarrier(*State, uint64, []byte) (*State, result) { return nil, result{} }
 
-func applyRegisterBroker(s *State, payload []byte) (*State, result) {
+// applyRegisterBroker admits a broker incarnation under a new epoch, the
+// command's index. Whether a new incarnation may replace a live one is the
+// proposer's decision (it needs the clock); here an earlier incarnation
+// that is still unfenced is fenced first, so what it led moves on and its
+// ISR places are dropped: the new process may have lost what the old one
+// had not flushed. The same registration again (a retry) changes nothing
+// and answers the same epoch.
+func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result) {
 	var c registerBrokerCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
 	}
-	if old, ok := s.Brokers[c.Broker.ID]; ok && old == c.Broker {
-		return nil, result{}
+	b := c.Broker
+	old, ok := s.Brokers[b.ID]
+	if ok && old.Incarnation == b.Incarnation && !old.Fenced && !old.ShuttingDown &&
+		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack {
+		return nil, result{epoch: old.Epoch}
 	}
 	next := s.clone()
-	next.Brokers[c.Broker.ID] = c.Broker
-	return next, result{}
+	if ok && old.Incarnation != b.Incarnation && !old.Fenced {
+		fenceLocked(next, b.ID)
+	}
+	b.Epoch = int64(index)
+	b.Fenced, b.ShuttingDown = false, false
+	next.Brokers[b.ID] = b
+	electOfflineLocked(next, b.ID)
+	return next, result{epoch: b.Epoch}
 }
 
-func applyCreateTopic(s *State, payload []byte) (*State, result) {
+// applyFenceBroker fences the named incarnation; see fenceLocked.
+func applyFenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+	var c brokerEpochCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	b, ok := s.Brokers[c.ID]
+	if !ok || b.Epoch != c.Epoch {
+		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
+	}
+	if b.Fenced {
+		return nil, result{epoch: b.Epoch}
+	}
+	next := s.clone()
+	fenceLocked(next, c.ID)
+	return next, result{epoch: b.Epoch}
+}
+
+// applyUnfenceBroker lets a fenced incarnation that heartbeats again lead
+// and join ISRs; it takes back the offline partitions it can lead.
+func applyUnfenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+	var c brokerEpochCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	b, ok := s.Brokers[c.ID]
+	if !ok || b.Epoch != c.Epoch {
+		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
+	}
+	if !b.Fenced {
+		return nil, result{epoch: b.Epoch}
+	}
+	next := s.clone()
+	b.Fenced = false
+	next.Brokers[c.ID] = b
+	electOfflineLocked(next, c.ID)
+	return next, result{epoch: b.Epoch}
+}
+
+func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	var c createTopicCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -170,7 +240,7 @@ func applyCreateTopic(s *State, payload []byte) (*State, result) {
 	return next, result{topic: t}
 }
 
-func applyDeleteTopic(s *State, payload []byte) (*State, result) {
+func applyDeleteTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	var c deleteTopicCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -184,7 +254,7 @@ func applyDeleteTopic(s *State, payload []byte) (*State, result) {
 	return next, result{topic: t}
 }
 
-func applyCreatePartitions(s *State, payload []byte) (*State, result) {
+func applyCreatePartitions(s *State, _ uint64, payload []byte) (*State, result) {
 	var c createPartitionsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -216,7 +286,7 @@ func applyCreatePartitions(s *State, payload []byte) (*State, result) {
 	return next, result{topic: nt}
 }
 
-func applyAlterConfigs(s *State, payload []byte) (*State, result) {
+func applyAlterConfigs(s *State, _ uint64, payload []byte) (*State, result) {
 	var c alterConfigsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -270,7 +340,7 @@ func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
 // exhaust the id space.
 const maxProducerIDBlock = 1 << 20
 
-func applyAllocateProducerIDs(s *State, payload []byte) (*State, result) {
+func applyAllocateProducerIDs(s *State, _ uint64, payload []byte) (*State, result) {
 	var c allocateProducerIDsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}

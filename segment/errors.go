@@ -34,6 +34,12 @@ var (
 	// ErrCorruptSegment: stored bytes failed their checksum or structure
 	// check while being read (KAFKA_STORAGE_ERROR).
 	ErrCorruptSegment = errors.New("segment: corrupt segment data")
+	// ErrOffsetMismatch: replicated batches that do not start at the log
+	// end offset or do not follow each other (AppendReplica). Only a
+	// replica fetcher meets it, never a client: it means the follower's
+	// log and its fetch position disagree, and the fetcher truncates or
+	// fetches again.
+	ErrOffsetMismatch = errors.New("segment: replicated batch offsets do not continue the log")
 	// ErrClosed: the Log has been closed.
 	ErrClosed = errors.New("segment: log closed")
 )

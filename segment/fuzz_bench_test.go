@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 )
@@ -86,4 +87,47 @@ func BenchmarkRead(b *testing.B) {
 			off = 0
 		}
 	}
+}
+
+// FuzzAppendReplica feeds AppendReplica what a leader's Fetch response
+// could hold, bytes from the network: it must never panic, every refusal
+// is classified, and what it accepts reads back byte for byte, also after
+// a restart.
+func FuzzAppendReplica(f *testing.F) {
+	one := stamped(encodeBatch(f, batchSpec{values: values(3, 20, 1), idem: true, pid: 4, seq: 0}), 0, 2)
+	two := stamped(encodeBatch(f, batchSpec{codec: codecZstd, values: values(2, 30, 2)}), 3, 5)
+	f.Add(one)
+	f.Add(append(bytes.Clone(one), two...))
+	f.Add(append(bytes.Clone(one), two[:40]...))
+	f.Add(stamped(encodeBatch(f, batchSpec{values: values(1, 0, 0), attrs: attrControl, idem: true, pid: 1}), 0, 0))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		l := mustOpen(t, dir, Config{SegmentBytes: 4 << 10})
+		info, err := l.AppendReplica(b)
+		if err != nil {
+			for _, want := range []error{ErrCorruptMessage, ErrInvalidRecord, ErrUnsupportedMagic, ErrMessageTooLarge, ErrOffsetMismatch} {
+				if errors.Is(err, want) {
+					l.Close()
+					return
+				}
+			}
+			t.Fatalf("unclassified error: %v", err)
+		}
+		if info.Bytes > len(b) || l.EndOffset() != info.LastOffset+1 || l.Size() != int64(info.Bytes) {
+			t.Fatalf("accepted %+v of %d bytes: end %d size %d", info, len(b), l.EndOffset(), l.Size())
+		}
+		check := func() {
+			t.Helper()
+			got, err := l.Read(nil, 0, l.EndOffset(), len(b)+1)
+			if err != nil || !bytes.Equal(got, b[:info.Bytes]) {
+				t.Fatalf("read back %d bytes (%v), appended %d", len(got), err, info.Bytes)
+			}
+		}
+		check()
+		crash(l)
+		l = mustOpen(t, dir, Config{SegmentBytes: 4 << 10})
+		defer l.Close()
+		check()
+	})
 }

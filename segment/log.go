@@ -68,6 +68,10 @@ type AppendInfo struct {
 	Duplicate              bool // idempotent retry recognised; nothing was written
 	Batches                int
 	Records                int
+	// Bytes is how much of the records given was written: all of them for
+	// Append (none for a duplicate); for AppendReplica, the whole batches
+	// before a partial last one.
+	Bytes int
 }
 
 type pendingProducer struct {
@@ -307,7 +311,7 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 	l.mu.Unlock()
 	l.size.Add(int64(len(buf)))
 
-	info.BaseOffset, info.LastOffset = base, next-1
+	info.BaseOffset, info.LastOffset, info.Bytes = base, next-1, len(buf)
 	return info, nil
 }
 

@@ -5,13 +5,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// DescribeCluster: v0-1
+// DescribeCluster: v0-2
 //
 // The cluster id, the controller and the registered brokers (KIP-700).
 // EndpointType (v1) 1, brokers, is the only endpoint type served.
-//
-// Not done: v2's fenced brokers (no fencing until clustering).
-func init() { register(kmsg.DescribeCluster, 0, 1, (*Broker).handleDescribeCluster) }
+// Fenced brokers (heartbeats stopped) are left out, as Kafka leaves them
+// out, unless a v2 request sets IncludeFencedBrokers; they then come with
+// IsFenced (KIP-1073), so an operator sees a broker that is down.
+func init() { register(kmsg.DescribeCluster, 0, 2, (*Broker).handleDescribeCluster) }
 
 func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeClusterRequest)
@@ -25,9 +26,14 @@ func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 	resp.ClusterID = b.cfg.ClusterID
 	resp.ControllerID = b.meta.ControllerID()
 	resp.ClusterAuthorizedOperations = authorizedOperationsOmitted
+	includeFenced := r.Version >= 2 && r.IncludeFencedBrokers
 	for _, br := range sortedBrokers(b.meta.State()) {
+		if br.Fenced && !includeFenced {
+			continue
+		}
 		rb := kmsg.NewDescribeClusterResponseBroker()
 		rb.NodeID, rb.Host, rb.Port, rb.Rack = br.ID, br.Host, br.Port, rack(br)
+		rb.IsFenced = br.Fenced
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	return resp, nil

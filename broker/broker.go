@@ -186,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.meta = m
 	b.pids.store = m
 
-	err = m.RegisterBroker(ctx, meta.Broker{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack})
+	_, err = m.RegisterBroker(ctx, meta.Registration{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack, Incarnation: meta.NewIncarnation()})
 	if len(cfg.Voters) > 0 && errors.Is(err, meta.ErrNotController) {
 		// Registering through the controller is not built yet: a node
 		// that is not the controller serves the metadata it applies, and

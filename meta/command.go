@@ -27,10 +27,35 @@ const (
 	kindCreatePartitions                // createPartitionsCmd
 	kindAlterConfigs                    // alterConfigsCmd
 	kindAllocateProducerIDs             // allocateProducerIDsCmd
+	kindFenceBroker                     // brokerEpochCmd
+	kindUnfenceBroker                   // brokerEpochCmd
+	kindAlterPartition                  // alterPartitionCmd
+	kindControlledShutdown              // brokerEpochCmd
+	kindElectLeaders                    // electLeadersCmd
 )
 
+// registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
+// ShuttingDown are decided by Apply, not taken from the proposer.
 type registerBrokerCmd struct {
 	Broker Broker
+}
+
+// alterPartitionCmd is an AlterPartitionRequest, checked in Apply.
+type alterPartitionCmd AlterPartitionRequest
+
+// electLeadersCmd asks for elections in the listed partitions, or in all
+// of them.
+type electLeadersCmd struct {
+	Unclean    bool
+	All        bool
+	Partitions []TopicPartition
+}
+
+// brokerEpochCmd names one incarnation of a broker: a decision the
+// controller took about it does not touch a later incarnation.
+type brokerEpochCmd struct {
+	ID    int32
+	Epoch int64
 }
 
 type createTopicCmd struct {
@@ -82,12 +107,18 @@ func encodeCommand(k kind, payload any) ([]byte, error) {
 type result struct {
 	topic   *Topic // the created or deleted topic, if any
 	firstID int64  // the first producer id allocated
+	epoch   int64  // the broker epoch a registration admitted
+	// partition is the partition an AlterPartition left.
+	partition Partition
+	// elected is ElectLeaders' outcome per partition.
+	elected map[TopicPartition]error
 	err     error
 }
 
-// applyFunc applies one command's payload to s. It returns the next state,
-// or nil when nothing changed (including on error); it must not modify s.
-type applyFunc func(s *State, payload []byte) (*State, result)
+// applyFunc applies one command's payload, found at index in the raft log,
+// to s. It returns the next state, or nil when nothing changed (including
+// on error); it must not modify s.
+type applyFunc func(s *State, index uint64, payload []byte) (*State, result)
 
 var applyTable = [...]applyFunc{
 	kindBarrier:          applyBarrier,
@@ -98,10 +129,15 @@ var applyTable = [...]applyFunc{
 	kindAlterConfigs:     applyAlterConfigs,
 
 	kindAllocateProducerIDs: applyAllocateProducerIDs,
+	kindFenceBroker:         applyFenceBroker,
+	kindUnfenceBroker:       applyUnfenceBroker,
+	kindAlterPartition:      applyAlterPartition,
+	kindControlledShutdown:  applyControlledShutdown,
+	kindElectLeaders:        applyElectLeaders,
 }
 
 // applyCommand decodes data and dispatches it.
-func applyCommand(s *State, data []byte) (*State, result) {
+func applyCommand(s *State, index uint64, data []byte) (*State, result) {
 	if len(data) == 0 {
 		return nil, result{err: fmt.Errorf("%w: empty", errBadCommand)}
 	}
@@ -109,7 +145,7 @@ func applyCommand(s *State, data []byte) (*State, result) {
 	if int(k) >= len(applyTable) || applyTable[k] == nil {
 		return nil, result{err: fmt.Errorf("%w: unknown kind %d", errBadCommand, k)}
 	}
-	return applyTable[k](s, data[1:])
+	return applyTable[k](s, index, data[1:])
 }
 
 func decodePayload(payload []byte, v any) error {
@@ -119,22 +155,77 @@ func decodePayload(payload []byte, v any) error {
 	return nil
 }
 
-func applyBarrier(*State, []byte) (*State, result) { return nil, result{} }
+func applyBarrier(*State, uint64, []byte) (*State, result) { return nil, result{} }
 
-func applyRegisterBroker(s *State, payload []byte) (*State, result) {
+// applyRegisterBroker admits a broker incarnation under a new epoch, the
+// command's index. Whether a new incarnation may replace a live one is the
+// proposer's decision (it needs the clock); here an earlier incarnation
+// that is still unfenced is fenced first, so what it led moves on and its
+// ISR places are dropped: the new process may have lost what the old one
+// had not flushed. The same registration again (a retry) changes nothing
+// and answers the same epoch.
+func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result) {
 	var c registerBrokerCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
 	}
-	if old, ok := s.Brokers[c.Broker.ID]; ok && old == c.Broker {
-		return nil, result{}
+	b := c.Broker
+	old, ok := s.Brokers[b.ID]
+	if ok && old.Incarnation == b.Incarnation && !old.Fenced && !old.ShuttingDown &&
+		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack {
+		return nil, result{epoch: old.Epoch}
 	}
 	next := s.clone()
-	next.Brokers[c.Broker.ID] = c.Broker
-	return next, result{}
+	if ok && old.Incarnation != b.Incarnation && !old.Fenced {
+		fenceLocked(next, b.ID)
+	}
+	b.Epoch = int64(index)
+	b.Fenced, b.ShuttingDown = false, false
+	next.Brokers[b.ID] = b
+	electOfflineLocked(next, b.ID)
+	return next, result{epoch: b.Epoch}
 }
 
-func applyCreateTopic(s *State, payload []byte) (*State, result) {
+// applyFenceBroker fences the named incarnation; see fenceLocked.
+func applyFenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+	var c brokerEpochCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	b, ok := s.Brokers[c.ID]
+	if !ok || b.Epoch != c.Epoch {
+		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
+	}
+	if b.Fenced {
+		return nil, result{epoch: b.Epoch}
+	}
+	next := s.clone()
+	fenceLocked(next, c.ID)
+	return next, result{epoch: b.Epoch}
+}
+
+// applyUnfenceBroker lets a fenced incarnation that heartbeats again lead
+// and join ISRs; it takes back the offline partitions it can lead.
+func applyUnfenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+	var c brokerEpochCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	b, ok := s.Brokers[c.ID]
+	if !ok || b.Epoch != c.Epoch {
+		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
+	}
+	if !b.Fenced {
+		return nil, result{epoch: b.Epoch}
+	}
+	next := s.clone()
+	b.Fenced = false
+	next.Brokers[c.ID] = b
+	electOfflineLocked(next, c.ID)
+	return next, result{epoch: b.Epoch}
+}
+
+func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	var c createTopicCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -151,7 +242,7 @@ func applyCreateTopic(s *State, payload []byte) (*State, result) {
 	if c.Partitions <= 0 {
 		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
 	}
-	brokers := s.sortedBrokerIDs()
+	brokers := s.placementBrokers()
 	if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
 		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
 	}
@@ -160,7 +251,7 @@ func applyCreateTopic(s *State, payload []byte) (*State, result) {
 		ID:         c.ID,
 		Internal:   c.Internal,
 		Configs:    maps.Clone(c.Configs),
-		Partitions: assign(brokers, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
+		Partitions: assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
 	}
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
@@ -170,7 +261,7 @@ func applyCreateTopic(s *State, payload []byte) (*State, result) {
 	return next, result{topic: t}
 }
 
-func applyDeleteTopic(s *State, payload []byte) (*State, result) {
+func applyDeleteTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	var c deleteTopicCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -184,7 +275,7 @@ func applyDeleteTopic(s *State, payload []byte) (*State, result) {
 	return next, result{topic: t}
 }
 
-func applyCreatePartitions(s *State, payload []byte) (*State, result) {
+func applyCreatePartitions(s *State, _ uint64, payload []byte) (*State, result) {
 	var c createPartitionsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -205,18 +296,18 @@ func applyCreatePartitions(s *State, payload []byte) (*State, result) {
 	if rf == 0 {
 		return nil, result{err: fmt.Errorf("%w: %q has no replicas to copy", ErrInvalidReplicationFactor, c.Name)}
 	}
-	brokers := s.sortedBrokerIDs()
+	brokers := s.placementBrokers()
 	if rf > len(brokers) {
 		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, rf, len(brokers))}
 	}
 	nt := t.clone()
-	nt.Partitions = append(nt.Partitions, assign(brokers, t.ID, have, c.Count, rf)...)
+	nt.Partitions = append(nt.Partitions, assign(brokers, s.rackOf, t.ID, have, c.Count, rf)...)
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}
 }
 
-func applyAlterConfigs(s *State, payload []byte) (*State, result) {
+func applyAlterConfigs(s *State, _ uint64, payload []byte) (*State, result) {
 	var c alterConfigsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}
@@ -236,25 +327,85 @@ func applyAlterConfigs(s *State, payload []byte) (*State, result) {
 	if maps.Equal(nt.Configs, t.Configs) {
 		return nil, result{topic: t}
 	}
+	if uncleanAllowed(nt) {
+		// Allowing unclean election is asking for it where it is needed
+		// now: the topic's offline partitions.
+		for i, p := range nt.Partitions {
+			if p.Leader != NoLeader {
+				continue
+			}
+			leader, isr := electLeader(s, p, p.ISR, true)
+			nt.Partitions[i], _ = withLeader(p, leader, isr)
+		}
+	}
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}
 }
 
-// assign places partitions [from, to) of a topic on rf of the sorted
-// brokers. Partition p gets rf consecutive brokers starting at (start+p)
-// mod n, its leader is the first, and its ISR is all of them. start comes
-// from the topic ID, so leaders of different topics spread over the
-// brokers rather than all starting on the lowest ID, while staying a pure
-// function of the command.
-func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
+// placementBrokers lists the brokers new replicas may go to: alive and
+// not shutting down. Sorted by id; with racks, reordered so that racks
+// alternate (Kafka's rack-alternated list: the first broker of each rack,
+// then the second of each, ...), so consecutive brokers sit on different
+// racks as far as the racks allow.
+func (s *State) placementBrokers() []int32 {
+	var ids []int32
+	racks := map[string][]int32{}
+	for _, id := range s.sortedBrokerIDs() {
+		if s.eligible(id) {
+			ids = append(ids, id)
+			r := s.Brokers[id].Rack
+			racks[r] = append(racks[r], id)
+		}
+	}
+	if len(racks) <= 1 {
+		return ids
+	}
+	names := slices.Sorted(maps.Keys(racks))
+	out := make([]int32, 0, len(ids))
+	for i := 0; len(out) < len(ids); i++ {
+		for _, r := range names {
+			if i < len(racks[r]) {
+				out = append(out, racks[r][i])
+			}
+		}
+	}
+	return out
+}
+
+func (s *State) rackOf(id int32) string { return s.Brokers[id].Rack }
+
+// assign places partitions [from, to) of a topic on rf of the brokers (in
+// placementBrokers order). Partition p's leader is the broker at
+// (start+p) mod n, and its followers the brokers after it, skipping any
+// whose rack already has a replica of p until every rack has one; its ISR
+// is all of them. Without racks that is rf consecutive brokers. start
+// comes from the topic ID, so leaders of different topics spread over the
+// brokers rather than all starting on the same one, while staying a pure
+// function of the command and the state.
+func assign(brokers []int32, rackOf func(int32) string, id [16]byte, from, to int32, rf int) []Partition {
 	n := len(brokers)
 	start := int(binary.BigEndian.Uint32(id[:4]) % uint32(n))
+	racks := map[string]bool{}
+	for _, b := range brokers {
+		racks[rackOf(b)] = true
+	}
 	parts := make([]Partition, 0, to-from)
 	for p := from; p < to; p++ {
-		replicas := make([]int32, rf)
-		for j := range replicas {
-			replicas[j] = brokers[(start+int(p)+j)%n]
+		first := (start + int(p)) % n
+		replicas := []int32{brokers[first]}
+		used := map[string]bool{rackOf(brokers[first]): true}
+		for _, sameRackOK := range []bool{false, true} {
+			for k := 1; k < n && len(replicas) < rf; k++ {
+				b := brokers[(first+k)%n]
+				if slices.Contains(replicas, b) {
+					continue
+				}
+				if r := rackOf(b); sameRackOK || !used[r] || len(used) == len(racks) {
+					replicas = append(replicas, b)
+					used[r] = true
+				}
+			}
 		}
 		parts = append(parts, Partition{
 			Index:    p,
@@ -270,7 +421,7 @@ func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
 // exhaust the id space.
 const maxProducerIDBlock = 1 << 20
 
-func applyAllocateProducerIDs(s *State, payload []byte) (*State, result) {
+func applyAllocateProducerIDs(s *State, _ uint64, payload []byte) (*State, result) {
 	var c allocateProducerIDsCmd
 	if err := decodePayload(payload, &c); err != nil {
 		return nil, result{err: err}

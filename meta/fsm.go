@@ -60,7 +60,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) apply(index uint64, data []byte) result {
-	next, res := applyCommand(f.state(), data)
+	next, res := applyCommand(f.state(), index, data)
 	if next != nil {
 		next.Index = index
 		f.publish(next)

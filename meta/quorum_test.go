@@ -44,6 +44,9 @@ type quorum struct {
 	voters []Voter
 	dirs   map[int32]string
 	stores map[int32]*Store
+	// session and clock, when set, are every node's controller settings.
+	session time.Duration
+	clock   *fakeClock
 }
 
 func newQuorum(t *testing.T, n int) *quorum {
@@ -72,6 +75,12 @@ func (q *quorum) config(id int32) Config {
 		}
 	}
 	cfg.Logger = cfg.Logger.With("node", id)
+	if q.session != 0 {
+		cfg.SessionTimeout = q.session
+	}
+	if q.clock != nil {
+		cfg.Now = q.clock.Now
+	}
 	return cfg
 }
 
@@ -176,7 +185,7 @@ func TestQuorumElectsAndReplicates(t *testing.T) {
 	q.open(1, 2, 3)
 	leader := q.leader()
 	ctx := testCtx(t)
-	if err := leader.RegisterBroker(ctx, Broker{ID: leader.ControllerID(), Host: "127.0.0.1", Port: 9092}); err != nil {
+	if _, err := leader.RegisterBroker(ctx, Registration{Incarnation: "i", ID: leader.ControllerID(), Host: "127.0.0.1", Port: 9092}); err != nil {
 		t.Fatal(err)
 	}
 	created, err := leader.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: 3, ReplicationFactor: 1})
@@ -195,7 +204,7 @@ func TestQuorumElectsAndReplicates(t *testing.T) {
 		if !errors.Is(err, ErrNotController) {
 			t.Fatalf("CreateTopic on follower %s: %v, want ErrNotController", f.nodeID, err)
 		}
-		if err := f.RegisterBroker(ctx, Broker{ID: 7}); !errors.Is(err, ErrNotController) {
+		if _, err := f.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 7}); !errors.Is(err, ErrNotController) {
 			t.Fatalf("RegisterBroker on follower %s: %v", f.nodeID, err)
 		}
 	}
@@ -226,7 +235,7 @@ func TestQuorumFailoverAndRestart(t *testing.T) {
 	old := q.leader()
 	oldID := old.ControllerID()
 	ctx := testCtx(t)
-	if err := old.RegisterBroker(ctx, Broker{ID: oldID, Host: "127.0.0.1", Port: 9092}); err != nil {
+	if _, err := old.RegisterBroker(ctx, Registration{Incarnation: "i", ID: oldID, Host: "127.0.0.1", Port: 9092}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := old.CreateTopic(ctx, TopicSpec{Name: "before", Partitions: 2, ReplicationFactor: 1}); err != nil {
@@ -262,7 +271,7 @@ func TestQuorumFailoverAndRestart(t *testing.T) {
 	}
 	q.open(1, 2, 3)
 	leader = q.leader()
-	if err := leader.RegisterBroker(ctx, Broker{ID: 9}); err != nil { // a barrier through the new term
+	if _, err := leader.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 9}); err != nil { // a barrier through the new term
 		t.Fatal(err)
 	}
 	for _, s := range q.stores {
@@ -289,7 +298,7 @@ func TestQuorumWipedVoterRejoins(t *testing.T) {
 	q.open(1, 2, 3)
 	leader := q.leader()
 	ctx := testCtx(t)
-	if err := leader.RegisterBroker(ctx, Broker{ID: 1}); err != nil {
+	if _, err := leader.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := leader.CreateTopic(ctx, TopicSpec{Name: "kept", Partitions: 1, ReplicationFactor: 1}); err != nil {
@@ -324,7 +333,7 @@ func TestNonvoterAppliesTheLogAndNeverVotes(t *testing.T) {
 	q.open(1, 2, 3)
 	leader := q.leader()
 	ctx := testCtx(t)
-	if err := leader.RegisterBroker(ctx, Broker{ID: 1}); err != nil {
+	if _, err := leader.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := leader.CreateTopic(ctx, TopicSpec{Name: "early", Partitions: 1, ReplicationFactor: 1}); err != nil {
@@ -498,7 +507,7 @@ func TestQuorumCloseLeavesNoGoroutines(t *testing.T) {
 	q := newQuorum(t, 3)
 	q.open(1, 2, 3)
 	leader := q.leader()
-	if err := leader.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+	if _, err := leader.RegisterBroker(testCtx(t), Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	leaderID := leader.ControllerID()
@@ -526,7 +535,7 @@ func TestQuorumStrayVoterCannotSplit(t *testing.T) {
 	q := newQuorum(t, 3)
 	q.open(1, 2, 3)
 	leader := q.leader()
-	if err := leader.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+	if _, err := leader.RegisterBroker(testCtx(t), Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	stray := Voter{ID: 4, Addr: freeAddrs(t, 1)[0]}

@@ -18,23 +18,60 @@ var (
 	// command may still have been applied.
 	ErrNotController = errors.New("meta: not the controller")
 	ErrClosed        = errors.New("meta: store closed")
+
+	// The controller's refusals; each maps to the Kafka error code of the
+	// same name at the protocol edge.
+	ErrDuplicateBroker             = errors.New("meta: broker id registered by another live process")
+	ErrStaleBrokerEpoch            = errors.New("meta: stale broker epoch")
+	ErrFencedLeaderEpoch           = errors.New("meta: not the leader at this leader epoch")
+	ErrInvalidUpdateVersion        = errors.New("meta: stale partition epoch")
+	ErrIneligibleReplica           = errors.New("meta: ineligible replica")
+	ErrUnknownTopicOrPartition     = errors.New("meta: unknown topic or partition")
+	ErrElectionNotNeeded           = errors.New("meta: election not needed")
+	ErrPreferredLeaderNotAvailable = errors.New("meta: preferred leader not available")
+	ErrEligibleLeadersNotAvailable = errors.New("meta: no eligible leader available")
 )
 
-// Broker is a registered broker and where clients reach it.
+// NoLeader is Partition.Leader of a partition nobody may lead: every
+// member of its ISR is fenced.
+const NoLeader int32 = -1
+
+// Broker is a registered broker, where clients reach it, and what the
+// controller thinks of it.
 type Broker struct {
 	ID   int32
 	Host string
 	Port int32
 	Rack string
+	// Incarnation is a random id the broker process picks at each start;
+	// it tells a restarted broker from its previous life.
+	Incarnation string
+	// Epoch is the raft index of the registration that admitted this
+	// incarnation. Heartbeats and AlterPartition carry it, so a request
+	// from a previous life is refused.
+	Epoch int64
+	// Fenced brokers lead nothing, are in no ISR (unless as the last
+	// member of an offline partition) and get no new leadership.
+	Fenced bool
+	// ShuttingDown brokers asked for a controlled shutdown: they lead
+	// nothing that someone else could lead and get no new leadership.
+	ShuttingDown bool
 }
 
 // Partition is one partition's replica assignment and leadership.
 type Partition struct {
-	Index       int32
-	Replicas    []int32 // preferred leader first
-	ISR         []int32
-	Leader      int32
+	Index    int32
+	Replicas []int32 // preferred leader first
+	// ISR is never empty: the last in-sync replica stays in it when it is
+	// fenced, so that it can come back as leader without losing records.
+	ISR    []int32
+	Leader int32 // NoLeader: offline
+	// LeaderEpoch is bumped on every change of leader, to or from
+	// NoLeader included.
 	LeaderEpoch int32
+	// PartitionEpoch is bumped on every change of leader or ISR;
+	// AlterPartition carries it so that a stale change is refused.
+	PartitionEpoch int32
 }
 
 // Topic is a topic and its partitions. Partitions[i].Index == i.
@@ -85,6 +122,32 @@ func (s *State) SortedTopicNames() []string {
 
 func (s *State) sortedBrokerIDs() []int32 {
 	return slices.Sorted(maps.Keys(s.Brokers))
+}
+
+// Alive reports whether broker id is registered and not fenced. A broker
+// shutting down is alive: it still serves until it stops.
+func (s *State) Alive(id int32) bool {
+	b, ok := s.Brokers[id]
+	return ok && !b.Fenced
+}
+
+// eligible reports whether broker id may be given leadership or be added
+// to an ISR.
+func (s *State) eligible(id int32) bool {
+	b, ok := s.Brokers[id]
+	return ok && !b.Fenced && !b.ShuttingDown
+}
+
+// OfflineReplicas returns p's replicas that are not alive, in Replicas
+// order.
+func (s *State) OfflineReplicas(p Partition) []int32 {
+	var out []int32
+	for _, r := range p.Replicas {
+		if !s.Alive(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // clone returns a copy whose maps may be modified; the topics themselves

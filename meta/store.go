@@ -65,11 +65,38 @@ type Config struct {
 	// Logger receives raft's warnings and errors, and Badger's. Nil
 	// discards them.
 	Logger *slog.Logger
+
+	// SessionTimeout is how long the controller waits for a broker's
+	// heartbeat before fencing it (Kafka's broker.session.timeout.ms).
+	// Zero means DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// RebalanceInterval is how often the controller moves leadership back
+	// to preferred replicas. Zero means DefaultRebalanceInterval.
+	RebalanceInterval time.Duration
+	// Now is the controller's clock, for session timeouts and rebalancing.
+	// Nil means time.Now; tests inject their own.
+	Now func() time.Time
 }
+
+const (
+	// DefaultSessionTimeout is shorter than Kafka's 9s so that a killed
+	// leader stalls producers for less than 3s: fencing it is what moves
+	// its leaderships.
+	DefaultSessionTimeout = 2 * time.Second
+	// DefaultRebalanceInterval is how often the controller looks for
+	// leaders to move back to their preferred replica.
+	DefaultRebalanceInterval = 10 * time.Second
+)
 
 func (c *Config) validate() error {
 	if c.Dir == "" {
 		return errors.New("meta: Config.Dir is empty")
+	}
+	if c.SessionTimeout < 0 {
+		return fmt.Errorf("meta: Config.SessionTimeout %v is negative", c.SessionTimeout)
+	}
+	if c.RebalanceInterval < 0 {
+		return fmt.Errorf("meta: Config.RebalanceInterval %v is negative", c.RebalanceInterval)
 	}
 	if c.NodeID < 0 {
 		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
@@ -112,6 +139,7 @@ type Store struct {
 		io.Closer
 	}
 	raft *raft.Raft
+	ctl  *controller
 
 	mu struct {
 		sync.Mutex
@@ -151,6 +179,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		nodeID: raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
 		fsm:    newFSM(),
 	}
+	s.ctl = newController(cfg)
 	opened := false
 	defer func() {
 		if !opened {
@@ -241,6 +270,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: start raft: %w", err)
 	}
+	// Everything in the log before this point is from before this process
+	// started: see controller.openIndex.
+	s.ctl.openIndex = s.raft.LastIndex()
+	s.startController()
 	if !nonvoter {
 		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
 			return nil, err
@@ -338,6 +371,8 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		s.mu.closed = true
 		s.mu.Unlock()
+		// The controller goes first: its loop proposes through raft.
+		s.stopController()
 		var errs []error
 		if s.raft != nil {
 			if err := s.raft.Shutdown().Error(); err != nil {
@@ -405,12 +440,6 @@ type TopicSpec struct {
 	Internal          bool
 	// ID is the topic's UUID; zero means generate a random (v4) one.
 	ID [16]byte
-}
-
-// RegisterBroker records b, replacing any earlier registration of b.ID.
-func (s *Store) RegisterBroker(ctx context.Context, b Broker) error {
-	_, err := s.propose(ctx, kindRegisterBroker, registerBrokerCmd{Broker: b})
-	return err
 }
 
 // CreateTopic creates a topic, assigning its partitions round-robin over

@@ -28,6 +28,9 @@ func testConfig(t *testing.T, dir string) Config {
 		Dir:       dir,
 		Bootstrap: true,
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		// Tests that are not about sessions register brokers that never
+		// heartbeat: none of them must be fenced under the test's feet.
+		SessionTimeout: time.Hour,
 	}
 }
 
@@ -83,7 +86,7 @@ func populate(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := testCtx(t)
 	for _, id := range []int32{1, 2, 3} {
-		if err := s.RegisterBroker(ctx, Broker{ID: id, Host: "127.0.0.1", Port: 9090 + id}); err != nil {
+		if _, err := s.RegisterBroker(ctx, Registration{Incarnation: "i", ID: id, Host: "127.0.0.1", Port: 9090 + id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +171,7 @@ func TestOpenWithTCPTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Open with TCP transport until leader: %v", time.Since(start))
-	if err := s.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+	if _, err := s.RegisterBroker(testCtx(t), Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	closeStore(t, s)
@@ -195,7 +198,7 @@ func TestCommandErrorsReachTheCaller(t *testing.T) {
 	if _, err := s.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1}); !errors.Is(err, ErrInvalidReplicationFactor) {
 		t.Fatalf("no brokers: %v", err)
 	}
-	if err := s.RegisterBroker(ctx, Broker{ID: 1, Host: "h", Port: 1}); err != nil {
+	if _, err := s.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 1, Host: "h", Port: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 1}); err != nil {
@@ -230,7 +233,7 @@ func TestChangedFiresOnApply(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	ch := s.Changed()
 	before := s.State()
-	if err := s.RegisterBroker(testCtx(t), Broker{ID: 1}); err != nil {
+	if _, err := s.RegisterBroker(testCtx(t), Registration{Incarnation: "i", ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -252,7 +255,7 @@ func TestProposeHonoursContext(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.RegisterBroker(ctx, Broker{ID: 1}); !errors.Is(err, context.Canceled) {
+	if _, err := s.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 1}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled ctx: %v", err)
 	}
 }
@@ -295,10 +298,10 @@ func TestCloseIsFinal(t *testing.T) {
 	populate(t, s)
 	closeStore(t, s)
 	closeStore(t, s)
-	if err := s.RegisterBroker(testCtx(t), Broker{ID: 9}); !errors.Is(err, ErrClosed) {
+	if _, err := s.RegisterBroker(testCtx(t), Registration{Incarnation: "i", ID: 9}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("RegisterBroker after Close: %v", err)
 	}
-	if err := s.RegisterBroker(context.Background(), Broker{ID: 9}); !errors.Is(err, ErrClosed) {
+	if _, err := s.RegisterBroker(context.Background(), Registration{Incarnation: "i", ID: 9}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("RegisterBroker after Close, no deadline: %v", err)
 	}
 	if s.IsLeader() {

@@ -39,6 +39,9 @@ both cleanly.
 	f.StringVar(&s3Dir, "s3-dir", "", "keep the S3 objects under this directory (default <data-dir>/s3)")
 	f.StringVar(&s3Bucket, "s3-bucket", "strata", "bucket to create and tier into")
 	tierFlags := config.AddFlagsFor(f, false, "tier")
+	// The cold tier here is the local S3 endpoint's bucket, never a
+	// directory store.
+	_ = f.MarkHidden("bucket-dir")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := dev.config(cmd, stderr)
@@ -54,6 +57,9 @@ both cleanly.
 		c, warnings, err := loadFlagsOnly(cmd, env, tierFlags)
 		if err != nil {
 			return err
+		}
+		if c.Tier.BucketDir != "" {
+			return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--bucket-dir: the cold tier of strata localstack is its S3 bucket (use --s3-dir to place its objects)"))
 		}
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)

@@ -110,6 +110,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"serve", "--listen", "9092"}, []string{"--listen", `"9092" is not host:port`}},
 		{[]string{"serve", "--voters", "1@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--voters", "node 1 twice"}},
 		{[]string{"serve", "--voters", "1@127.0.0.1"}, []string{"--voters", `"127.0.0.1" is not host:port`}},
+		// Cluster timings: each value parses, the pair does not fit.
+		{[]string{"serve", "--broker-heartbeat-interval", "3s"}, []string{"heartbeat interval 3s", "shorter than the session timeout 2s", "strata serve --help"}},
+		{[]string{"serve", "--default-replication-factor", "0"}, []string{"--default-replication-factor", `"0" is less than 1`}},
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
@@ -492,6 +495,12 @@ func TestDevLifecycle(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("describe does not show %q:\n%s", want, out)
 		}
+	}
+	// Every partition's leader, epoch, replicas, ISR and offline
+	// replicas (issue 11): one node, so all on node 0, none offline.
+	if !regexp.MustCompile(`(?m)^PARTITION\s+LEADER\s+EPOCH\s+REPLICAS\s+ISR\s+OFFLINE$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^2\s+0\s+0\s+0\s+0\s+-$`).MatchString(out) {
+		t.Errorf("describe's partition table:\n%s", out)
 	}
 	var described []topicDescription
 	out, _ = cli(0, "topic", "describe", "orders", "--json")

@@ -25,25 +25,46 @@ import (
 const defaultDevDataDir = "./strata-data"
 
 func newDevCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
-	var dev devNode
+	var (
+		dev   devNode
+		nodes int
+	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a single local node with development defaults",
+		Short: "Run a local node, or a local cluster, with development defaults",
 		Long: `Run a single Strata node for development: data in ./strata-data, the Kafka
 listener on 127.0.0.1:9092, topics created on first use, closed segments
-tiered into the directory store ./strata-data/bucket (or the S3 bucket named
-by --s3-bucket; keys from STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY).
-Once the node accepts connections it prints one line with the bootstrap
-address to stdout; logs go to stderr. Ctrl-C or SIGTERM shuts it down
-cleanly.
+tiered into the directory store ./strata-data/bucket (or the one named by
+--bucket-dir, or the S3 bucket named by --s3-bucket; keys from
+STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY). Once the node accepts
+connections it prints one line with the bootstrap address to stdout; logs go
+to stderr. Ctrl-C or SIGTERM shuts it down cleanly.
+
+With --nodes N, a cluster of N nodes runs in the one process: node ids 0 to
+N-1, every node a voter of the metadata quorum, Kafka (and metrics) ports
+consecutive from --listen's (and --http-listen's), data in
+<data-dir>/node-<id>, one shared bucket, and a default replication factor of
+3 (N when smaller). The bootstrap line then names every node.
 
 Settings come from flags only: STRATA_* setting variables and config files
 are for 'strata serve', and each one set is reported as ignored.`,
 		Args: args(cobra.NoArgs),
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, fmt.Sprintf("nodes of the local cluster, 1 to %d", maxDevNodes))
 	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if nodes < 1 || nodes > maxDevNodes {
+			return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--nodes %d: a local cluster has 1 to %d nodes", nodes, maxDevNodes))
+		}
+		for _, a := range []struct{ flag, addr string }{{"--listen", dev.listen}, {"--http-listen", dev.httpListen}} {
+			if strings.EqualFold(a.addr, "off") {
+				continue
+			}
+			if _, err := consecutiveAddrs(a.addr, nodes); err != nil {
+				return cmd.FlagErrorFunc()(cmd, fmt.Errorf("%s: %w", a.flag, err))
+			}
+		}
 		cfg, err := dev.config(cmd, stderr)
 		if err != nil {
 			return err
@@ -54,6 +75,10 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		}
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)
+		}
+		if nodes > 1 {
+			d := &devCluster{base: cfg, n: nodes, s3: c.S3, tier: c.Tier, dataDir: dev.dataDir}
+			return d.run(cmd.Context(), stdout)
 		}
 		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
 	}
@@ -184,6 +209,11 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
 		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
 		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
+
+		DefaultReplicationFactor: c.Topics.DefaultReplicationFactor,
+		SessionTimeout:           c.Cluster.SessionTimeout,
+		HeartbeatInterval:        c.Cluster.HeartbeatInterval,
+		ReplicaLagTimeMax:        c.Cluster.ReplicaLagTimeMax,
 	}
 }
 
@@ -229,23 +259,29 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	}
 
 	<-ctx.Done()
+	return shutdown(cfg.Logger, forced, b.Close)
+}
+
+// shutdown runs closeAll once the node has been told to stop, unless a
+// second signal on forced comes first.
+func shutdown(log *slog.Logger, forced <-chan os.Signal, closeAll func() error) error {
 	start := time.Now()
-	cfg.Logger.Info("shutting down")
+	log.Info("shutting down")
 	// Close runs on its own goroutine so that a second signal can end the
 	// process; when one does, nobody waits for Close: the process exits,
 	// which is as safe as a crash (the next start-up re-validates).
 	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
+	go func() { closed <- closeAll() }()
 	select {
 	case err := <-closed:
 		if err != nil {
 			return fmt.Errorf("shutdown: %w", err)
 		}
 	case sig := <-forced:
-		cfg.Logger.Error("second signal: exiting before the clean shutdown finished", "signal", sig.String(), "after", time.Since(start).Round(time.Millisecond))
+		log.Error("second signal: exiting before the clean shutdown finished", "signal", sig.String(), "after", time.Since(start).Round(time.Millisecond))
 		return fmt.Errorf("second signal (%s) during shutdown: exited before it finished; the next start-up re-validates the logs", sig)
 	}
-	cfg.Logger.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
+	log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -17,8 +17,15 @@ import (
 )
 
 // bucketDir is where a node without S3 settings keeps its cold tier: the
-// local-directory store, laid out exactly like a bucket.
-func bucketDir(dataDir string) string { return filepath.Join(dataDir, "bucket") }
+// local-directory store, laid out exactly like a bucket. It is the
+// tier.bucket_dir setting when given (a bucket several nodes share), else
+// <data-dir>/bucket.
+func bucketDir(t config.Tier, dataDir string) string {
+	if t.BucketDir != "" {
+		return t.BucketDir
+	}
+	return filepath.Join(dataDir, "bucket")
+}
 
 // s3Retry is the retry policy around the S3 backend. It is the only retry
 // layer (the SDK's own retries are turned off in s3Config): the decorator
@@ -48,12 +55,12 @@ func s3Config(c config.S3) objstore.S3Config {
 }
 
 // openStore opens the object store the settings name: the S3 bucket when
-// one is set, else the directory store under dataDir. For S3 it checks at
+// one is set, else the directory store dir (see bucketDir). For S3 it checks at
 // once that the endpoint answers and the bucket exists, so a wrong setting
 // fails start-up in seconds with one line instead of failing every upload
 // later. Requests are counted in m when it is not nil. The returned string
 // says where the store is, without any key, for the log and the banner.
-func openStore(ctx context.Context, c config.S3, dataDir string, m *objstore.Metrics) (objstore.Store, string, error) {
+func openStore(ctx context.Context, c config.S3, dataDir, dir string, m *objstore.Metrics) (objstore.Store, string, error) {
 	var (
 		st    objstore.Store
 		where string
@@ -65,7 +72,7 @@ func openStore(ctx context.Context, c config.S3, dataDir string, m *objstore.Met
 		if err := os.MkdirAll(dataDir, 0o755); err != nil {
 			return nil, "", fmt.Errorf("data dir %s: %w", dataDir, err)
 		}
-		where = bucketDir(dataDir)
+		where = dir
 		if st, err = objstore.NewDir(where); err != nil {
 			return nil, "", err
 		}
@@ -98,20 +105,20 @@ func openStore(ctx context.Context, c config.S3, dataDir string, m *objstore.Met
 // openExistingStore opens the store for the inspection verbs, which must
 // not create an empty directory store where an operator mistyped a path
 // and then report that it holds nothing.
-func openExistingStore(ctx context.Context, c config.S3, dataDir string) (objstore.Store, error) {
+func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir string) (objstore.Store, error) {
+	if dataDir == "" {
+		dataDir = defaultDevDataDir
+	}
+	dir := bucketDir(t, dataDir)
 	if c.Bucket == "" {
-		if dataDir == "" {
-			dataDir = defaultDevDataDir
-		}
-		dir := bucketDir(dataDir)
 		if _, err := os.Stat(dir); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("no bucket directory %s (give the node's --data-dir, or --s3-bucket for S3)", dir)
+				return nil, fmt.Errorf("no bucket directory %s (give the node's --data-dir or --bucket-dir, or --s3-bucket for S3)", dir)
 			}
 			return nil, err
 		}
 	}
-	st, _, err := openStore(ctx, c, dataDir, nil)
+	st, _, err := openStore(ctx, c, dataDir, dir, nil)
 	return st, err
 }
 
@@ -156,7 +163,7 @@ func withStore(ctx context.Context, cfg broker.Config, s3 config.S3, t config.Ti
 	if err := reg.Register(m); err != nil {
 		return cfg, "", fmt.Errorf("object store metrics: %w", err)
 	}
-	st, where, err := openStore(ctx, s3, cfg.DataDir, m)
+	st, where, err := openStore(ctx, s3, cfg.DataDir, bucketDir(t, cfg.DataDir), m)
 	if err != nil {
 		return cfg, "", err // objstore's errors say what and where
 	}

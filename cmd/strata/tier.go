@@ -46,7 +46,7 @@ func (b *bucket) open(ctx context.Context) (objstore.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return openExistingStore(ctx, c.S3, c.Node.DataDir)
+	return openExistingStore(ctx, c.S3, c.Tier, c.Node.DataDir)
 }
 
 func newTierCmd(environ []string, stdout io.Writer) *cobra.Command {
@@ -56,13 +56,14 @@ func newTierCmd(environ []string, stdout io.Writer) *cobra.Command {
 		Use:   "tier",
 		Short: "Inspect and check the cold tier (the bucket)",
 		Long: `Inspect tiered storage. The bucket is found like a node finds it: --data-dir
-for the directory store (<data-dir>/bucket; default ./strata-data), or
+for the directory store (<data-dir>/bucket; default ./strata-data) or
+--bucket-dir for one elsewhere, or
 --s3-bucket and the other --s3-* flags, STRATA_S3_* variables or the node's
 config file (--config) for S3, with the keys in STRATA_S3_ACCESS_KEY and
 STRATA_S3_SECRET_KEY or the AWS credential chain.`,
 	}
 	a.addFlags(cmd, environ)
-	b.flags = config.AddFlagsFor(cmd.PersistentFlags(), true, "node.data_dir", "s3")
+	b.flags = config.AddFlagsFor(cmd.PersistentFlags(), true, "node.data_dir", "tier.bucket_dir", "s3")
 	cmd.AddCommand(
 		newTierStatusCmd(a, b, stdout),
 		newTierLsCmd(a, b, stdout),

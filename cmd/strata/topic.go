@@ -60,10 +60,7 @@ func (a *admin) adminClient(cl *kgo.Client) *kadm.Client {
 
 // doClient is do for verbs that also send raw kmsg requests.
 func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Client) error) error {
-	seeds := strings.Split(a.bootstrap, ",")
-	for i := range seeds {
-		seeds[i] = strings.TrimSpace(seeds[i])
-	}
+	seeds := a.seeds()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("strata-cli"),
@@ -88,6 +85,16 @@ func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Clien
 		return &unreachableError{fmt.Sprintf("no answer from %s within %s: %v", a.bootstrap, a.timeout, err)}
 	}
 	return err
+}
+
+// seeds are the --bootstrap addresses, in the order given: the order of
+// the client's SeedBrokers.
+func (a *admin) seeds() []string {
+	seeds := strings.Split(a.bootstrap, ",")
+	for i := range seeds {
+		seeds[i] = strings.TrimSpace(seeds[i])
+	}
+	return seeds
 }
 
 // unreachableError says no broker answered, as opposed to a broker that
@@ -263,8 +270,9 @@ func newTopicDescribeCmd(a *admin, stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "describe NAME|ID...",
 		Short: "Show topics' partitions, leaders, replicas, in-sync replicas, ids and configs",
-		Long: `Show each topic's id, its partitions with their leader, leader epoch,
-replicas and in-sync replicas, and the configs set on the topic itself
+		Long: `Show each topic's id, its partitions with their leader (-1: offline),
+leader epoch, replicas, in-sync replicas and offline replicas (on brokers
+that are down or fenced), and the configs set on the topic itself
 (values inherited from broker defaults are not listed). A topic may be
 given by its id, in Kafka's base64 or as the 32 hex digits of bucket keys.`,
 		Args: args(cobra.MinimumNArgs(1)),
@@ -425,13 +433,13 @@ func printDescriptions(w io.Writer, descs []topicDescription) error {
 			withErr = withErr || p.Error != ""
 		}
 		tw := newTable(w)
-		fmt.Fprint(tw, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR")
+		fmt.Fprint(tw, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tOFFLINE")
 		if withErr {
 			fmt.Fprint(tw, "\tERROR")
 		}
 		fmt.Fprintln(tw)
 		for _, p := range d.Partitions {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s", p.Partition, p.Leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR))
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s", p.Partition, p.Leader, p.LeaderEpoch, ids(p.Replicas), ids(p.ISR), ids(p.OfflineReplicas))
 			if withErr {
 				fmt.Fprintf(tw, "\t%s", p.Error)
 			}

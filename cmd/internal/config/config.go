@@ -54,6 +54,10 @@ type Cluster struct {
 	// Voters is cluster.voters: the metadata quorum's voters. Empty is a
 	// one-node cluster whose node is its own only voter.
 	Voters []meta.Voter
+
+	SessionTimeout    time.Duration // cluster.broker_session_timeout
+	HeartbeatInterval time.Duration // cluster.broker_heartbeat_interval; 0 means a quarter of the session timeout
+	ReplicaLagTimeMax time.Duration // cluster.replica_lag_time_max
 }
 
 // Kafka is the client-facing Kafka listener.
@@ -74,10 +78,13 @@ type HTTP struct {
 
 // Topics are the broker-level defaults for topics.
 type Topics struct {
-	AutoCreate        bool              // topics.auto_create
-	DefaultPartitions int32             // topics.default_partitions
-	OffsetsPartitions int32             // topics.offsets_partitions: partitions of __consumer_offsets
-	Defaults          map[string]string // topics.defaults: topic config name -> value
+	AutoCreate        bool  // topics.auto_create
+	DefaultPartitions int32 // topics.default_partitions
+	OffsetsPartitions int32 // topics.offsets_partitions: partitions of __consumer_offsets
+	// DefaultReplicationFactor is topics.default_replication_factor,
+	// Kafka's default.replication.factor.
+	DefaultReplicationFactor int16
+	Defaults                 map[string]string // topics.defaults: topic config name -> value
 }
 
 // Storage tunes the local log.
@@ -123,7 +130,11 @@ func redact(s string) string {
 // (S3 when a bucket is set, else the local directory store) and are read
 // back from it. See broker.TierConfig for what each knob does.
 type Tier struct {
-	Enabled            bool          // tier.enabled: false keeps every log wholly local
+	Enabled bool // tier.enabled: false keeps every log wholly local
+	// BucketDir is tier.bucket_dir: the directory store's root when no S3
+	// bucket is set. Empty means <data-dir>/bucket; nodes given the same
+	// directory share one bucket, as they would share an S3 one.
+	BucketDir          string
 	ChunkBytes         int64         // tier.chunk_bytes: size of remote-read ranged GETs
 	MemoryBytes        int64         // tier.memory_bytes: bound of the chunks held in memory
 	CacheBytes         int64         // tier.cache_bytes: bound of the on-disk chunk cache
@@ -164,7 +175,11 @@ func Defaults() Config {
 			FetchMaxBytes:         broker.DefaultFetchMaxBytes,
 		},
 		HTTP: HTTP{Listen: DefaultHTTPListen},
-		S3:   S3{PathStyle: true},
+		Cluster: Cluster{
+			SessionTimeout:    broker.DefaultSessionTimeout,
+			ReplicaLagTimeMax: broker.DefaultReplicaLagTimeMax,
+		},
+		S3: S3{PathStyle: true},
 		Tier: Tier{
 			Enabled:            true,
 			ChunkBytes:         tier.DefaultChunkBytes,
@@ -182,6 +197,8 @@ func Defaults() Config {
 			AutoCreate:        true, // Kafka's auto.create.topics.enable default
 			DefaultPartitions: 1,    // Kafka's num.partitions default
 			OffsetsPartitions: 50,   // Kafka's offsets.topic.num.partitions default
+
+			DefaultReplicationFactor: 1, // Kafka's default.replication.factor
 		},
 		Logging: Logging{Level: slog.LevelInfo, Format: "text"},
 	}
@@ -213,6 +230,11 @@ func (c *Config) check(needDataDir bool) error {
 			set, unset = unset, set
 		}
 		return fmt.Errorf("%s is set but %s is not (set both, or neither to use the AWS credential chain)", set, unset)
+	}
+	// Checked even with the tier off: the operator named two places for
+	// one bucket, and turning the tier back on must not pick one silently.
+	if c.Tier.BucketDir != "" && c.S3.Bucket != "" {
+		return fmt.Errorf("tier.bucket_dir %q and s3.bucket %q are both set: the cold tier is a directory or an S3 bucket, not both", c.Tier.BucketDir, c.S3.Bucket)
 	}
 	if !c.Tier.Enabled {
 		return nil

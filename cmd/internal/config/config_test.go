@@ -44,6 +44,9 @@ cluster:
   id: file-cluster
   raft_listen: 0.0.0.0:19093
   voters: 3@node-3.example:19093, 4@node-4.example:19093,5@node-5.example:19093
+  broker_session_timeout: 9s
+  broker_heartbeat_interval: 2s
+  replica_lag_time_max: 30s
 kafka:
   listen: 0.0.0.0:19092
   advertised_addr: file.example:19092
@@ -57,6 +60,7 @@ topics:
   auto_create: false
   default_partitions: 6
   offsets_partitions: 12
+  default_replication_factor: 3
   defaults:
     retention.ms: 1000
     segment.bytes: "1048576"
@@ -98,10 +102,10 @@ func TestFileSetsEverySetting(t *testing.T) {
 		Node: Node{ID: 3, DataDir: "/from/file", Rack: "file-rack"},
 		Cluster: Cluster{ID: "file-cluster", RaftListen: "0.0.0.0:19093", Voters: []meta.Voter{
 			{ID: 3, Addr: "node-3.example:19093"}, {ID: 4, Addr: "node-4.example:19093"}, {ID: 5, Addr: "node-5.example:19093"},
-		}},
+		}, SessionTimeout: 9 * time.Second, HeartbeatInterval: 2 * time.Second, ReplicaLagTimeMax: 30 * time.Second},
 		Kafka: Kafka{Listen: "0.0.0.0:19092", AdvertisedAddr: "file.example:19092", MaxRequestBytes: 2 << 20, QueuedMaxRequestBytes: 64 << 20, ConnectionsMaxIdle: 90 * time.Second, FetchMaxBytes: 16 << 20},
 		HTTP:  HTTP{Listen: "127.0.0.1:19644"},
-		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, Defaults: map[string]string{
+		Topics: Topics{AutoCreate: false, DefaultPartitions: 6, OffsetsPartitions: 12, DefaultReplicationFactor: 3, Defaults: map[string]string{
 			"retention.ms": "1000", "segment.bytes": "1048576",
 		}},
 		Storage: Storage{FlushInterval: 2 * time.Second},
@@ -450,6 +454,7 @@ func TestQuorumSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Cluster{RaftListen: "127.0.0.1:9094", Voters: []meta.Voter{{ID: 1, Addr: "127.0.0.1:9093"}, {ID: 2, Addr: "127.0.0.1:9094"}, {ID: 3, Addr: "127.0.0.1:9095"}}}
+	want.SessionTimeout, want.ReplicaLagTimeMax = Defaults().Cluster.SessionTimeout, Defaults().Cluster.ReplicaLagTimeMax
 	if !reflect.DeepEqual(cfg.Cluster, want) {
 		t.Errorf("voter: %+v, want %+v", cfg.Cluster, want)
 	}

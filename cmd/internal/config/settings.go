@@ -76,6 +76,26 @@ var settings = []*setting{
 		},
 	},
 	{
+		key: "cluster.broker_session_timeout", flag: "broker-session-timeout", typ: "duration", usage: "a broker whose heartbeats to the controller stop this long is fenced and its leaderships move (broker.session.timeout.ms)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Cluster.SessionTimeout }),
+		get: func(c *Config) string { return c.Cluster.SessionTimeout.String() },
+	},
+	{
+		key: "cluster.broker_heartbeat_interval", flag: "broker-heartbeat-interval", typ: "duration", usage: "how often a broker heartbeats to the controller; shorter than the session timeout (default: a quarter of it) (broker.heartbeat.interval.ms)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Cluster.HeartbeatInterval }),
+		get: func(c *Config) string {
+			if c.Cluster.HeartbeatInterval == 0 {
+				return "" // derived from the session timeout
+			}
+			return c.Cluster.HeartbeatInterval.String()
+		},
+	},
+	{
+		key: "cluster.replica_lag_time_max", flag: "replica-lag-time-max", typ: "duration", usage: "a follower not caught up with the leader for this long leaves the ISR (replica.lag.time.max.ms)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Cluster.ReplicaLagTimeMax }),
+		get: func(c *Config) string { return c.Cluster.ReplicaLagTimeMax.String() },
+	},
+	{
 		key: "kafka.listen", flag: "listen", typ: "host:port", usage: "Kafka listener address (port 0 picks a free port)",
 		set: hostPortSetter(func(c *Config) *string { return &c.Kafka.Listen }, false),
 		get: func(c *Config) string { return c.Kafka.Listen },
@@ -124,6 +144,21 @@ var settings = []*setting{
 		key: "topics.offsets_partitions", flag: "offsets-partitions", typ: "int", usage: "partitions of __consumer_offsets when the node creates it; fixes which partition owns each group (offsets.topic.num.partitions)",
 		set: int32Setter(func(c *Config) *int32 { return &c.Topics.OffsetsPartitions }, 1),
 		get: func(c *Config) string { return strconv.Itoa(int(c.Topics.OffsetsPartitions)) },
+	},
+	{
+		key: "topics.default_replication_factor", flag: "default-replication-factor", typ: "int", usage: "replicas of auto-created topics and of creates that leave the factor to the broker (default.replication.factor)",
+		set: func(c *Config, raw string) error {
+			var n int32
+			if err := int32Setter(func(*Config) *int32 { return &n }, 1)(c, raw); err != nil {
+				return err
+			}
+			if n > math.MaxInt16 {
+				return fmt.Errorf("%q is more than %d", raw, math.MaxInt16)
+			}
+			c.Topics.DefaultReplicationFactor = int16(n)
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(int(c.Topics.DefaultReplicationFactor)) },
 	},
 	{
 		key: "topics.defaults", flag: "topic-default", typ: "key=value", usage: "broker default for a topic config, e.g. retention.ms=86400000 (repeatable)",
@@ -192,6 +227,11 @@ var settings = []*setting{
 			return nil
 		},
 		get: func(c *Config) string { return map[bool]string{true: "on", false: "off"}[c.Tier.Enabled] },
+	},
+	{
+		key: "tier.bucket_dir", flag: "bucket-dir", typ: "dir", usage: "directory store of the cold tier when no S3 bucket is set; nodes given the same one share a bucket (default <data-dir>/bucket)",
+		set: stringSetter(func(c *Config) *string { return &c.Tier.BucketDir }),
+		get: func(c *Config) string { return c.Tier.BucketDir },
 	},
 	{
 		key: "tier.chunk_bytes", flag: "tier-chunk-bytes", typ: "bytes", usage: "size of the ranged GETs that remote reads are made of",

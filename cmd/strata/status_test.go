@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestClusterStatusOneNode: `strata cluster status` on a dev node shows
+// the one broker, alive and the quorum's only voter and leader, with its
+// raft progress, and no partition under-replicated or offline; --json
+// says the same for scripts.
+func TestClusterStatusOneNode(t *testing.T) {
+	n := startNode(t, nil, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
+	mustCreate(t, n.bootstrap, "status", 2, nil)
+
+	out := cliOK(t, env, "cluster", "status")
+	row := regexp.MustCompile(`(?m)^0\s+` + regexp.QuoteMeta(n.bootstrap) + `\s+-\s+alive\s+voter\s+\d+\s+\d+\s*$`)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^ID\s+ADDRESS\s+RACK\s+STATUS\s+ROLE\s+RAFT-COMMIT\s+RAFT-LOG-END$`),
+		row,
+		regexp.MustCompile(`(?m)^Controller: 0\b`),
+		regexp.MustCompile(`(?m)^Partitions: \d+, under-replicated: 0, offline: 0$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("status does not match %s:\n%s", want, out)
+		}
+	}
+
+	var st clusterStatus
+	if err := json.Unmarshal([]byte(cliOK(t, env, "cluster", "status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ControllerID != 0 || len(st.Brokers) != 1 || st.Partitions < 2 || st.UnderReplicated != 0 || st.Offline != 0 {
+		t.Fatalf("status --json: %+v", st)
+	}
+	b := st.Brokers[0]
+	if b.ID != 0 || b.Address != n.bootstrap || b.Fenced || !b.Voter || b.Status != "alive" ||
+		b.RaftCommitIndex == nil || b.RaftLogEnd == nil || *b.RaftCommitIndex < 1 || *b.RaftLogEnd < *b.RaftCommitIndex {
+		t.Errorf("broker: %+v", b)
+	}
+	if st.Quorum.LeaderID != 0 || st.Quorum.Epoch < 1 {
+		t.Errorf("quorum: %+v", st.Quorum)
+	}
+	n.stop(t)
+}
+
+// TestClusterStatusDevNodes: on `strata dev --nodes 3` every node is a
+// voter with its own raft progress, found through the bootstrap line even
+// before the brokers register, and all name one controller.
+func TestClusterStatusDevNodes(t *testing.T) {
+	n := startNode(t, nil, "dev", "--nodes", "3", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
+	var st clusterStatus
+	if err := json.Unmarshal([]byte(cliOK(t, env, "cluster", "status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ControllerID < 0 || st.ControllerID > 2 || st.Quorum.LeaderID != st.ControllerID {
+		t.Errorf("controller %d, quorum leader %d", st.ControllerID, st.Quorum.LeaderID)
+	}
+	var voters []int32
+	for _, b := range st.Brokers {
+		if b.Voter {
+			voters = append(voters, b.ID)
+		}
+		if b.RaftCommitIndex == nil || b.RaftLogEnd == nil {
+			t.Errorf("node %d: raft progress unknown: %+v", b.ID, b)
+		}
+	}
+	if !reflect.DeepEqual(voters, []int32{0, 1, 2}) {
+		t.Errorf("voters %v, want 0 1 2: %+v", voters, st.Brokers)
+	}
+	out := cliOK(t, env, "cluster", "status")
+	if !strings.Contains(out, "voter") || strings.Count(out, "voter") != 3 {
+		t.Errorf("status table:\n%s", out)
+	}
+	n.stop(t)
+}
+
+// TestPartitionHealth: a partition is under-replicated when its ISR is
+// smaller than its replica set, and offline when it has no leader (-1),
+// as Kafka's tools count them.
+func TestPartitionHealth(t *testing.T) {
+	part := func(index, leader int32, replicas, isr []int32) kmsg.MetadataResponseTopicPartition {
+		p := kmsg.NewMetadataResponseTopicPartition()
+		p.Partition, p.Leader, p.Replicas, p.ISR = index, leader, replicas, isr
+		return p
+	}
+	topic := kmsg.NewMetadataResponseTopic()
+	topic.Topic = kmsg.StringPtr("t")
+	topic.Partitions = []kmsg.MetadataResponseTopicPartition{
+		part(0, 1, []int32{1, 2, 3}, []int32{1, 2, 3}), // healthy
+		part(1, 1, []int32{1, 2, 3}, []int32{1, 2}),    // under-replicated
+		part(2, -1, []int32{1, 2, 3}, []int32{3}),      // offline (and under-replicated)
+		part(3, 2, []int32{2}, []int32{2}),             // healthy, one replica
+	}
+	failed := kmsg.NewMetadataResponseTopic()
+	failed.Topic = kmsg.StringPtr("gone")
+	failed.ErrorCode = 3
+	resp := kmsg.NewPtrMetadataResponse()
+	resp.Topics = []kmsg.MetadataResponseTopic{topic, failed}
+
+	h := partitionHealth(resp)
+	if h.total != 4 || !reflect.DeepEqual(h.underReplicated, []string{"t-1", "t-2"}) || !reflect.DeepEqual(h.offline, []string{"t-2"}) {
+		t.Errorf("health %+v", h)
+	}
+}

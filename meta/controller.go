@@ -69,7 +69,8 @@ type controller struct {
 	openIndex uint64
 
 	// regMu serializes registrations, so that two incarnations racing for
-	// one id cannot both pass the duplicate check.
+	// one id cannot both pass the duplicate check. Lock order: regMu, then
+	// mu.
 	regMu sync.Mutex
 
 	mu struct {

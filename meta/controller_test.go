@@ -467,3 +467,21 @@ func TestUncleanConfigElectsOfflinePartitions(t *testing.T) {
 	h.must(kindAlterConfigs, alterConfigsCmd{Name: "t", Set: map[string]string{configUncleanElection: "true"}})
 	h.wantPart("t", 0, 2, []int32{2}, 2, 3)
 }
+
+func TestControllerSettingsValidated(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.SessionTimeout = -time.Second },
+		func(c *Config) { c.RebalanceInterval = -time.Second },
+	} {
+		cfg := testConfig(t, t.TempDir())
+		mod(&cfg)
+		if s, err := Open(testCtx(t), cfg); err == nil {
+			s.Close()
+			t.Fatalf("Open with %+v succeeded", cfg)
+		}
+	}
+	c := newController(Config{})
+	if c.session != DefaultSessionTimeout || c.rebalance != DefaultRebalanceInterval || c.now == nil {
+		t.Fatalf("defaults: session %v, rebalance %v", c.session, c.rebalance)
+	}
+}

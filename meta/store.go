@@ -7,6 +7,12 @@
 // controller. With Config.Voters, the voters talk raft over TCP and
 // bootstrap themselves (quorum.go); other nodes join as non-voters.
 //
+// The controller's decisions (admitting brokers, fencing them, electing
+// leaders, changing ISRs, placing replicas) are commands like any other,
+// decided by pure functions of the State in Apply (election.go); only the
+// heartbeat clock lives outside the log, in the leader's memory
+// (controller.go).
+//
 // Consensus decides metadata only. No record ever passes through here: the
 // broker reads State and reconciles its partitions when Changed fires.
 //

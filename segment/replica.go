@@ -202,9 +202,10 @@ func replicaBatches(records []byte) ([]BatchHeader, int, error) {
 // to a prefix of the old one ending at or above the new end
 // (docs/format.md §11).
 //
-// The tier copies closed segments by path (ClosedSegments); it must copy
-// only batches below the high watermark, which a follower never
-// truncates.
+// The tier copies closed segments by path (ClosedSegments), and a cut
+// segment changes under it: it copies only segments below the high
+// watermark, where replicas agree and truncation does not reach but after
+// an unclean leader election.
 func (l *Log) TruncateTo(offset int64) (newEnd int64, err error) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()

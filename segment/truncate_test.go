@@ -220,13 +220,20 @@ func TestTruncateTo(t *testing.T) {
 			if !bytes.Equal(readAll(t, l, 1<<20), readAll(t, ref, 1<<20)) {
 				t.Fatal("after more appends the log differs from the reference")
 			}
-			if !tt.sameFiles {
-				l.Close()
-				ref.Close()
-				return
-			}
+			final := readAll(t, l, 1<<20)
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
+			}
+			reopened := mustOpen(t, dir, smallCfg(clock))
+			if got := readAll(t, reopened, 1); !bytes.Equal(got, final) || reopened.EndOffset() != newEnd+7 {
+				t.Fatalf("after reopening: %d bytes, end %d; want %d bytes, end %d", len(got), reopened.EndOffset(), len(final), newEnd+7)
+			}
+			if err := reopened.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.sameFiles {
+				ref.Close()
+				return
 			}
 			if err := ref.Close(); err != nil {
 				t.Fatal(err)

@@ -50,11 +50,17 @@ func freeLoopbackAddrs(t *testing.T, n int) []string {
 // testCluster starts n brokers, ids 1..n, all voters, with short timeouts
 // so that failover happens within a test's patience.
 func testCluster(t *testing.T, n int, mutate ...func(*Config)) *cluster {
+	return testClusterOf(t, n, n, mutate...)
+}
+
+// testClusterOf starts n brokers of which the first voters are raft
+// voters and the rest broker-only nodes (raft non-voters).
+func testClusterOf(t *testing.T, n, nvoters int, mutate ...func(*Config)) *cluster {
 	t.Helper()
 	raft := freeLoopbackAddrs(t, n)
 	kafka := freeLoopbackAddrs(t, n)
 	var voters []meta.Voter
-	for i := range n {
+	for i := range nvoters {
 		voters = append(voters, meta.Voter{ID: int32(i + 1), Addr: raft[i]})
 	}
 	c := &cluster{t: t, nodes: make([]*Broker, n)}
@@ -214,6 +220,33 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 			}
 		}
 		return true
+	})
+}
+
+// createTopicOn creates a one-partition topic on the given replicas.
+func (c *cluster) createTopicOn(name string, replicas []int32) {
+	c.t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, -1, -1
+	ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+	ra.Partition, ra.Replicas = 0, replicas
+	rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	kresp, err := req.RequestWith(ctx, c.client())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(kresp.Topics[0].ErrorCode); err != nil {
+		c.t.Fatalf("create %s on %v: %v", name, replicas, err)
+	}
+	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
+		st := c.partitionState(name, 0)
+		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
+			c.node(st.Leader).partition(name, 0).leading.Load()
 	})
 }
 
@@ -455,9 +488,10 @@ func TestClusterNodeIDInUseIsRefused(t *testing.T) {
 }
 
 func TestClusterStaleLeaderTruncatesWhatTheNewLeaderNeverHad(t *testing.T) {
-	// Five voters, so that the quorum outlives two stopped nodes.
-	c := testCluster(t, 5)
-	c.createTopic("s", 1, 3, nil)
+	// The partition's replicas are broker-only nodes, so that the quorum
+	// outlives all three of them stopped.
+	c := testClusterOf(t, 6, 3)
+	c.createTopicOn("s", []int32{4, 5, 6})
 	all := c.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite())
 	produceN(t, all, "s", 0, "old", 10)
 	st := c.partitionState("s", 0)
@@ -542,16 +576,22 @@ func TestClusterControlledShutdownMovesLeadershipsFirst(t *testing.T) {
 	defer cancel()
 	b := c.node(victim)
 	c.nodes[victim-1] = nil
+	began := time.Now()
 	if err := b.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The leaderships moved before the broker stopped, not after its
-	// session ran out.
+	// session ran out: the controller's state says so at once.
+	ctrl := c.any()
+	for ctrl.meta.ControllerID() != ctrl.cfg.NodeID {
+		ctrl = c.node(ctrl.meta.ControllerID())
+	}
 	for p := range int32(6) {
-		if l := c.partitionState("c", p).Leader; l == victim || l < 0 {
+		if l := ctrl.meta.State().Topics["c"].Partitions[p].Leader; l == victim || l < 0 {
 			t.Fatalf("partition %d: leader %d after the controlled shutdown of %d", p, l, victim)
 		}
 	}
+	t.Logf("controlled shutdown took %s", time.Since(began).Round(time.Millisecond))
 	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()))
 	for p := range int32(6) {
 		produceN(t, cl, "c", p, "x", 5)

@@ -60,6 +60,8 @@ type topicCreate struct {
 	replicationFactor int16 // -1: broker default
 	configs           map[string]string
 	validateOnly      bool
+	// assignment, when set, places each partition on the listed brokers.
+	assignment [][]int32
 }
 
 // createTopic validates and, unless validateOnly, creates a topic through
@@ -86,7 +88,7 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 			brokers++
 		}
 	}
-	if c.replicationFactor < 1 || c.replicationFactor > brokers {
+	if c.assignment == nil && (c.replicationFactor < 1 || c.replicationFactor > brokers) {
 		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are alive", kerr.InvalidReplicationFactor, c.replicationFactor, brokers)
 	}
 	for k, v := range c.configs {
@@ -110,6 +112,7 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 		Partitions:        c.partitions,
 		ReplicationFactor: c.replicationFactor,
 		Configs:           maps.Clone(c.configs),
+		Assignment:        c.assignment,
 	})
 	if errors.Is(err, meta.ErrNotController) && b.clustered() {
 		t, err = b.createAtController(ctx, c)
@@ -131,6 +134,14 @@ func (b *Broker) createAtController(ctx context.Context, c *topicCreate) (meta.T
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = c.name, c.partitions, c.replicationFactor
+	for i, replicas := range c.assignment {
+		ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+		ra.Partition, ra.Replicas = int32(i), replicas
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	}
+	if c.assignment != nil {
+		rt.NumPartitions, rt.ReplicationFactor = -1, -1
+	}
 	for k, v := range c.configs {
 		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
 		cfg.Name, cfg.Value = k, kmsg.StringPtr(v)

@@ -65,6 +65,9 @@ type createTopicCmd struct {
 	Partitions        int32
 	ReplicationFactor int16
 	Configs           map[string]string
+	// Assignment, when set, places partition i on Assignment[i] (the
+	// first replica the preferred leader) instead of assign's spread.
+	Assignment [][]int32 `json:",omitempty"`
 }
 
 type deleteTopicCmd struct {
@@ -242,16 +245,25 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	if c.Partitions <= 0 {
 		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
 	}
-	brokers := s.placementBrokers()
-	if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
-		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+	var parts []Partition
+	if len(c.Assignment) > 0 {
+		var err error
+		if parts, err = s.assigned(c.Assignment, c.Partitions); err != nil {
+			return nil, result{err: err}
+		}
+	} else {
+		brokers := s.placementBrokers()
+		if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
+			return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+		}
+		parts = assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor))
 	}
 	t := &Topic{
 		Name:       c.Name,
 		ID:         c.ID,
 		Internal:   c.Internal,
 		Configs:    maps.Clone(c.Configs),
-		Partitions: assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
+		Partitions: parts,
 	}
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
@@ -259,6 +271,36 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	next := s.clone()
 	next.putTopic(t)
 	return next, result{topic: t}
+}
+
+// assigned builds the partitions of an explicit replica assignment: every
+// list as long as the first, of distinct registered brokers. All replicas
+// start in the ISR (the logs are empty, so all are in sync), and the first
+// that may lead does.
+func (s *State) assigned(lists [][]int32, n int32) ([]Partition, error) {
+	if int32(len(lists)) != n {
+		return nil, fmt.Errorf("%w: %d replica lists for %d partitions", ErrInvalidPartitions, len(lists), n)
+	}
+	parts := make([]Partition, 0, n)
+	for i, replicas := range lists {
+		if len(replicas) == 0 || len(replicas) != len(lists[0]) {
+			return nil, fmt.Errorf("%w: partition %d has %d replicas, partition 0 has %d", ErrInvalidReplicationFactor, i, len(replicas), len(lists[0]))
+		}
+		leader := NoLeader
+		for j, id := range replicas {
+			if _, ok := s.Brokers[id]; !ok {
+				return nil, fmt.Errorf("%w: partition %d: broker %d is not registered", ErrInvalidReplicationFactor, i, id)
+			}
+			if slices.Contains(replicas[:j], id) {
+				return nil, fmt.Errorf("%w: partition %d names broker %d twice", ErrInvalidReplicationFactor, i, id)
+			}
+			if b := s.Brokers[id]; leader == NoLeader && !b.Fenced && !b.ShuttingDown {
+				leader = id
+			}
+		}
+		parts = append(parts, Partition{Index: int32(i), Replicas: slices.Clone(replicas), ISR: slices.Clone(replicas), Leader: leader})
+	}
+	return parts, nil
 }
 
 func applyDeleteTopic(s *State, _ uint64, payload []byte) (*State, result) {

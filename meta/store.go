@@ -146,6 +146,11 @@ type Store struct {
 	}
 	raft *raft.Raft
 	ctl  *controller
+	// raftReady is closed once raft is set: join requests that arrive
+	// while the node starts wait for it.
+	raftReady chan struct{}
+	// stopJoin ends a broker-only node's requests to join the quorum.
+	stopJoin context.CancelFunc
 
 	mu struct {
 		sync.Mutex
@@ -182,8 +187,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: data directory: %w", err)
 	}
 	s := &Store{
-		nodeID: raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
-		fsm:    newFSM(),
+		nodeID:    raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
+		fsm:       newFSM(),
+		raftReady: make(chan struct{}),
 	}
 	s.ctl = newController(cfg)
 	opened := false
@@ -213,10 +219,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
 			}
 		}
-		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, tcpMaxPool, tcpTimeout, hl)
+		stream, err := newMuxStream(cfg.RaftAddr, adv, s.handleJoin, logger)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
+		s.trans = raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl)
 	}
 
 	rc := raft.DefaultConfig()
@@ -279,7 +286,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// Everything in the log before this point is from before this process
 	// started: see controller.openIndex.
 	s.ctl.openIndex = s.raft.LastIndex()
+	close(s.raftReady)
 	s.startController()
+	if nonvoter {
+		// A broker-only node asks the voters to add it; until one has,
+		// it knows no metadata and no controller.
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopJoin = cancel
+		self := Voter{ID: cfg.NodeID, Addr: string(s.trans.LocalAddr())}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			joinLoop(ctx, self, cfg.Voters, logger)
+		}()
+	}
 	if !nonvoter {
 		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
 			return nil, err
@@ -377,6 +397,9 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		s.mu.closed = true
 		s.mu.Unlock()
+		if s.stopJoin != nil {
+			s.stopJoin()
+		}
 		// The controller goes first: its loop proposes through raft.
 		s.stopController()
 		var errs []error
@@ -446,6 +469,9 @@ type TopicSpec struct {
 	Internal          bool
 	// ID is the topic's UUID; zero means generate a random (v4) one.
 	ID [16]byte
+	// Assignment, when set, is each partition's replica list, preferred
+	// leader first; Partitions and ReplicationFactor must agree with it.
+	Assignment [][]int32
 }
 
 // CreateTopic creates a topic, assigning its partitions round-robin over
@@ -463,6 +489,7 @@ func (s *Store) CreateTopic(ctx context.Context, spec TopicSpec) (Topic, error) 
 		Partitions:        spec.Partitions,
 		ReplicationFactor: spec.ReplicationFactor,
 		Configs:           spec.Configs,
+		Assignment:        spec.Assignment,
 	})
 	if err != nil {
 		return Topic{}, err

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -108,5 +111,119 @@ func TestPartitionHealth(t *testing.T) {
 	h := partitionHealth(resp)
 	if h.total != 4 || !reflect.DeepEqual(h.underReplicated, []string{"t-1", "t-2"}) || !reflect.DeepEqual(h.offline, []string{"t-2"}) {
 		t.Errorf("health %+v", h)
+	}
+}
+
+// startServeCluster starts n `strata serve` processes, node ids 1..n, one
+// quorum, sharing the bucket directory bucket, and returns them once each
+// has printed its bootstrap line.
+func startServeCluster(t *testing.T, n int, bucket string, extra ...string) []*node {
+	t.Helper()
+	var raftAddrs, voters []string
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raftAddrs = append(raftAddrs, ln.Addr().String())
+		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ln.Addr()))
+		ln.Close()
+	}
+	nodes := make([]*node, n)
+	lines := make([]<-chan string, n)
+	for i := range nodes {
+		args := append([]string{"serve", "--node-id", fmt.Sprint(i + 1), "--data-dir", t.TempDir(),
+			"--listen", "127.0.0.1:0", "--http-listen", "off", "--bucket-dir", bucket,
+			"--raft-listen", raftAddrs[i], "--voters", strings.Join(voters, ",")}, extra...)
+		nodes[i], lines[i] = launch(t, nil, args...)
+	}
+	for i, nd := range nodes {
+		nd.readBootstrap(t, nd.firstLine(t, lines[i]))
+	}
+	return nodes
+}
+
+// TestClusterStatusFencedBroker: on three `strata serve` nodes sharing
+// one bucket directory, a topic with replication factor 3 is fully in
+// sync; after one node is killed, `cluster status` shows it fenced once
+// its session runs out, and the partitions it was a replica of as
+// under-replicated, none offline.
+func TestClusterStatusFencedBroker(t *testing.T) {
+	nodes := startServeCluster(t, 3, t.TempDir(), "--broker-session-timeout", "1s")
+	var addrs []string
+	for _, nd := range nodes {
+		addrs = append(addrs, nd.bootstrap)
+	}
+	env := []string{"STRATA_BOOTSTRAP=" + strings.Join(addrs, ",")}
+	status := func() clusterStatus {
+		t.Helper()
+		var st clusterStatus
+		if err := json.Unmarshal([]byte(cliOK(t, env, "cluster", "status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	alive := func(st clusterStatus) (ids []int32) {
+		for _, b := range st.Brokers {
+			if b.Status == "alive" {
+				ids = append(ids, b.ID)
+			}
+		}
+		return ids
+	}
+	// Wait for all three to register.
+	deadline := time.Now().Add(15 * time.Second)
+	st := status()
+	for len(alive(st)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		st = status()
+	}
+	if len(alive(st)) < 3 {
+		for _, nd := range nodes {
+			nd.stop(t)
+		}
+		t.Skipf("needs broker registration with the controller (broker/, lead's work): alive %v", alive(st))
+	}
+	cliOK(t, env, "topic", "create", "fenced", "--partitions", "3", "--replication-factor", "3")
+	for st = status(); st.UnderReplicated != 0 && time.Now().Before(deadline.Add(15*time.Second)); st = status() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st.UnderReplicated != 0 || st.Offline != 0 {
+		t.Fatalf("a fresh RF 3 topic on three live brokers: %+v", st)
+	}
+
+	// Kill a node that is not the controller: the controller fences it.
+	victim := nodes[0]
+	if st.ControllerID == 1 {
+		victim = nodes[1]
+	}
+	victimID := int32(1)
+	if victim == nodes[1] {
+		victimID = 2
+	}
+	victim.cmd.Process.Kill()
+	<-victim.exited
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		st = status()
+		var fenced bool
+		for _, b := range st.Brokers {
+			fenced = fenced || (b.ID == victimID && b.Status == "fenced" && b.Fenced)
+		}
+		if fenced && st.UnderReplicated > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d killed; status: %+v", victimID, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st.Offline != 0 {
+		t.Errorf("offline partitions with two of three replicas alive: %v", st.OfflinePartitions)
+	}
+	for _, nd := range nodes {
+		if nd != victim {
+			nd.stop(t)
+		}
 	}
 }

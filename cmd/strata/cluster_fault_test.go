@@ -549,7 +549,26 @@ func TestClusterKillController(t *testing.T) {
 			}
 		}
 	}
-	c.createTopic("after", 3, 1, nil)
+	// Two replicas: the dead node may not be fenced yet, and a partition
+	// placed on it alone would have no leader until it comes back.
+	c.create("after", 3, 2, nil)
+	var state string
+	c.waitFor("topic after led by running nodes", 30*time.Second, func() bool {
+		for _, id := range c.up() {
+			ps, err := c.partitionsOf(id, "after")
+			if err != nil {
+				state = err.Error()
+				return false
+			}
+			for p, s := range ps {
+				if !contains(c.up(), s.leader) {
+					state = fmt.Sprintf("node %d: partition %d led by %d", id, p, s.leader)
+					return false
+				}
+			}
+		}
+		return true
+	}, func() string { return state })
 	c.restart(ctrl)
 	c.waitController()
 	if _, err := c.partitionsOf(ctrl, "after"); err != nil {

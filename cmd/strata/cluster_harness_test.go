@@ -415,6 +415,14 @@ func (c *cluster) waitISR(topic string, timeout time.Duration, skip ...int32) ma
 // running node knows it and every replica is in sync.
 func (c *cluster) createTopic(topic string, partitions int32, rf int16, configs map[string]*string) map[int32]partitionState {
 	c.t.Helper()
+	c.create(topic, partitions, rf, configs)
+	return c.waitISR(topic, 30*time.Second)
+}
+
+// create creates topic through any node, which hands it to the
+// controller.
+func (c *cluster) create(topic string, partitions int32, rf int16, configs map[string]*string) {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := kadm.NewClient(c.client()).CreateTopic(ctx, partitions, rf, configs, topic)
@@ -424,7 +432,6 @@ func (c *cluster) createTopic(topic string, partitions int32, rf int16, configs 
 	if err != nil {
 		c.t.Fatalf("create %s (%d partitions, RF %d): %v", topic, partitions, rf, err)
 	}
-	return c.waitISR(topic, 30*time.Second)
 }
 
 // leaders counts the partitions of topic each node leads.

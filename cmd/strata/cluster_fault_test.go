@@ -364,8 +364,13 @@ func followersOf(s partitionState) []int32 {
 // with both followers out acks=all is refused with NOT_ENOUGH_REPLICAS
 // (min.insync.replicas 2); after SIGCONT both catch up and rejoin, and
 // every acknowledged record is there.
+//
+// Five voters, so that the quorum survives two paused nodes and the
+// controller can take the paused followers out of the ISR; a session
+// timeout well above the lag time, so that the lag takes them out, not
+// fencing.
 func TestClusterPauseAndHeal(t *testing.T) {
-	c := startCluster(t, 3, clusterSettings{replicaLag: 2 * time.Second})
+	c := startCluster(t, 5, clusterSettings{replicaLag: 2 * time.Second, sessionTimeout: 20 * time.Second, heartbeat: time.Second})
 	const topic = "pause"
 	ps := c.createTopic(topic, 1, 3, configs("min.insync.replicas", "2"))
 	leader := ps[0].leader

@@ -79,9 +79,9 @@ func startLoad(t *testing.T, c *cluster, topic string, partitions int32, produce
 				// The producer's own context: records still buffered when
 				// sending stops are flushed, not failed.
 				cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
-					now := time.Now()
 					l.mu.Lock()
 					defer l.mu.Unlock()
+					now := time.Now() // under the lock, so each partition's times are in order
 					s := &l.history[name][seq]
 					if err != nil {
 						s.err = err

@@ -608,3 +608,55 @@ func TestClusterControlledShutdownMovesLeadershipsFirst(t *testing.T) {
 		return true
 	})
 }
+
+func TestClusterGroupOffsetsSurviveCoordinatorFailover(t *testing.T) {
+	c := testCluster(t, 3)
+	c.waitFor("the offsets topic", 15*time.Second, func() bool {
+		_, ok := c.any().meta.State().Topics[offsetsTopic]
+		return ok
+	})
+	c.createTopic("g", 3, 3, nil)
+	adm := kadm.NewClient(c.client())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var commit kadm.Offsets
+	for p := range int32(3) {
+		commit.Add(kadm.Offset{Topic: "g", Partition: p, At: int64(10 + p), LeaderEpoch: -1})
+	}
+	var coord int32 = -1
+	c.waitFor("a committed offset", 15*time.Second, func() bool {
+		resp, err := adm.CommitOffsets(ctx, "grp", commit)
+		if err != nil || resp.Error() != nil {
+			return false
+		}
+		for _, d := range adm.FindGroupCoordinators(ctx, "grp") {
+			if d.Err == nil {
+				coord = d.NodeID
+			}
+		}
+		return coord >= 0
+	})
+	c.stop(coord)
+	c.waitFor("the offsets from a new coordinator", 20*time.Second, func() bool {
+		// A fresh client each time: kgo keeps a dead coordinator cached
+		// while its dials fail.
+		adm := kadm.NewClient(c.client())
+		defer adm.Close()
+		got, err := adm.FetchOffsets(ctx, "grp")
+		if err == nil {
+			err = got.Error()
+		}
+		if err != nil {
+			t.Logf("fetch offsets: %v", err)
+			return false
+		}
+		for p := range int32(3) {
+			o, ok := got.Lookup("g", p)
+			if !ok || o.At != int64(10+p) {
+				t.Logf("partition %d: %+v (%v)", p, o, ok)
+				return false
+			}
+		}
+		return true
+	})
+}

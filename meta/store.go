@@ -149,8 +149,6 @@ type Store struct {
 	// raftReady is closed once raft is set: join requests that arrive
 	// while the node starts wait for it.
 	raftReady chan struct{}
-	// stopJoin ends a broker-only node's requests to join the quorum.
-	stopJoin context.CancelFunc
 
 	mu struct {
 		sync.Mutex
@@ -291,14 +289,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if nonvoter {
 		// A broker-only node asks the voters to add it; until one has,
 		// it knows no metadata and no controller.
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopJoin = cancel
 		self := Voter{ID: cfg.NodeID, Addr: string(s.trans.LocalAddr())}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			joinLoop(ctx, self, cfg.Voters, logger)
-		}()
+		if err := join(ctx, self, cfg.Voters, s.ctl.session, logger); err != nil {
+			return nil, err
+		}
 	}
 	if !nonvoter {
 		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
@@ -397,9 +391,6 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		s.mu.closed = true
 		s.mu.Unlock()
-		if s.stopJoin != nil {
-			s.stopJoin()
-		}
 		// The controller goes first: its loop proposes through raft.
 		s.stopController()
 		var errs []error

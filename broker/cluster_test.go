@@ -660,3 +660,49 @@ func TestClusterGroupOffsetsSurviveCoordinatorFailover(t *testing.T) {
 		return true
 	})
 }
+
+func TestClusterOffsetForLeaderEpochAfterFailover(t *testing.T) {
+	c := testCluster(t, 3)
+	c.createTopic("e", 1, 3, nil)
+	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()))
+	produceN(t, cl, "e", 0, "a", 20)
+	first := c.partitionState("e", 0)
+	c.stop(first.Leader)
+	c.waitFor("a new leader", 10*time.Second, func() bool {
+		st := c.partitionState("e", 0)
+		return st.Leader >= 0 && st.Leader != first.Leader && c.node(st.Leader).partition("e", 0).leading.Load()
+	})
+	produceN(t, cl, "e", 0, "b", 5)
+	now := c.partitionState("e", 0)
+
+	ask := func(epoch int32) (int64, int32) {
+		t.Helper()
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "e"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, now.LeaderEpoch, epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kresp, err := c.client().Broker(int(now.Leader)).Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := kresp.(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(op.ErrorCode); err != nil {
+			t.Fatalf("OffsetForLeaderEpoch(%d): %v", epoch, err)
+		}
+		return op.EndOffset, op.LeaderEpoch
+	}
+	// The first leader's epoch ends where the new leader's records begin;
+	// the current epoch ends at the log end.
+	if end, epoch := ask(first.LeaderEpoch); end != 20 || epoch != first.LeaderEpoch {
+		t.Errorf("epoch %d ends at %d (epoch %d), want 20", first.LeaderEpoch, end, epoch)
+	}
+	if end, epoch := ask(now.LeaderEpoch); end != 25 || epoch != now.LeaderEpoch {
+		t.Errorf("epoch %d ends at %d (epoch %d), want 25", now.LeaderEpoch, end, epoch)
+	}
+}

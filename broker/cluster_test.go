@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -209,6 +210,15 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 		c.t.Fatalf("create topic %s: %v", name, err)
 	}
 	c.waitFor("the topic's leaders to lead", 10*time.Second, func() bool {
+		// Every node knows the topic, so that a client asking any of
+		// them finds it.
+		for _, b := range c.nodes {
+			if b != nil {
+				if _, ok := b.meta.State().Topics[name]; !ok {
+					return false
+				}
+			}
+		}
 		for p := range partitions {
 			st := c.partitionState(name, p)
 			if st.Leader < 0 || c.node(st.Leader) == nil {
@@ -244,6 +254,13 @@ func (c *cluster) createTopicOn(name string, replicas []int32) {
 		c.t.Fatalf("create %s on %v: %v", name, replicas, err)
 	}
 	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
+		for _, b := range c.nodes {
+			if b != nil {
+				if _, ok := b.meta.State().Topics[name]; !ok {
+					return false
+				}
+			}
+		}
 		st := c.partitionState(name, 0)
 		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
 			c.node(st.Leader).partition(name, 0).leading.Load()
@@ -481,9 +498,9 @@ func TestClusterNodeIDInUseIsRefused(t *testing.T) {
 	if code := kresp.(*kmsg.BrokerRegistrationResponse).ErrorCode; code != kerr.DuplicateBrokerRegistration.Code {
 		t.Fatalf("registering a second incarnation of live node 2: %v, want DUPLICATE_BROKER_REGISTRATION", kerr.ErrorForCode(code))
 	}
-	// Node 2 itself is undisturbed.
-	if st := c.any().meta.State(); !st.Alive(2) {
-		t.Fatal("node 2 is no longer alive")
+	// Node 2's registration is undisturbed.
+	if got, want := c.node(ctrl).meta.State().Brokers[2].Incarnation, hex.EncodeToString(c.node(2).cluster.incarnation[:]); got != want {
+		t.Fatalf("node 2's registration is incarnation %s, its process is %s", got, want)
 	}
 }
 

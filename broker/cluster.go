@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -40,6 +41,9 @@ type clusterState struct {
 	wantShutdownOnce sync.Once
 	shutdownDone     chan struct{} // closed when the controller said ShouldShutdown
 	shutdownDoneOnce sync.Once
+	// lastHeartbeat is when the controller last answered a heartbeat
+	// (unix nanoseconds).
+	lastHeartbeat atomic.Int64
 }
 
 func (c *clusterState) brokerEpoch() int64 {
@@ -164,6 +168,7 @@ func (b *Broker) heartbeatLoop() {
 			}
 			continue
 		}
+		b.cluster.lastHeartbeat.Store(time.Now().UnixNano())
 		if reply.ShouldShutdown {
 			b.cluster.shutdownDoneOnce.Do(func() { close(b.cluster.shutdownDone) })
 		}
@@ -203,16 +208,32 @@ func (b *Broker) heartbeatOnce(ctx context.Context) (meta.HeartbeatReply, error)
 // (within ctx) until the controller says it leads nothing that could move,
 // and closes. Clients meanwhile get only retriable errors and follow the
 // new leaders. A single node, or a broker whose controller cannot be
-// reached, just closes.
+// reached for a session timeout (the last nodes of a cluster being
+// stopped have no quorum left to move anything), just closes.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.started && b.clustered() {
 		b.cluster.wantShutdownOnce.Do(func() { close(b.cluster.wantShutdown) })
-		select {
-		case <-b.cluster.shutdownDone:
-			b.log.Info("controlled shutdown: leaderships moved", "node", b.cfg.NodeID)
-		case <-ctx.Done():
-			b.log.Warn("controlled shutdown: gave up waiting for leaderships to move", "node", b.cfg.NodeID)
-		case <-b.ctx.Done():
+		began := time.Now()
+		tick := time.NewTicker(b.cfg.HeartbeatInterval)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-b.cluster.shutdownDone:
+				b.log.Info("controlled shutdown: leaderships moved", "node", b.cfg.NodeID)
+				break wait
+			case <-ctx.Done():
+				b.log.Warn("controlled shutdown: gave up waiting for leaderships to move", "node", b.cfg.NodeID)
+				break wait
+			case <-b.ctx.Done():
+				break wait
+			case <-tick.C:
+				last := time.Unix(0, max(b.cluster.lastHeartbeat.Load(), began.UnixNano()))
+				if time.Since(last) > b.cfg.SessionTimeout {
+					b.log.Warn("controlled shutdown: no controller answers; closing without moving leaderships", "node", b.cfg.NodeID)
+					break wait
+				}
+			}
 		}
 	}
 	return b.Close()

@@ -136,6 +136,27 @@ func (l *load) waitAcked(c *cluster, n int, timeout time.Duration) {
 		func() string { return fmt.Sprintf("%d acknowledged, errors %v", l.acked(), l.errors(3)) })
 }
 
+// waitResumed waits until every partition has acknowledged a record
+// after at.
+func (l *load) waitResumed(c *cluster, at time.Time, timeout time.Duration) {
+	l.t.Helper()
+	stalled := func() []int32 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var ps []int32
+		for p := range l.partitions {
+			if ts := l.acks[p]; len(ts) == 0 || !ts[len(ts)-1].After(at) {
+				ps = append(ps, p)
+			}
+		}
+		return ps
+	}
+	c.waitFor("every partition acknowledging again", timeout, func() bool { return len(stalled()) == 0 },
+		func() string {
+			return fmt.Sprintf("no acknowledgement on partitions %v; errors %v", stalled(), l.errors(3))
+		})
+}
+
 // errors returns up to n of the produce errors seen.
 func (l *load) errors(n int) []error {
 	l.mu.Lock()
@@ -289,7 +310,8 @@ func TestClusterKillLeaderLosesNothing(t *testing.T) {
 		time.Sleep(down)
 		c.restart(victim)
 		c.waitISR(topic, time.Minute)
-		l.waitAcked(c, 100, 30*time.Second)
+		// Each kill's stall ends before the next kill.
+		l.waitResumed(c, k.at, time.Minute)
 	}
 	end := time.Now()
 	for i, k := range kills {

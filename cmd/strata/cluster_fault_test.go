@@ -811,23 +811,35 @@ func TestClusterGroupSurvivesFailover(t *testing.T) {
 	c.waitFor("the group consuming", 30*time.Second, func() bool { return consumed() >= 500 }, func() string { return fmt.Sprint(consumed()) })
 
 	adm := kadm.NewClient(c.client())
+	var fetchErr error // the last committed call's, for the failure message
+	// A new client each time, as each run of an admin tool is: a client
+	// that knew the dead coordinator keeps dialling it until its metadata
+	// is refreshed, which says nothing about the cluster.
 	committed := func() map[int32]int64 {
 		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer acancel()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafka...))
+		if fetchErr = err; err != nil {
+			return nil
+		}
+		defer cl.Close()
 		out := map[int32]int64{}
-		offs, err := adm.FetchOffsets(actx, group)
-		if err != nil {
+		offs, err := kadm.NewClient(cl).FetchOffsets(actx, group)
+		if fetchErr = err; err != nil {
 			return nil
 		}
 		offs.Each(func(o kadm.OffsetResponse) {
-			if o.Err == nil && o.Topic == topic {
+			if o.Err != nil {
+				fetchErr = o.Err
+			} else if o.Topic == topic {
 				out[o.Partition] = o.At
 			}
 		})
 		return out
 	}
 	var before map[int32]int64
-	c.waitFor("committed offsets", 30*time.Second, func() bool { before = committed(); return len(before) == 3 }, func() string { return fmt.Sprint(before) })
+	c.waitFor("committed offsets", 30*time.Second, func() bool { before = committed(); return len(before) == 3 },
+		func() string { return fmt.Sprintf("%v (error %v)", before, fetchErr) })
 	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer fcancel()
 	coord := adm.FindGroupCoordinators(fctx, group)[group]
@@ -840,7 +852,13 @@ func TestClusterGroupSurvivesFailover(t *testing.T) {
 	// never older ones than were committed before.
 	var after map[int32]int64
 	c.waitFor("committed offsets from a new coordinator", 30*time.Second, func() bool { after = committed(); return len(after) == 3 },
-		func() string { return fmt.Sprint(after) })
+		func() string {
+			fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer fcancel()
+			co := adm.FindGroupCoordinators(fctx, group)[group]
+			ps, err := c.partitions("__consumer_offsets")
+			return fmt.Sprintf("%v (error %v); FindCoordinator: node %d (%v); __consumer_offsets: %+v %v", after, fetchErr, co.NodeID, co.Err, ps, err)
+		})
 	for p, off := range before {
 		if after[p] < off {
 			t.Errorf("partition %d: committed offset %d after the coordinator's death, %d before", p, after[p], off)
@@ -872,7 +890,12 @@ func TestClusterGroupSurvivesFailover(t *testing.T) {
 			return fmt.Sprintf("%d not consumed, e.g. %v", len(m), m[:min(5, len(m))])
 		})
 	stopConsumer() // commits what was consumed as the member leaves
-	ends, err := adm.ListEndOffsets(fctx, topic)
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ecancel()
+	ends, err := kadm.NewClient(c.client()).ListEndOffsets(ectx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

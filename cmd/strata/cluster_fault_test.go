@@ -1009,22 +1009,37 @@ func TestClusterBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl := newClient(t, c.addr(leader))
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID = 99
-		req.ReplicaState.ID = 99
-		req.ReplicaState.Epoch = 1
-		req.MaxBytes = 1 << 20
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic, rt.TopicID = "bad-fetch", c.topicID(leader, "bad-fetch")
-		rp := kmsg.NewFetchRequestTopicPartition()
-		rp.PartitionMaxBytes = 1 << 20
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		id := c.topicID(leader, "bad-fetch")
+		fetchAs := func(replica int32) (*kmsg.FetchResponse, error) {
+			req := kmsg.NewPtrFetchRequest()
+			req.ReplicaID = replica // up to v14
+			req.ReplicaState.ID = replica
+			req.ReplicaState.Epoch = -1
+			if replica >= 0 {
+				req.ReplicaState.Epoch = 1
+			}
+			req.MaxBytes = 1 << 20
+			req.MaxWaitMillis = 500
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = "bad-fetch", id
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.PartitionMaxBytes = 1 << 20
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return req.RequestWith(ctx, cl.SeedBrokers()[0])
+		}
+		// The same fetch as a consumer gets the record: what refuses the
+		// next one is the replica id alone.
+		resp, err := fetchAs(-1)
+		if err != nil || resp.ErrorCode != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
+			resp.Topics[0].Partitions[0].ErrorCode != 0 || len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+			t.Fatalf("a consumer's fetch from the leader: %v %+v", err, resp)
+		}
 		// Refused means a closed connection, an error for the request or
 		// one for the partition, and no records in any case.
-		resp, err := req.RequestWith(ctx, cl.SeedBrokers()[0])
+		resp, err = fetchAs(99)
 		switch {
 		case err != nil:
 			t.Logf("fetch as replica 99: connection closed: %v", err)

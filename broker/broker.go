@@ -123,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		unlock:  unlock,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.cluster = newClusterState()
 	started := false
 	defer func() {
 		if !started {

@@ -66,15 +66,18 @@ func newIncarnation() [16]byte {
 // single node is its own controller and registers in-process.
 func (b *Broker) clustered() bool { return len(b.cfg.Voters) > 0 }
 
+// newClusterState starts a broker's life: a fresh incarnation id, kept
+// for every registration of this process.
+func newClusterState() clusterState {
+	return clusterState{incarnation: newIncarnation(), wantShutdown: make(chan struct{}), shutdownDone: make(chan struct{})}
+}
+
 // register registers this incarnation with the controller, retrying until
 // the controller answers. A live broker already holding the node id makes
 // the controller refuse: that is retried for a session timeout and a half,
 // long enough for a previous life of this node that was killed to be
 // fenced, and then reported as the start-up error.
 func (b *Broker) register(ctx context.Context) error {
-	b.cluster.wantShutdown = make(chan struct{})
-	b.cluster.shutdownDone = make(chan struct{})
-	b.cluster.incarnation = newIncarnation()
 	reg := meta.Registration{ID: b.cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: b.cfg.Rack, Incarnation: hex.EncodeToString(b.cluster.incarnation[:])}
 	var dupSince time.Time
 	backoff := 50 * time.Millisecond

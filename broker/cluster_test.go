@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -209,6 +210,15 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 		c.t.Fatalf("create topic %s: %v", name, err)
 	}
 	c.waitFor("the topic's leaders to lead", 10*time.Second, func() bool {
+		// Every node knows the topic, so that a client asking any of
+		// them finds it.
+		for _, b := range c.nodes {
+			if b != nil {
+				if _, ok := b.meta.State().Topics[name]; !ok {
+					return false
+				}
+			}
+		}
 		for p := range partitions {
 			st := c.partitionState(name, p)
 			if st.Leader < 0 || c.node(st.Leader) == nil {
@@ -244,6 +254,13 @@ func (c *cluster) createTopicOn(name string, replicas []int32) {
 		c.t.Fatalf("create %s on %v: %v", name, replicas, err)
 	}
 	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
+		for _, b := range c.nodes {
+			if b != nil {
+				if _, ok := b.meta.State().Topics[name]; !ok {
+					return false
+				}
+			}
+		}
 		st := c.partitionState(name, 0)
 		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
 			c.node(st.Leader).partition(name, 0).leading.Load()
@@ -481,9 +498,9 @@ func TestClusterNodeIDInUseIsRefused(t *testing.T) {
 	if code := kresp.(*kmsg.BrokerRegistrationResponse).ErrorCode; code != kerr.DuplicateBrokerRegistration.Code {
 		t.Fatalf("registering a second incarnation of live node 2: %v, want DUPLICATE_BROKER_REGISTRATION", kerr.ErrorForCode(code))
 	}
-	// Node 2 itself is undisturbed.
-	if st := c.any().meta.State(); !st.Alive(2) {
-		t.Fatal("node 2 is no longer alive")
+	// Node 2's registration is undisturbed.
+	if got, want := c.node(ctrl).meta.State().Brokers[2].Incarnation, hex.EncodeToString(c.node(2).cluster.incarnation[:]); got != want {
+		t.Fatalf("node 2's registration is incarnation %s, its process is %s", got, want)
 	}
 }
 
@@ -607,4 +624,102 @@ func TestClusterControlledShutdownMovesLeadershipsFirst(t *testing.T) {
 		}
 		return true
 	})
+}
+
+func TestClusterGroupOffsetsSurviveCoordinatorFailover(t *testing.T) {
+	c := testCluster(t, 3)
+	c.waitFor("the offsets topic", 15*time.Second, func() bool {
+		_, ok := c.any().meta.State().Topics[offsetsTopic]
+		return ok
+	})
+	c.createTopic("g", 3, 3, nil)
+	adm := kadm.NewClient(c.client())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var commit kadm.Offsets
+	for p := range int32(3) {
+		commit.Add(kadm.Offset{Topic: "g", Partition: p, At: int64(10 + p), LeaderEpoch: -1})
+	}
+	var coord int32 = -1
+	c.waitFor("a committed offset", 15*time.Second, func() bool {
+		resp, err := adm.CommitOffsets(ctx, "grp", commit)
+		if err != nil || resp.Error() != nil {
+			return false
+		}
+		for _, d := range adm.FindGroupCoordinators(ctx, "grp") {
+			if d.Err == nil {
+				coord = d.NodeID
+			}
+		}
+		return coord >= 0
+	})
+	c.stop(coord)
+	c.waitFor("the offsets from a new coordinator", 20*time.Second, func() bool {
+		// A fresh client each time: kgo keeps a dead coordinator cached
+		// while its dials fail.
+		adm := kadm.NewClient(c.client())
+		defer adm.Close()
+		got, err := adm.FetchOffsets(ctx, "grp")
+		if err == nil {
+			err = got.Error()
+		}
+		if err != nil {
+			t.Logf("fetch offsets: %v", err)
+			return false
+		}
+		for p := range int32(3) {
+			o, ok := got.Lookup("g", p)
+			if !ok || o.At != int64(10+p) {
+				t.Logf("partition %d: %+v (%v)", p, o, ok)
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestClusterOffsetForLeaderEpochAfterFailover(t *testing.T) {
+	c := testCluster(t, 3)
+	c.createTopic("e", 1, 3, nil)
+	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()))
+	produceN(t, cl, "e", 0, "a", 20)
+	first := c.partitionState("e", 0)
+	c.stop(first.Leader)
+	c.waitFor("a new leader", 10*time.Second, func() bool {
+		st := c.partitionState("e", 0)
+		return st.Leader >= 0 && st.Leader != first.Leader && c.node(st.Leader).partition("e", 0).leading.Load()
+	})
+	produceN(t, cl, "e", 0, "b", 5)
+	now := c.partitionState("e", 0)
+
+	ask := func(epoch int32) (int64, int32) {
+		t.Helper()
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "e"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, now.LeaderEpoch, epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kresp, err := c.client().Broker(int(now.Leader)).Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := kresp.(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(op.ErrorCode); err != nil {
+			t.Fatalf("OffsetForLeaderEpoch(%d): %v", epoch, err)
+		}
+		return op.EndOffset, op.LeaderEpoch
+	}
+	// The first leader's epoch ends where the new leader's records begin;
+	// the current epoch ends at the log end.
+	if end, epoch := ask(first.LeaderEpoch); end != 20 || epoch != first.LeaderEpoch {
+		t.Errorf("epoch %d ends at %d (epoch %d), want 20", first.LeaderEpoch, end, epoch)
+	}
+	if end, epoch := ask(now.LeaderEpoch); end != 25 || epoch != now.LeaderEpoch {
+		t.Errorf("epoch %d ends at %d (epoch %d), want 25", now.LeaderEpoch, end, epoch)
+	}
 }

@@ -155,7 +155,11 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		p.rep.mu.Unlock()
 		return
 	}
-	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load())
+	st := b.meta.State()
+	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32) bool {
+		br, ok := st.Brokers[id]
+		return ok && !br.Fenced && !br.ShuttingDown
+	})
 	if isr == nil {
 		p.rep.mu.Unlock()
 		return

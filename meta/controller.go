@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // The controller is the raft leader's side of the metadata: it decides,
@@ -80,6 +83,10 @@ type controller struct {
 		last map[int32]time.Time
 	}
 
+	// prevLeader is the last other node seen leading raft, -1 if none:
+	// the previous controller when this node becomes it.
+	prevLeader atomic.Int32
+
 	// terms counts the control loops started, and running says one runs;
 	// for tests to wait on.
 	terms   atomic.Int32
@@ -98,6 +105,7 @@ func newController(cfg Config) *controller {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 	}
+	c.prevLeader.Store(-1)
 	if c.session == 0 {
 		c.session = DefaultSessionTimeout
 	}
@@ -114,10 +122,19 @@ func newController(cfg Config) *controller {
 	return c
 }
 
-// resetSessions forgets every heartbeat: a new term starts from scratch.
-func (c *controller) resetSessions() {
+// resetSessions starts a controller's term: every broker gets a full
+// session from now, except the previous controller's, which gets half a
+// session. That broker heartbeated in-process to a controller that has
+// just lost its leadership, most likely because its process died; if it
+// is alive it finds the new controller within a heartbeat or two. Without
+// this, a dead controller's partitions would wait for the election and a
+// whole session before moving.
+func (c *controller) resetSessions(prev int32) {
 	c.mu.Lock()
 	c.mu.last = map[int32]time.Time{}
+	if prev >= 0 && prev != c.self {
+		c.mu.last[prev] = c.now().Add(-c.session / 2)
+	}
 	c.mu.Unlock()
 }
 
@@ -155,8 +172,17 @@ func (s *Store) startController() {
 	s.ctl.stop = cancel
 	s.ctl.done = make(chan struct{})
 	leaderCh := s.raft.LeaderCh()
+	// Leader observations tell who controlled before this node, for
+	// resetSessions.
+	obs := make(chan raft.Observation, 16)
+	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(observer)
 	go func() {
 		defer close(s.ctl.done)
+		defer s.raft.DeregisterObserver(observer)
 		type running struct {
 			stop context.CancelFunc
 			done chan struct{}
@@ -174,6 +200,11 @@ func (s *Store) startController() {
 			select {
 			case <-ctx.Done():
 				return
+			case o := <-obs:
+				lo := o.Data.(raft.LeaderObservation)
+				if id, err := strconv.ParseInt(string(lo.LeaderID), 10, 32); err == nil && int32(id) != s.ctl.self {
+					s.ctl.prevLeader.Store(int32(id))
+				}
 			case leader := <-leaderCh:
 				halt()
 				if !leader {
@@ -203,7 +234,7 @@ func (s *Store) stopController() {
 // RebalanceInterval, moves leaders back to preferred replicas, until ctx
 // ends (leadership lost, or Close).
 func (s *Store) controlLoop(ctx context.Context) {
-	s.ctl.resetSessions()
+	s.ctl.resetSessions(s.ctl.prevLeader.Load())
 	s.ctl.running.Store(true)
 	defer s.ctl.running.Store(false)
 	s.ctl.terms.Add(1)

@@ -485,3 +485,16 @@ func TestControllerSettingsValidated(t *testing.T) {
 		t.Fatalf("defaults: session %v, rebalance %v", c.session, c.rebalance)
 	}
 }
+
+func TestPreviousControllerGetsHalfASession(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	c := newController(Config{NodeID: 2, SessionTimeout: 2 * time.Second, Now: func() time.Time { return now }})
+	c.resetSessions(1)
+	later := now.Add(time.Second)
+	if !c.expired(1, later) {
+		t.Error("the previous controller's broker is not fenced after half a session of silence")
+	}
+	if c.expired(3, later) {
+		t.Error("another broker lost its session after half of it")
+	}
+}

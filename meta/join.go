@@ -34,6 +34,9 @@ type joinReply struct {
 	OK     bool   `json:",omitempty"`
 	Leader string `json:",omitempty"`
 	Err    string `json:",omitempty"`
+	// Duplicate says the node id belongs to a live broker at another
+	// raft address: a second process started with the same id.
+	Duplicate bool `json:",omitempty"`
 }
 
 // muxStream is the raft transport's stream layer with the join handler in
@@ -181,6 +184,9 @@ func (s *Store) handleJoin(c net.Conn) {
 		if reply.Leader == "" {
 			reply.Err = "no controller elected yet"
 		}
+	case s.liveElsewhere(req.ID, req.Addr):
+		reply.Err = fmt.Sprintf("node id %d is registered by a live broker at another address", req.ID)
+		reply.Duplicate = true
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		err := s.AddNonvoter(ctx, req.ID, req.Addr)
@@ -195,21 +201,52 @@ func (s *Store) handleJoin(c net.Conn) {
 	c.Write(append(b, '\n'))
 }
 
-// joinLoop asks the voters, in turn, to add this broker-only node as a
+// liveElsewhere reports whether node id is a broker the controller holds
+// alive whose raft address is not addr: a second process claiming the id.
+// The same address is a restart of the same node, which registration
+// tells apart by its incarnation.
+func (s *Store) liveElsewhere(id int32, addr string) bool {
+	b, ok := s.State().Brokers[id]
+	if !ok || b.Fenced || b.ShuttingDown || s.ctl.expired(id, s.ctl.now()) {
+		return false
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if srv.ID == serverID(id) {
+			return srv.Address != raft.ServerAddress(addr)
+		}
+	}
+	return false
+}
+
+// join asks the voters, in turn, to add this broker-only node as a
 // non-voter, until one has or ctx ends. A node already in the
 // configuration asks too: the controller moves it if its address changed,
-// and otherwise does nothing.
-func joinLoop(ctx context.Context, self Voter, voters []Voter, logger *slog.Logger) {
+// and otherwise does nothing. A live broker holding the node id refuses
+// the join; that is retried for one and a half session timeouts (a killed
+// previous life of this node is fenced by then) and then returned as
+// ErrDuplicateBroker.
+func join(ctx context.Context, self Voter, voters []Voter, session time.Duration, logger *slog.Logger) error {
 	backoff := 100 * time.Millisecond
-	var lastWarn time.Time
+	var lastWarn, dupSince time.Time
 	for {
-		var next string
 		for _, v := range voters {
 			addr := v.Addr
 			for hops := 0; addr != "" && hops < 3; hops++ {
 				r, err := askJoin(ctx, addr, self)
+				if r.Duplicate {
+					if dupSince.IsZero() {
+						dupSince = time.Now()
+					}
+					if time.Since(dupSince) > session*3/2 {
+						return fmt.Errorf("%w: node id %d is registered by a live broker at another address", ErrDuplicateBroker, self.ID)
+					}
+					break
+				}
 				if err != nil {
-					next = ""
 					if time.Since(lastWarn) > 10*time.Second {
 						logger.Info("asking to join the metadata quorum", "voter", addr, "err", err)
 						lastWarn = time.Now()
@@ -218,18 +255,16 @@ func joinLoop(ctx context.Context, self Voter, voters []Voter, logger *slog.Logg
 				}
 				if r.OK {
 					logger.Info("joined the metadata quorum as a non-voter", "via", addr)
-					return
+					return nil
 				}
-				next = r.Leader
 				addr = r.Leader
 			}
 		}
-		_ = next
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return fmt.Errorf("joining the metadata quorum: %w", context.Cause(ctx))
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)

@@ -149,10 +149,12 @@ func (l *Leader) Failed() { l.pending = nil }
 // right or a change is already in flight. Followers that have not been
 // caught up within lagMax leave; followers out of the ISR that have
 // everything below the high watermark, and at least up to the start of
-// this leader's epoch, join. Both in one request, as Kafka does; the
-// returned ISR lists the replicas in assignment order. The caller sends it
-// and reports the outcome with Committed or Failed.
-func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64) []int32 {
+// this leader's epoch, join, if eligible says the controller would take
+// them (a fenced or shutting-down broker it would refuse). Both in one
+// request, as Kafka does; the returned ISR lists the replicas in
+// assignment order. The caller sends it and reports the outcome with
+// Committed or Failed.
+func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible func(id int32) bool) []int32 {
 	if l.pending != nil {
 		return nil
 	}
@@ -171,7 +173,7 @@ func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64) []int32 
 			changed = true // leaves
 		case in:
 			next = append(next, id)
-		case f.leo >= 0 && f.leo >= hw && f.leo >= l.epochStart:
+		case f.leo >= 0 && f.leo >= hw && f.leo >= l.epochStart && (eligible == nil || eligible(id)):
 			next = append(next, id)
 			changed = true // joins
 		}

@@ -33,7 +33,7 @@ func TestSingleReplicaHighWatermarkIsTheLogEnd(t *testing.T) {
 	if hw := l.HighWatermark(42); hw != 42 {
 		t.Fatalf("high watermark %d, want 42", hw)
 	}
-	if isr := l.Propose(t0.Add(time.Hour), time.Second, 42); isr != nil {
+	if isr := l.Propose(t0.Add(time.Hour), time.Second, 42, nil); isr != nil {
 		t.Fatalf("a single replica proposed ISR %v", isr)
 	}
 }
@@ -55,14 +55,14 @@ func TestLaggingFollowerLeavesTheISR(t *testing.T) {
 		must(t, l.Fetched(2, end, end, now))
 		must(t, l.Fetched(3, 5, end, now))
 	}
-	if isr := l.Propose(t0.Add(9*time.Second), lag, 0); isr != nil {
+	if isr := l.Propose(t0.Add(9*time.Second), lag, 0, nil); isr != nil {
 		t.Fatalf("within the lag time: proposed %v", isr)
 	}
-	isr := l.Propose(t0.Add(11*time.Second), lag, 0)
+	isr := l.Propose(t0.Add(11*time.Second), lag, 0, nil)
 	if !slices.Equal(isr, []int32{1, 2}) {
 		t.Fatalf("proposed %v, want [1 2]", isr)
 	}
-	if again := l.Propose(t0.Add(12*time.Second), lag, 0); again != nil {
+	if again := l.Propose(t0.Add(12*time.Second), lag, 0, nil); again != nil {
 		t.Fatalf("proposed %v while a change is in flight", again)
 	}
 	// Until the shrink commits, the high watermark still waits for 3.
@@ -83,7 +83,7 @@ func TestFollowerThatWasCaughtUpAtItsPreviousFetchStays(t *testing.T) {
 		now := t0.Add(time.Duration(i) * time.Second)
 		must(t, l.Fetched(2, int64(10*i), int64(10*i+10), now))
 	}
-	if isr := l.Propose(t0.Add(60*time.Second), 10*time.Second, 0); isr != nil {
+	if isr := l.Propose(t0.Add(60*time.Second), 10*time.Second, 0, nil); isr != nil {
 		t.Fatalf("a follower keeping pace was dropped: proposed %v", isr)
 	}
 }
@@ -93,11 +93,11 @@ func TestCaughtUpFollowerJoinsTheISR(t *testing.T) {
 	must(t, l.Fetched(2, 80, 80, t0))
 	// 3 is behind the high watermark: not yet.
 	must(t, l.Fetched(3, 40, 80, t0))
-	if isr := l.Propose(t0, time.Minute, 80); isr != nil {
+	if isr := l.Propose(t0, time.Minute, 80, nil); isr != nil {
 		t.Fatalf("proposed %v for a follower behind the high watermark", isr)
 	}
 	must(t, l.Fetched(3, 80, 80, t0))
-	isr := l.Propose(t0, time.Minute, 80)
+	isr := l.Propose(t0, time.Minute, 80, nil)
 	if !slices.Equal(isr, []int32{1, 2, 3}) {
 		t.Fatalf("proposed %v, want [1 2 3]", isr)
 	}
@@ -118,7 +118,7 @@ func TestFollowerBelowTheEpochStartDoesNotJoin(t *testing.T) {
 	// the epoch start, so it cannot hold a divergent tail.
 	l := NewLeader(1, []int32{1, 2}, []int32{1}, 100, t0)
 	must(t, l.Fetched(2, 90, 100, t0))
-	if isr := l.Propose(t0, time.Minute, 90); isr != nil {
+	if isr := l.Propose(t0, time.Minute, 90, nil); isr != nil {
 		t.Fatalf("proposed %v for a follower below the epoch start", isr)
 	}
 }
@@ -136,5 +136,17 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIneligibleFollowerDoesNotJoin(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2}, []int32{1}, 0, t0)
+	must(t, l.Fetched(2, 50, 50, t0))
+	fenced := func(id int32) bool { return id != 2 }
+	if isr := l.Propose(t0, time.Minute, 50, fenced); isr != nil {
+		t.Fatalf("proposed %v with a fenced follower", isr)
+	}
+	if isr := l.Propose(t0, time.Minute, 50, nil); !slices.Equal(isr, []int32{1, 2}) {
+		t.Fatalf("proposed %v, want [1 2]", isr)
 	}
 }

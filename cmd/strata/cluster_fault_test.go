@@ -61,6 +61,10 @@ func startLoad(t *testing.T, c *cluster, topic string, partitions int32, produce
 			kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			kgo.ProducerLinger(5 * time.Millisecond),
+			// franz-go refreshes metadata at most every 5 s by default,
+			// which would be most of every stall measured here; Kafka's
+			// Java client refreshes after retry.backoff.ms (100 ms).
+			kgo.MetadataMinAge(250 * time.Millisecond),
 		}, opts...)...)
 		l.clients = append(l.clients, cl)
 		l.wg.Add(1)

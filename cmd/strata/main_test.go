@@ -110,8 +110,6 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"serve", "--listen", "9092"}, []string{"--listen", `"9092" is not host:port`}},
 		{[]string{"serve", "--voters", "1@127.0.0.1:9093,1@127.0.0.1:9094"}, []string{"--voters", "node 1 twice"}},
 		{[]string{"serve", "--voters", "1@127.0.0.1"}, []string{"--voters", `"127.0.0.1" is not host:port`}},
-		// localstack's cold tier is its own S3 bucket, never a directory.
-		{[]string{"localstack", "--bucket-dir", "/tmp/b", "--data-dir", "/nonexistent/x"}, []string{"--bucket-dir", "S3 bucket", "strata localstack --help"}},
 		// Cluster timings: each value parses, the pair does not fit.
 		{[]string{"serve", "--broker-heartbeat-interval", "3s"}, []string{"heartbeat interval 3s", "shorter than the session timeout 2s", "strata serve --help"}},
 		{[]string{"serve", "--default-replication-factor", "0"}, []string{"--default-replication-factor", `"0" is less than 1`}},

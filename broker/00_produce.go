@@ -20,9 +20,13 @@ import (
 // or not.
 //
 // acks=0 gets no response, and a failed partition closes the connection
-// (as in Kafka); acks=1 is answered once the leader appended;
-// acks=-1 once the high watermark covers the batch and the in-sync
-// replicas number at least min.insync.replicas. Errors are per partition.
+// (as in Kafka); acks=1 is answered once the leader appended; acks=-1 is
+// refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than
+// min.insync.replicas, and otherwise answered once the high watermark
+// covers the batch (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
+// below min.insync.replicas meanwhile, REQUEST_TIMED_OUT after the
+// request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved first).
+// Only the partition's leader takes produces. Errors are per partition.
 // Unknown topics are auto-created when auto.create.topics.enable is on.
 //
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
@@ -59,6 +63,14 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 		topLevel = fmt.Errorf("%w: transactions are not supported yet", kerr.TransactionalIDNotFound)
 	}
 
+	// acks=all partitions wait for their high watermark after every
+	// partition of the request is appended, all against one deadline.
+	type pending struct {
+		p      *partition
+		last   int64
+		ti, pi int // where its answer is in resp
+	}
+	var waits []pending
 	for i := range r.Topics {
 		rt := &r.Topics[i]
 		st := kmsg.NewProduceResponseTopic()
@@ -75,25 +87,46 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			sp.LogAppendTime = -1
 			sp.LogStartOffset = -1
 			err := topicErr
+			var p *partition
+			var last int64
 			if err == nil {
-				err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
+				p, last, err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
 			}
 			if err != nil {
-				// ErrorMessage is sent from v8 on; kmsg leaves it out before.
-				sp.ErrorCode, sp.ErrorMessage = b.answerError(kmsg.Produce, err)
-				if sp.ErrorCode == kerr.UnknownServerError.Code || sp.ErrorCode == kerr.KafkaStorageError.Code {
-					b.log.Error("produce", "topic", rt.Topic, "partition", rp.Partition, "err", err)
-				}
+				b.produceError(rt.Topic, rp.Partition, &sp, err)
 			}
 			st.Partitions = append(st.Partitions, sp)
+			if err == nil && r.Acks == -1 {
+				waits = append(waits, pending{p, last, len(resp.Topics), len(st.Partitions) - 1})
+			}
 		}
 		resp.Topics = append(resp.Topics, st)
+	}
+	deadline := time.Now().Add(time.Duration(max(r.TimeoutMillis, 0)) * time.Millisecond)
+	for _, w := range waits {
+		err := b.waitCommitted(w.p, w.last, deadline)
+		if err == nil && w.p.rep.isrSize() < w.p.settings.Load().minISR {
+			err = fmt.Errorf("%w: the ISR shrank below min.insync.replicas=%d", kerr.NotEnoughReplicasAfterAppend, w.p.settings.Load().minISR)
+		}
+		if err != nil {
+			sp := &resp.Topics[w.ti].Partitions[w.pi]
+			sp.BaseOffset = -1
+			b.produceError(w.p.topic, w.p.index, sp, err)
+		}
 	}
 	b.metrics.produceLatency.Observe(time.Since(start).Seconds())
 	if r.Acks == 0 {
 		return nil, acksZeroFailure(resp)
 	}
 	return resp, nil
+}
+
+func (b *Broker) produceError(topic string, partition int32, sp *kmsg.ProduceResponseTopicPartition, err error) {
+	// ErrorMessage is sent from v8 on; kmsg leaves it out before.
+	sp.ErrorCode, sp.ErrorMessage = b.answerError(kmsg.Produce, err)
+	if sp.ErrorCode == kerr.UnknownServerError.Code || sp.ErrorCode == kerr.KafkaStorageError.Code {
+		b.log.Error("produce", "topic", topic, "partition", partition, "err", err)
+	}
 }
 
 // acksZeroFailure names the partitions of an acks=0 produce that failed.
@@ -115,39 +148,38 @@ func acksZeroFailure(resp *kmsg.ProduceResponse) error {
 	return fmt.Errorf("%w: acks=0 produce failed (%s)", errCloseConn, strings.Join(failed, ", "))
 }
 
-// produceTo appends one partition's batches and fills in sp.
-func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) error {
-	p, err := b.hosted(topic, rp.Partition)
+// produceTo appends one partition's batches and fills in sp. It returns
+// the partition and the last offset appended, for an acks=all wait.
+func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) (*partition, int64, error) {
+	p, err := b.led(topic, rp.Partition)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	if err := checkBatchKinds(rp.Records); err != nil {
-		return err
+		return nil, 0, err
 	}
 	settings := p.settings.Load()
 	if settings.internal {
-		return fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+		return nil, 0, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
-		return errDiskFull
+		return nil, 0, errDiskFull
 	}
 	if acks == -1 {
-		// One replica is in sync: this one. Replication will make the ISR
-		// size real; the check is already where it belongs.
-		if minISR := settings.minISR; minISR > 1 {
-			return fmt.Errorf("%w: min.insync.replicas=%d but the ISR has 1 replica", kerr.NotEnoughReplicas, minISR)
+		if isr := p.rep.isrSize(); isr < settings.minISR {
+			return nil, 0, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
 		}
 	}
 	info, err := p.append(rp.Records)
 	if err != nil {
-		return fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
+		return nil, 0, fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
 	}
 	sp.BaseOffset = info.BaseOffset
 	sp.LogStartOffset = info.LogStartOffset
 	if !info.Duplicate {
 		b.metrics.recordsIn.Add(float64(info.Records))
 	}
-	return nil
+	return p, info.LastOffset, nil
 }
 
 // checkBatchKinds refuses batches a client may not write here: control

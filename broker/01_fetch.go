@@ -29,10 +29,21 @@ import (
 // (KIP-320); v11 rack-aware preferred replica (KIP-392); v12 flexible; v13
 // topic ids; v15 ReplicaState (KIP-903); v16-17 no change for consumers.
 //
+// Followers fetch too (ReplicaID, or ReplicaState from v15): only the
+// leader answers them, only for a replica of the partition, with the
+// records up to its log end rather than the high watermark; the fetch
+// offset is the follower's log end as far as the leader is concerned
+// (docs/replication.md). From v12 a follower names the epoch of its last
+// batch (LastFetchedEpoch) and the leader answers a log that diverges from
+// its own with DivergingEpoch, where the follower truncates. A follower
+// below the leader's local log start (older data is in the bucket) gets
+// OFFSET_MOVED_TO_TIERED_STORAGE and the local start, and starts there.
+//
 // Not done: fetch sessions are declined (SessionID 0 in every response, a
 // choice the protocol allows: clients then send full fetches); there are
 // no transactions yet, so read_committed sees the high watermark as the
-// last stable offset and no aborted transactions; no follower fetching yet.
+// last stable offset and no aborted transactions; consumers fetch from
+// the leader only (no KIP-392 follower fetching).
 func init() { register(kmsg.Fetch, 4, 17, (*Broker).handleFetch) }
 
 // fetchPart is one requested partition's place in the response.
@@ -41,7 +52,8 @@ type fetchPart struct {
 	offset    int64
 	maxBytes  int
 	resp      *kmsg.FetchResponseTopicPartition
-	start     int // span of the partition's bytes in conn.scratch
+	replica   bool // a follower's fetch: up to the log end, local only
+	start     int  // span of the partition's bytes in conn.scratch
 	end       int
 	errorDone bool // answered with an error; do not read again
 }
@@ -60,6 +72,10 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 
+	replicaID := r.ReplicaID
+	if r.Version >= 15 {
+		replicaID = r.ReplicaState.ID
+	}
 	st := b.meta.State()
 	// One allocation for every partition's state, not one each.
 	n := 0
@@ -96,14 +112,17 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
 			fp := &all[len(parts)]
-			*fp = fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp}
+			*fp = fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp, replica: replicaID >= 0}
 			parts = append(parts, fp)
 			err := topicErr
 			if err == nil {
-				fp.p, err = b.hosted(name, rp.Partition)
+				fp.p, err = b.led(name, rp.Partition)
 			}
 			if err == nil {
 				err = checkLeaderEpoch(fp.p, rp.CurrentLeaderEpoch)
+			}
+			if err == nil && fp.replica {
+				err = b.followerFetch(fp, replicaID, rp)
 			}
 			if err != nil {
 				fp.setError(err)
@@ -157,6 +176,35 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
+// followerFetch checks a follower's fetch and records its position: the
+// fetch offset is the follower's log end. A log that diverges from the
+// leader's (its last epoch ends earlier here) gets DivergingEpoch and no
+// records; an offset outside the leader's local log gets the error with
+// the leader's local start and high watermark, which the follower needs to
+// know where to go.
+func (b *Broker) followerFetch(fp *fetchPart, id int32, rp *kmsg.FetchRequestTopicPartition) error {
+	p := fp.p
+	if rp.LastFetchedEpoch >= 0 {
+		end, epoch := p.log.EndOffsetForEpoch(rp.LastFetchedEpoch)
+		if end >= 0 && (end < rp.FetchOffset || epoch < rp.LastFetchedEpoch) {
+			fp.resp.DivergingEpoch.Epoch, fp.resp.DivergingEpoch.EndOffset = epoch, end
+			fp.resp.HighWatermark = p.highWatermark()
+			fp.resp.LogStartOffset = p.log.StartOffset()
+			fp.errorDone = true // answered: nothing to read
+			return nil
+		}
+	}
+	if start, end := p.log.StartOffset(), p.log.EndOffset(); rp.FetchOffset < start || rp.FetchOffset > end {
+		fp.resp.HighWatermark = p.highWatermark()
+		fp.resp.LogStartOffset = start
+		if rp.FetchOffset < start && b.remoteEnabled(p) {
+			return kerr.OffsetMovedToTieredStorage
+		}
+		return kerr.OffsetOutOfRange
+	}
+	return b.replicaFetched(p, id, rp.FetchOffset)
+}
+
 func (fp *fetchPart) setError(err error) {
 	fp.resp.ErrorCode = errorCode(err)
 	fp.errorDone = true
@@ -205,6 +253,30 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		fp.start, fp.end = len(buf), len(buf)
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && !first {
+			continue
+		}
+		if fp.replica {
+			// A follower copies the local log up to its end; older data
+			// is in the bucket, where followers do not go.
+			fp.resp.LogStartOffset = p.log.StartOffset()
+			n := len(buf)
+			var err error
+			buf, err = p.log.Read(buf, fp.offset, p.log.EndOffset(), max(budget, 1))
+			if err != nil && len(buf) == n {
+				fp.setError(err)
+				anyErr = true
+				continue
+			}
+			got := buf[n:]
+			if !first && len(got) > budget {
+				got = got[:wholeBatches(got, budget)]
+				buf = buf[:n+len(got)]
+			}
+			fp.end = len(buf)
+			total += len(got)
+			if len(got) > 0 {
+				first = false
+			}
 			continue
 		}
 		if fp.offset == hw {

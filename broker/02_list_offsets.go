@@ -69,7 +69,7 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 }
 
 func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, sp *kmsg.ListOffsetsResponseTopicPartition) error {
-	p, err := b.hosted(topic, rp.Partition)
+	p, err := b.led(topic, rp.Partition)
 	if err != nil {
 		return err
 	}

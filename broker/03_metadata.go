@@ -14,7 +14,9 @@ import (
 // Metadata: v0-12
 //
 // Brokers, the controller, and topics with their partitions, leaders,
-// leader epochs, replicas and ISRs, read from the Raft metadata state.
+// leader epochs, replicas, ISRs and offline replicas, read from the Raft
+// metadata state. Only live (unfenced) brokers are listed; a partition
+// without a leader is LEADER_NOT_AVAILABLE.
 // Topics are requested by name or, from v10, by id (KIP-516); a null list
 // means every topic (v1+). Unknown topics are auto-created when both the
 // broker (auto.create.topics.enable) and, from v4, the request allow it.
@@ -33,6 +35,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 
 	st := b.meta.State()
 	for _, br := range sortedBrokers(st) {
+		if !st.Alive(br.ID) {
+			continue // fenced brokers are not offered to clients, as in KRaft
+		}
 		mb := kmsg.NewMetadataResponseBroker()
 		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, mb)
@@ -54,6 +59,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			mp.LeaderEpoch = p.LeaderEpoch
 			mp.Replicas = p.Replicas
 			mp.ISR = p.ISR
+			mp.OfflineReplicas = st.OfflineReplicas(p)
 			if p.Leader < 0 {
 				mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			}

@@ -19,9 +19,10 @@ import (
 // Version notes: v4 broker defaults for -1; v5 flexible, and configs in
 // the response (KIP-525); v7 topic id in the response (KIP-516).
 //
-// Not done: explicit replica assignments other than onto registered
-// brokers in order (they decide the partition count and replication
-// factor; placement is the controller's).
+// An explicit replica assignment places each partition on the listed
+// registered brokers, the first its preferred leader; the lists must be
+// equally long and number the partitions 0 to n-1. Without one the
+// controller places replicas on alive brokers (docs/replication.md).
 func init() { register(kmsg.CreateTopics, 2, 7, (*Broker).handleCreateTopics) }
 
 func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
@@ -73,6 +74,13 @@ func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTo
 		}
 		c.partitions = int32(len(rt.ReplicaAssignment))
 		c.replicationFactor = int16(len(rt.ReplicaAssignment[0].Replicas))
+		c.assignment = make([][]int32, c.partitions)
+		for _, a := range rt.ReplicaAssignment {
+			if a.Partition < 0 || a.Partition >= c.partitions || c.assignment[a.Partition] != nil {
+				return fmt.Errorf("%w: partitions must be numbered 0 to %d, each once", kerr.InvalidReplicaAssignment, c.partitions-1)
+			}
+			c.assignment[a.Partition] = a.Replicas
+		}
 	}
 	for _, kv := range rt.Configs {
 		if kv.Value == nil {

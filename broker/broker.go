@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/broker/replica"
 	"strata/internal/build"
 	"strata/meta"
 	"strata/tier"
@@ -45,6 +46,13 @@ type Broker struct {
 	wg     sync.WaitGroup
 
 	pids producerIDs
+
+	// cluster is this broker's registration with the controller
+	// (cluster.go); peers are its clients to other brokers; replicas
+	// runs the fetchers of the partitions it follows (replication.go).
+	cluster  clusterState
+	peers    peers
+	replicas *replica.Manager
 
 	// reqMem bounds the request bytes held across connections (server.go).
 	reqMem requestMemory
@@ -115,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		unlock:  unlock,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.cluster = newClusterState()
 	started := false
 	defer func() {
 		if !started {
@@ -134,6 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		reg, gath = r, r
 	}
 	b.metrics = newMetrics(reg)
+	b.metrics.reg.MustRegister(replicationCollector{b})
 
 	// HTTP first: probes get an answer (/readyz 503) for as long as the
 	// rest of start-up takes.
@@ -174,6 +184,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		Voters:    cfg.Voters,
 		Bootstrap: true,
 		Logger:    b.log.With("component", "meta"),
+
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceInterval: cfg.LeaderRebalanceInterval,
 	})
 	if err != nil {
 		b.closeListeners()
@@ -184,20 +197,14 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	b.meta = m
-	b.pids.store = m
 
-	_, err = m.RegisterBroker(ctx, meta.Registration{ID: cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: cfg.Rack, Incarnation: meta.NewIncarnation()})
-	if len(cfg.Voters) > 0 && errors.Is(err, meta.ErrNotController) {
-		// Registering through the controller is not built yet: a node
-		// that is not the controller serves the metadata it applies, and
-		// leads no partition.
-		b.log.Info("not the controller: broker not registered (registration with the controller is not built yet)",
-			"node", cfg.NodeID, "controller", m.ControllerID())
-		err = nil
-	}
-	if err != nil {
+	b.pids.store = controllerIDs{b}
+	b.replicas = replica.NewManager(b.ctx, cfg.NodeID, func(leader int32) replica.Client { return peerClient{b, leader} },
+		b.cluster.brokerEpoch, b.log.With("component", "replica"))
+
+	if err := b.register(ctx); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("register broker: %w", err)
+		return nil, err
 	}
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
@@ -213,11 +220,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.removeStaleDirs(); err != nil {
 		b.log.Warn("remove logs of deleted topics", "err", err)
 	}
-	if err := b.startGroupsInQuorum(ctx); err != nil {
+	if err := b.startGroups(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}
 	b.goFunc(func() { b.reconcileLoop(changed) })
+	b.goFunc(b.heartbeatLoop)
+	b.goFunc(b.isrLoop)
 	b.goFunc(b.maintenanceLoop)
 	if b.tier != nil {
 		b.goFunc(b.tierLoop)
@@ -232,30 +241,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		"partitions", len(b.partitionList()), "took", time.Since(begun).Round(time.Millisecond),
 		"version", in.Version, "revision", in.ShortRevision())
 	return b, nil
-}
-
-// startGroupsInQuorum is startGroups for a node that may not be the
-// controller: only the controller can create __consumer_offsets, so the
-// others wait until its creation reaches them, or until they become the
-// controller themselves (retrying covers that, since a change of leader
-// applies nothing that Changed would report).
-func (b *Broker) startGroupsInQuorum(ctx context.Context) error {
-	for {
-		changed := b.meta.Changed()
-		err := b.startGroups(ctx)
-		if len(b.cfg.Voters) == 0 || !errors.Is(err, meta.ErrNotController) {
-			return err
-		}
-		retry := time.NewTimer(500 * time.Millisecond)
-		select {
-		case <-changed:
-		case <-retry.C:
-		case <-ctx.Done():
-			retry.Stop()
-			return fmt.Errorf("waiting for the controller to create %s: %w", offsetsTopic, context.Cause(ctx))
-		}
-		retry.Stop()
-	}
 }
 
 func (b *Broker) setAdvertised() error {
@@ -332,6 +317,10 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Unlock()
 		b.wg.Wait()
+		if b.replicas != nil {
+			b.replicas.Close() // before the logs its fetchers write to close
+		}
+		b.peers.close()
 		if b.tier != nil {
 			b.tier.Close()
 		}

@@ -100,6 +100,10 @@ type Config struct {
 	// caught up with the leader's log end for this long leaves the ISR.
 	// Zero means DefaultReplicaLagTimeMax.
 	ReplicaLagTimeMax time.Duration
+	// LeaderRebalanceInterval is how often the controller gives leadership
+	// back to preferred replicas that are in sync again
+	// (leader.imbalance.check.interval). Zero means meta's default.
+	LeaderRebalanceInterval time.Duration
 
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
@@ -235,8 +239,8 @@ func (c Config) Validate() error {
 	if c.DefaultReplicationFactor < 1 {
 		return fmt.Errorf("default replication factor %d: must be at least 1", c.DefaultReplicationFactor)
 	}
-	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 || c.ReplicaLagTimeMax < 0 {
-		return errors.New("session timeout, heartbeat interval and replica lag time must not be negative")
+	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 || c.ReplicaLagTimeMax < 0 || c.LeaderRebalanceInterval < 0 {
+		return errors.New("session timeout, heartbeat interval, replica lag time and leader rebalance interval must not be negative")
 	}
 	if c.HeartbeatInterval >= c.SessionTimeout {
 		return fmt.Errorf("heartbeat interval %s: must be shorter than the session timeout %s", c.HeartbeatInterval, c.SessionTimeout)

@@ -48,8 +48,25 @@ var errorMap = []struct {
 	{meta.ErrInvalidPartitions, kerr.InvalidPartitions},
 	{meta.ErrInvalidReplicationFactor, kerr.InvalidReplicationFactor},
 	{meta.ErrNotController, kerr.NotController},
+	{meta.ErrDuplicateBroker, kerr.DuplicateBrokerRegistration},
+	{meta.ErrStaleBrokerEpoch, kerr.StaleBrokerEpoch},
+	{meta.ErrFencedLeaderEpoch, kerr.FencedLeaderEpoch},
+	{meta.ErrInvalidUpdateVersion, kerr.InvalidUpdateVersion},
+	{meta.ErrIneligibleReplica, kerr.IneligibleReplica},
+	{meta.ErrUnknownTopicOrPartition, kerr.UnknownTopicOrPartition},
+	{meta.ErrElectionNotNeeded, kerr.ElectionNotNeeded},
+	{meta.ErrPreferredLeaderNotAvailable, kerr.PreferredLeaderNotAvailable},
+	{errStaleBroker, kerr.StaleBrokerEpoch},
+	{errNotLeader, kerr.NotLeaderForPartition},
 	{errClosed, kerr.NotLeaderForPartition},
 }
+
+// errStaleBroker refuses an inter-broker request from a broker
+// incarnation the controller no longer knows.
+var errStaleBroker = errors.New("broker epoch is not the registered one")
+
+// errNotLeader refuses a request that only the partition's leader serves.
+var errNotLeader = errors.New("this broker does not lead the partition")
 
 // answerError is what a response carries for err, its code and message,
 // and counts the code against api.

@@ -27,38 +27,35 @@ var offsetsTopicConfigs = map[string]string{
 	"segment.bytes":  "104857600",
 }
 
-// startGroups creates __consumer_offsets if it is missing, starts the group
-// coordinator, loads the offsets partitions this node leads and keeps that
-// set in step with the metadata.
+// startGroups starts the group coordinator, loads the offsets partitions
+// this node leads and keeps that set in step with the metadata. A single
+// node creates __consumer_offsets first if it is missing; in a cluster the
+// controller creates it in the background once enough brokers have
+// registered to replicate it (offsetsTopicLoop), and the coordinator
+// answers COORDINATOR_NOT_AVAILABLE until then.
 func (b *Broker) startGroups(ctx context.Context) error {
 	t, ok := b.topicByName(offsetsTopic)
-	if !ok {
-		created, err := b.meta.CreateTopic(ctx, meta.TopicSpec{
-			Name:              offsetsTopic,
-			Partitions:        b.cfg.OffsetsPartitions,
-			ReplicationFactor: 1,
-			Configs:           maps.Clone(offsetsTopicConfigs),
-			Internal:          true,
-		})
-		if err != nil && !errors.Is(err, meta.ErrTopicExists) {
-			return fmt.Errorf("create %s: %w", offsetsTopic, err)
-		}
-		if err := b.reconcile(); err != nil {
+	partitions := b.cfg.OffsetsPartitions
+	switch {
+	case ok:
+		// The existing topic's partition count wins over the setting, as
+		// in Kafka: changing it would move every group.
+		partitions = int32(len(t.Partitions))
+	case !b.clustered():
+		t, err := b.createOffsetsTopic(ctx, 1)
+		if err != nil {
 			return err
 		}
-		if t, ok = b.topicByName(offsetsTopic); !ok {
-			t = &created
-		}
-		b.log.Info("created offsets topic", "partitions", len(t.Partitions))
+		partitions = int32(len(t.Partitions))
+	default:
+		b.goFunc(b.offsetsTopicLoop)
 	}
 	delay := b.cfg.GroupInitialRebalanceDelay
 	if delay < 0 {
 		delay = 0
 	}
 	c, err := group.New(group.Config{
-		// The existing topic's partition count wins over the setting, as
-		// in Kafka: changing it would move every group.
-		Partitions:            int32(len(t.Partitions)),
+		Partitions:            partitions,
 		Log:                   offsetsLog{b},
 		Logger:                b.log.With("component", "groups"),
 		MinSessionTimeout:     b.cfg.GroupMinSessionTimeout,
@@ -78,6 +75,70 @@ func (b *Broker) startGroups(ctx context.Context) error {
 	b.syncCoordinator(ctx)
 	b.goFunc(b.groupsLoop)
 	return nil
+}
+
+// offsetsReplicationFactor is Kafka's offsets.topic.replication.factor.
+const offsetsReplicationFactor = 3
+
+func (b *Broker) createOffsetsTopic(ctx context.Context, rf int16) (*meta.Topic, error) {
+	created, err := b.meta.CreateTopic(ctx, meta.TopicSpec{
+		Name:              offsetsTopic,
+		Partitions:        b.cfg.OffsetsPartitions,
+		ReplicationFactor: rf,
+		Configs:           maps.Clone(offsetsTopicConfigs),
+		Internal:          true,
+	})
+	if err != nil && !errors.Is(err, meta.ErrTopicExists) {
+		return nil, fmt.Errorf("create %s: %w", offsetsTopic, err)
+	}
+	if err := b.reconcile(); err != nil {
+		return nil, err
+	}
+	t, ok := b.topicByName(offsetsTopic)
+	if !ok {
+		t = &created
+	}
+	b.log.Info("created offsets topic", "partitions", len(t.Partitions), "replication_factor", rf)
+	return t, nil
+}
+
+// offsetsTopicLoop creates __consumer_offsets in a cluster, on whichever
+// node is the controller, once as many brokers as the topic's replication
+// factor wants (3, or the voters when fewer) are alive, or after a minute
+// with the brokers there are: a cluster that never grows still gets its
+// groups.
+func (b *Broker) offsetsTopicLoop() {
+	begun := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, ok := b.topicByName(offsetsTopic); ok {
+			return
+		}
+		if b.meta.IsLeader() {
+			st := b.meta.State()
+			alive := 0
+			for id := range st.Brokers {
+				if st.Alive(id) {
+					alive++
+				}
+			}
+			want := min(offsetsReplicationFactor, max(len(b.cfg.Voters), 1))
+			if alive >= want || (alive > 0 && time.Since(begun) > time.Minute) {
+				ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+				_, err := b.createOffsetsTopic(ctx, int16(min(alive, offsetsReplicationFactor)))
+				cancel()
+				if err != nil && b.ctx.Err() == nil {
+					b.log.Warn("create offsets topic", "err", err)
+				}
+			}
+		}
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // syncCoordinator loads the offsets partitions this node leads and unloads
@@ -143,6 +204,9 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 	p.addWaiter(w)
 	defer p.removeWaiter(w)
 	for p.highWatermark() <= info.LastOffset {
+		if !p.leading.Load() {
+			return 0, fmt.Errorf("%s-%d: %w: leadership moved before the ISR had the commit", offsetsTopic, partition, group.ErrNotLeader)
+		}
 		select {
 		case <-w:
 		case <-ctx.Done():
@@ -159,8 +223,11 @@ func (l offsetsLog) Read(dst []byte, partition int32, offset int64) ([]byte, err
 	if p == nil {
 		return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
 	}
+	// To the log end, not the high watermark, as Kafka's loader does: a
+	// new leader's high watermark may trail commits that are already in
+	// its log, and that it will commit once its followers fetch them.
 	offset = max(offset, p.log.StartOffset())
-	return p.log.Read(dst, offset, p.highWatermark(), 1<<20)
+	return p.log.Read(dst, offset, p.log.EndOffset(), 1<<20)
 }
 
 // clientHost is what DescribeGroups shows as a member's host, in Kafka's

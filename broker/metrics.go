@@ -43,6 +43,10 @@ type metrics struct {
 	tierOrphansDeleted prometheus.Counter
 	uploadLag          *prometheus.GaugeVec // topic, partition
 
+	leaderElections prometheus.Counter
+	isrShrinks      prometheus.Counter
+	isrExpands      prometheus.Counter
+
 	// perAPI holds each API's requests and requestLatency series, looked
 	// up on first use: WithLabelValues hashes and locks on every call, too
 	// much for every request.
@@ -109,6 +113,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		uploadLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
 		}, []string{"topic", "partition"}),
+		leaderElections: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_leader_elections_total", Help: "Times this broker became the leader of a partition.",
+		}),
+		isrShrinks: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_isr_shrinks_total", Help: "ISR shrinks of partitions this broker leads, as the controller committed them.",
+		}),
+		isrExpands: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_isr_expands_total", Help: "ISR expansions of partitions this broker leads, as the controller committed them.",
+		}),
 	}
 }
 

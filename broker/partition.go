@@ -13,9 +13,9 @@ import (
 // watermark that bounds what consumers may read.
 //
 // The log end offset (LEO) belongs to the log; the high watermark belongs
-// here. On a single node the in-sync replica set is this node alone, so the
-// high watermark follows the LEO right after each append, but the two are
-// kept apart so that follower fetch offsets slot in without a rewrite.
+// here. On the leader the high watermark is the smallest LEO of the ISR
+// (with the ISR this node alone, the LEO right after each append); on a
+// follower it is what the leader last said, capped by the local LEO.
 type partition struct {
 	topic   string
 	topicID [16]byte
@@ -35,6 +35,11 @@ type partition struct {
 	settings atomic.Pointer[partitionSettings]
 
 	hw atomic.Int64
+	// leading is set while this node leads the partition: only then does
+	// it take appends and serve consumers. It changes under appendMu.
+	leading atomic.Bool
+	// rep is the partition's replication state (broker/replication.go).
+	rep replication
 	// remoteStart and remoteEnd bound what the bucket holds, [start, end);
 	// both -1 while nothing is uploaded.
 	remoteStart, remoteEnd atomic.Int64
@@ -71,9 +76,11 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 	p.leaderEpoch.Store(epoch)
 	p.remoteStart.Store(-1)
 	p.remoteEnd.Store(-1)
-	// Everything recovered from disk was acknowledged by this node alone, so
-	// it is all committed.
-	p.hw.Store(log.EndOffset())
+	// Until the partition's role is set (setRole), nothing is known to be
+	// committed beyond the log start; a leader's high watermark then moves
+	// up as its ISR shows what it holds.
+	p.hw.Store(log.StartOffset())
+	p.rep.leader = -1
 	return p
 }
 
@@ -88,12 +95,17 @@ func (p *partition) append(records []byte) (segment.AppendInfo, error) {
 	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
+	if !p.leading.Load() {
+		return segment.AppendInfo{}, errNotLeader
+	}
 	info, err := p.log.AppendPrepared(batches, p.leaderEpoch.Load())
 	if err == nil && !info.Duplicate {
 		// Under appendMu, so concurrent appends set the gauge in order. A
 		// duplicate appended nothing: the high watermark already covers it.
 		p.logEnd.Set(float64(info.LastOffset + 1))
 		p.advanceHighWatermark()
+		// Followers long-polling for new data hear of it.
+		p.wake()
 	}
 	return info, err
 }
@@ -102,10 +114,11 @@ func (p *partition) append(records []byte) (segment.AppendInfo, error) {
 // visible to consumers.
 func (p *partition) highWatermark() int64 { return p.hw.Load() }
 
-// advanceHighWatermark moves the high watermark to the smallest log end
-// offset in the ISR. With a single replica that is the local LEO.
+// advanceHighWatermark moves the high watermark of a partition this node
+// leads to the smallest log end offset in the ISR (with a single replica,
+// the local LEO). It never moves it back.
 func (p *partition) advanceHighWatermark() {
-	leo := p.log.EndOffset()
+	leo := p.rep.highWatermark(p.log.EndOffset())
 	for {
 		cur := p.hw.Load()
 		if leo <= cur {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"strata/broker/replica"
 	"strata/meta"
 	"strata/segment"
 )
@@ -47,10 +48,13 @@ func parsePartitionDir(name string) (topic string, id [16]byte, index int32, ok 
 }
 
 type wantedPartition struct {
-	id       [16]byte
-	epoch    int32
-	configs  map[string]string
-	internal bool
+	id             [16]byte
+	epoch          int32
+	leader         int32
+	replicas, isr  []int32
+	partitionEpoch int32
+	configs        map[string]string
+	internal       bool
 }
 
 // reconcileLoop re-runs reconcile whenever the metadata changes. changed
@@ -107,6 +111,10 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 	b.mu.Unlock()
 	var errs []error
 	for _, p := range drop {
+		b.replicas.Unfollow(replica.Key{Topic: p.topic, Index: p.index})
+		p.appendMu.Lock()
+		p.leading.Store(false)
+		p.appendMu.Unlock()
 		p.wake()
 		// No upload may run on a log being deleted, nor put objects in
 		// the bucket once its deletion has begun.
@@ -135,7 +143,7 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 				p.log.SetConfig(s.log)
 				p.settings.Store(s)
 			}
-			p.leaderEpoch.Store(w.epoch)
+			b.setRole(p, w)
 			continue
 		}
 		s := b.settingsFor(w.configs, w.internal)
@@ -155,6 +163,7 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 		}
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
+		b.setRole(p, w)
 		opened = append(opened, p)
 	}
 	// Served at once: a tiered partition answers what needs its
@@ -175,7 +184,10 @@ func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
 	for _, t := range st.Topics {
 		for _, p := range t.Partitions {
 			if slices.Contains(p.Replicas, b.cfg.NodeID) {
-				want[tp{t.Name, p.Index}] = wantedPartition{id: t.ID, epoch: p.LeaderEpoch, configs: t.Configs, internal: t.Internal}
+				want[tp{t.Name, p.Index}] = wantedPartition{
+					id: t.ID, epoch: p.LeaderEpoch, leader: p.Leader, replicas: p.Replicas, isr: p.ISR,
+					partitionEpoch: p.PartitionEpoch, configs: t.Configs, internal: t.Internal,
+				}
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/meta"
 )
 
 // acceptLoop accepts Kafka connections until Close.
@@ -499,5 +501,37 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 		}
 		b.metrics.observeRequest(key, time.Since(start))
 	}()
+	if forwarded[key] && b.clustered() && !b.meta.IsLeader() {
+		if resp, err := b.forward(req); !errors.Is(err, meta.ErrNotController) {
+			return resp, err
+		}
+		// This node became the controller meanwhile: it answers.
+	}
 	return a.handle(b, req)
+}
+
+// forwarded are the requests that change the metadata and that clients
+// may send to any broker: a broker that is not the controller passes them
+// on to it and relays its answer (KIP-590). The requests clients send to
+// the controller themselves (CreateTopics, DeleteTopics, ...) are answered
+// with NOT_CONTROLLER elsewhere, as Kafka did before KIP-590, and the
+// client retries on the controller.
+var forwarded = map[int16]bool{
+	int16(kmsg.AlterConfigs):            true,
+	int16(kmsg.IncrementalAlterConfigs): true,
+}
+
+// forward sends req to the controller and returns its answer, in the
+// version the client asked for.
+func (b *Broker) forward(req *request) (kmsg.Response, error) {
+	version := req.kreq.GetVersion()
+	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
+	defer cancel()
+	resp, err := b.controllerRequest(ctx, req.kreq)
+	req.kreq.SetVersion(version)
+	if err != nil {
+		return nil, err
+	}
+	resp.SetVersion(version)
+	return resp, nil
 }

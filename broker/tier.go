@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -120,6 +121,10 @@ type partitionTier struct {
 	// Keeping it lets a pass with nothing to upload skip the tier, and a
 	// pass after a failure ask the tier again.
 	manifest *format.Root
+	// stale is set when the partition's leadership changes: another
+	// broker may have published manifests since, so the next pass reads
+	// the bucket's.
+	stale atomic.Bool
 }
 
 // stopTier stops p's uploads and returns once none is under way, so that
@@ -183,7 +188,14 @@ func (b *Broker) tierLoop() {
 func (b *Broker) uploadPass() {
 	var local int64
 	for _, p := range b.partitionList() {
-		if b.remoteEnabled(p) {
+		if b.remoteEnabled(p) && !p.leading.Load() {
+			// Only the leader uploads; a follower follows the bucket's
+			// manifest, so that its local retention deletes only what is
+			// safely there.
+			if err := b.followRemote(p); err != nil && p.tier.ctx.Err() == nil {
+				b.log.Debug("tier: follower manifest refresh", "topic", p.topic, "partition", p.index, "err", err)
+			}
+		} else if b.remoteEnabled(p) {
 			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
@@ -215,6 +227,14 @@ func (b *Broker) uploadPartition(p *partition) error {
 	tp := p.bucketName()
 	m := p.tier.manifest
 	p.tier.manifest = nil // until this pass succeeds
+	if p.tier.stale.Swap(false) {
+		m = nil
+		var err error
+		if m, err = b.tier.Refresh(ctx, tp); err != nil {
+			p.tier.stale.Store(true)
+			return err
+		}
+	}
 	if m == nil {
 		var err error
 		if m, err = b.tier.Manifest(ctx, tp); err != nil {
@@ -257,6 +277,29 @@ func (b *Broker) uploadPartition(p *partition) error {
 		return err
 	}
 	p.tier.manifest = m
+	if err := p.log.Maintain(); err != nil {
+		return fmt.Errorf("local retention: %w", err)
+	}
+	return nil
+}
+
+// followRemote is a follower's upload pass: it reads the manifest its
+// leader publishes and applies local retention below it.
+func (b *Broker) followRemote(p *partition) error {
+	p.tier.mu.Lock()
+	defer p.tier.mu.Unlock()
+	if p.tier.ctx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(p.tier.ctx, time.Minute)
+	defer cancel()
+	m, err := b.tier.Refresh(ctx, p.bucketName())
+	if err != nil {
+		return err
+	}
+	p.tier.manifest = m
+	p.tier.stale.Store(true) // should it lead next, it reads the bucket again
+	p.setRemote(m)
 	if err := p.log.Maintain(); err != nil {
 		return fmt.Errorf("local retention: %w", err)
 	}

@@ -2,12 +2,14 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/meta"
 )
@@ -58,6 +60,8 @@ type topicCreate struct {
 	replicationFactor int16 // -1: broker default
 	configs           map[string]string
 	validateOnly      bool
+	// assignment, when set, places each partition on the listed brokers.
+	assignment [][]int32
 }
 
 // createTopic validates and, unless validateOnly, creates a topic through
@@ -75,11 +79,17 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 		return nil, fmt.Errorf("%w: partition count %d must be at least 1", kerr.InvalidPartitions, c.partitions)
 	}
 	if c.replicationFactor == -1 {
-		c.replicationFactor = 1
+		c.replicationFactor = b.cfg.DefaultReplicationFactor
 	}
-	brokers := int16(len(b.meta.State().Brokers))
-	if c.replicationFactor < 1 || c.replicationFactor > brokers {
-		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are registered", kerr.InvalidReplicationFactor, c.replicationFactor, brokers)
+	st := b.meta.State()
+	var brokers int16
+	for id := range st.Brokers {
+		if st.Alive(id) {
+			brokers++
+		}
+	}
+	if c.assignment == nil && (c.replicationFactor < 1 || c.replicationFactor > brokers) {
+		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are alive", kerr.InvalidReplicationFactor, c.replicationFactor, brokers)
 	}
 	for k, v := range c.configs {
 		if err := validateTopicConfig(k, v); err != nil {
@@ -102,7 +112,11 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 		Partitions:        c.partitions,
 		ReplicationFactor: c.replicationFactor,
 		Configs:           maps.Clone(c.configs),
+		Assignment:        c.assignment,
 	})
+	if errors.Is(err, meta.ErrNotController) && b.clustered() {
+		t, err = b.createAtController(ctx, c)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create topic %q: %w", c.name, err)
 	}
@@ -111,6 +125,52 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 	}
 	b.log.Info("topic created", "topic", c.name, "partitions", c.partitions)
 	return &t, nil
+}
+
+// createAtController creates a topic through the controller, for the
+// topics a broker that is not the controller creates itself (auto-created
+// ones), and returns it once this node's metadata has it.
+func (b *Broker) createAtController(ctx context.Context, c *topicCreate) (meta.Topic, error) {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = c.name, c.partitions, c.replicationFactor
+	for i, replicas := range c.assignment {
+		ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+		ra.Partition, ra.Replicas = int32(i), replicas
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	}
+	if c.assignment != nil {
+		rt.NumPartitions, rt.ReplicationFactor = -1, -1
+	}
+	for k, v := range c.configs {
+		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+		cfg.Name, cfg.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, cfg)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(controlTimeout / time.Millisecond)
+	kresp, err := b.controllerRequest(ctx, req)
+	if err != nil {
+		return meta.Topic{}, err
+	}
+	resp := kresp.(*kmsg.CreateTopicsResponse)
+	if len(resp.Topics) != 1 {
+		return meta.Topic{}, fmt.Errorf("controller answered for %d topics", len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return meta.Topic{}, err
+	}
+	for {
+		changed := b.meta.Changed()
+		if t, ok := b.topicByName(c.name); ok {
+			return *t, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return meta.Topic{}, fmt.Errorf("waiting for the new topic's metadata: %w", ctx.Err())
+		}
+	}
 }
 
 // autoCreate returns the topic name, first creating it with the broker

@@ -29,12 +29,26 @@ const (
 	kindAllocateProducerIDs             // allocateProducerIDsCmd
 	kindFenceBroker                     // brokerEpochCmd
 	kindUnfenceBroker                   // brokerEpochCmd
+	kindAlterPartition                  // alterPartitionCmd
+	kindControlledShutdown              // brokerEpochCmd
+	kindElectLeaders                    // electLeadersCmd
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
 // ShuttingDown are decided by Apply, not taken from the proposer.
 type registerBrokerCmd struct {
 	Broker Broker
+}
+
+// alterPartitionCmd is an AlterPartitionRequest, checked in Apply.
+type alterPartitionCmd AlterPartitionRequest
+
+// electLeadersCmd asks for elections in the listed partitions, or in all
+// of them.
+type electLeadersCmd struct {
+	Unclean    bool
+	All        bool
+	Partitions []TopicPartition
 }
 
 // brokerEpochCmd names one incarnation of a broker: a decision the
@@ -51,6 +65,9 @@ type createTopicCmd struct {
 	Partitions        int32
 	ReplicationFactor int16
 	Configs           map[string]string
+	// Assignment, when set, places partition i on Assignment[i] (the
+	// first replica the preferred leader) instead of assign's spread.
+	Assignment [][]int32 `json:",omitempty"`
 }
 
 type deleteTopicCmd struct {
@@ -94,6 +111,10 @@ type result struct {
 	topic   *Topic // the created or deleted topic, if any
 	firstID int64  // the first producer id allocated
 	epoch   int64  // the broker epoch a registration admitted
+	// partition is the partition an AlterPartition left.
+	partition Partition
+	// elected is ElectLeaders' outcome per partition.
+	elected map[TopicPartition]error
 	err     error
 }
 
@@ -113,6 +134,9 @@ var applyTable = [...]applyFunc{
 	kindAllocateProducerIDs: applyAllocateProducerIDs,
 	kindFenceBroker:         applyFenceBroker,
 	kindUnfenceBroker:       applyUnfenceBroker,
+	kindAlterPartition:      applyAlterPartition,
+	kindControlledShutdown:  applyControlledShutdown,
+	kindElectLeaders:        applyElectLeaders,
 }
 
 // applyCommand decodes data and dispatches it.
@@ -221,16 +245,25 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	if c.Partitions <= 0 {
 		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
 	}
-	brokers := s.sortedBrokerIDs()
-	if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
-		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+	var parts []Partition
+	if len(c.Assignment) > 0 {
+		var err error
+		if parts, err = s.assigned(c.Assignment, c.Partitions); err != nil {
+			return nil, result{err: err}
+		}
+	} else {
+		brokers := s.placementBrokers()
+		if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
+			return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+		}
+		parts = assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor))
 	}
 	t := &Topic{
 		Name:       c.Name,
 		ID:         c.ID,
 		Internal:   c.Internal,
 		Configs:    maps.Clone(c.Configs),
-		Partitions: assign(brokers, c.ID, 0, c.Partitions, int(c.ReplicationFactor)),
+		Partitions: parts,
 	}
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
@@ -238,6 +271,36 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	next := s.clone()
 	next.putTopic(t)
 	return next, result{topic: t}
+}
+
+// assigned builds the partitions of an explicit replica assignment: every
+// list as long as the first, of distinct registered brokers. All replicas
+// start in the ISR (the logs are empty, so all are in sync), and the first
+// that may lead does.
+func (s *State) assigned(lists [][]int32, n int32) ([]Partition, error) {
+	if int32(len(lists)) != n {
+		return nil, fmt.Errorf("%w: %d replica lists for %d partitions", ErrInvalidPartitions, len(lists), n)
+	}
+	parts := make([]Partition, 0, n)
+	for i, replicas := range lists {
+		if len(replicas) == 0 || len(replicas) != len(lists[0]) {
+			return nil, fmt.Errorf("%w: partition %d has %d replicas, partition 0 has %d", ErrInvalidReplicationFactor, i, len(replicas), len(lists[0]))
+		}
+		leader := NoLeader
+		for j, id := range replicas {
+			if _, ok := s.Brokers[id]; !ok {
+				return nil, fmt.Errorf("%w: partition %d: broker %d is not registered", ErrInvalidReplicationFactor, i, id)
+			}
+			if slices.Contains(replicas[:j], id) {
+				return nil, fmt.Errorf("%w: partition %d names broker %d twice", ErrInvalidReplicationFactor, i, id)
+			}
+			if b := s.Brokers[id]; leader == NoLeader && !b.Fenced && !b.ShuttingDown {
+				leader = id
+			}
+		}
+		parts = append(parts, Partition{Index: int32(i), Replicas: slices.Clone(replicas), ISR: slices.Clone(replicas), Leader: leader})
+	}
+	return parts, nil
 }
 
 func applyDeleteTopic(s *State, _ uint64, payload []byte) (*State, result) {
@@ -275,12 +338,12 @@ func applyCreatePartitions(s *State, _ uint64, payload []byte) (*State, result) 
 	if rf == 0 {
 		return nil, result{err: fmt.Errorf("%w: %q has no replicas to copy", ErrInvalidReplicationFactor, c.Name)}
 	}
-	brokers := s.sortedBrokerIDs()
+	brokers := s.placementBrokers()
 	if rf > len(brokers) {
 		return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, rf, len(brokers))}
 	}
 	nt := t.clone()
-	nt.Partitions = append(nt.Partitions, assign(brokers, t.ID, have, c.Count, rf)...)
+	nt.Partitions = append(nt.Partitions, assign(brokers, s.rackOf, t.ID, have, c.Count, rf)...)
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}
@@ -306,25 +369,85 @@ func applyAlterConfigs(s *State, _ uint64, payload []byte) (*State, result) {
 	if maps.Equal(nt.Configs, t.Configs) {
 		return nil, result{topic: t}
 	}
+	if uncleanAllowed(nt) {
+		// Allowing unclean election is asking for it where it is needed
+		// now: the topic's offline partitions.
+		for i, p := range nt.Partitions {
+			if p.Leader != NoLeader {
+				continue
+			}
+			leader, isr := electLeader(s, p, p.ISR, true)
+			nt.Partitions[i], _ = withLeader(p, leader, isr)
+		}
+	}
 	next := s.clone()
 	next.putTopic(nt)
 	return next, result{topic: nt}
 }
 
-// assign places partitions [from, to) of a topic on rf of the sorted
-// brokers. Partition p gets rf consecutive brokers starting at (start+p)
-// mod n, its leader is the first, and its ISR is all of them. start comes
-// from the topic ID, so leaders of different topics spread over the
-// brokers rather than all starting on the lowest ID, while staying a pure
-// function of the command.
-func assign(brokers []int32, id [16]byte, from, to int32, rf int) []Partition {
+// placementBrokers lists the brokers new replicas may go to: alive and
+// not shutting down. Sorted by id; with racks, reordered so that racks
+// alternate (Kafka's rack-alternated list: the first broker of each rack,
+// then the second of each, ...), so consecutive brokers sit on different
+// racks as far as the racks allow.
+func (s *State) placementBrokers() []int32 {
+	var ids []int32
+	racks := map[string][]int32{}
+	for _, id := range s.sortedBrokerIDs() {
+		if s.eligible(id) {
+			ids = append(ids, id)
+			r := s.Brokers[id].Rack
+			racks[r] = append(racks[r], id)
+		}
+	}
+	if len(racks) <= 1 {
+		return ids
+	}
+	names := slices.Sorted(maps.Keys(racks))
+	out := make([]int32, 0, len(ids))
+	for i := 0; len(out) < len(ids); i++ {
+		for _, r := range names {
+			if i < len(racks[r]) {
+				out = append(out, racks[r][i])
+			}
+		}
+	}
+	return out
+}
+
+func (s *State) rackOf(id int32) string { return s.Brokers[id].Rack }
+
+// assign places partitions [from, to) of a topic on rf of the brokers (in
+// placementBrokers order). Partition p's leader is the broker at
+// (start+p) mod n, and its followers the brokers after it, skipping any
+// whose rack already has a replica of p until every rack has one; its ISR
+// is all of them. Without racks that is rf consecutive brokers. start
+// comes from the topic ID, so leaders of different topics spread over the
+// brokers rather than all starting on the same one, while staying a pure
+// function of the command and the state.
+func assign(brokers []int32, rackOf func(int32) string, id [16]byte, from, to int32, rf int) []Partition {
 	n := len(brokers)
 	start := int(binary.BigEndian.Uint32(id[:4]) % uint32(n))
+	racks := map[string]bool{}
+	for _, b := range brokers {
+		racks[rackOf(b)] = true
+	}
 	parts := make([]Partition, 0, to-from)
 	for p := from; p < to; p++ {
-		replicas := make([]int32, rf)
-		for j := range replicas {
-			replicas[j] = brokers[(start+int(p)+j)%n]
+		first := (start + int(p)) % n
+		replicas := []int32{brokers[first]}
+		used := map[string]bool{rackOf(brokers[first]): true}
+		for _, sameRackOK := range []bool{false, true} {
+			for k := 1; k < n && len(replicas) < rf; k++ {
+				b := brokers[(first+k)%n]
+				if slices.Contains(replicas, b) {
+					continue
+				}
+				if r := rackOf(b); sameRackOK || !used[r] || len(used) == len(racks) {
+					replicas = append(replicas, b)
+					used[r] = true
+				}
+			}
 		}
 		parts = append(parts, Partition{
 			Index:    p,

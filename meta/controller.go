@@ -69,7 +69,8 @@ type controller struct {
 	openIndex uint64
 
 	// regMu serializes registrations, so that two incarnations racing for
-	// one id cannot both pass the duplicate check.
+	// one id cannot both pass the duplicate check. Lock order: regMu, then
+	// mu.
 	regMu sync.Mutex
 
 	mu struct {
@@ -79,8 +80,10 @@ type controller struct {
 		last map[int32]time.Time
 	}
 
-	// terms counts the control loops started, for tests to wait on.
-	terms atomic.Int32
+	// terms counts the control loops started, and running says one runs;
+	// for tests to wait on.
+	terms   atomic.Int32
+	running atomic.Bool
 
 	// stop and done belong to the supervisor goroutine (startController).
 	stop context.CancelFunc
@@ -201,6 +204,8 @@ func (s *Store) stopController() {
 // ends (leadership lost, or Close).
 func (s *Store) controlLoop(ctx context.Context) {
 	s.ctl.resetSessions()
+	s.ctl.running.Store(true)
+	defer s.ctl.running.Store(false)
 	s.ctl.terms.Add(1)
 	tick := time.NewTicker(s.ctl.tickEvery())
 	defer tick.Stop()
@@ -242,8 +247,31 @@ func (s *Store) fenceExpired(ctx context.Context) {
 	}
 }
 
-// rebalance is filled in with preferred-leader election.
-func (s *Store) rebalance(context.Context) {}
+// rebalance moves leadership back to preferred replicas that can take it
+// (auto.leader.rebalance.enable). Unlike Kafka, it does not wait for a
+// broker's share of non-preferred leaders to pass a ratio: every
+// partition goes back, which is what keeps load even after a rolling
+// restart.
+func (s *Store) rebalance(ctx context.Context) {
+	parts := unbalanced(s.State())
+	if len(parts) == 0 {
+		return
+	}
+	res, err := s.propose(ctx, kindElectLeaders, electLeadersCmd{Partitions: parts})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.ctl.log.Warn("rebalance leaders", "err", err)
+		}
+		return
+	}
+	n := 0
+	for _, err := range res.elected {
+		if err == nil {
+			n++
+		}
+	}
+	s.ctl.log.Info("moved leaders back to preferred replicas", "partitions", n)
+}
 
 // checkController fails unless this node is the controller.
 func (s *Store) checkController(what string) error {
@@ -298,7 +326,9 @@ func (s *Store) RegisterBroker(ctx context.Context, r Registration) (int64, erro
 // heartbeat from another incarnation than the registered one is
 // ErrStaleBrokerEpoch: that process must register again. A fenced broker
 // that heartbeats again (it was paused, or cut off, past its session) is
-// unfenced.
+// unfenced. WantShutdown starts, or continues, a controlled shutdown (see
+// applyControlledShutdown); the reply's ShouldShutdown says the broker
+// may stop: it leads nothing another broker could lead.
 func (s *Store) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatReply, error) {
 	if err := s.checkController(fmt.Sprintf("heartbeat of broker %d", r.ID)); err != nil {
 		return HeartbeatReply{}, err
@@ -313,9 +343,68 @@ func (s *Store) Heartbeat(ctx context.Context, r HeartbeatRequest) (HeartbeatRep
 			return HeartbeatReply{}, err
 		}
 	}
-	b, ok = s.State().Brokers[r.ID]
+	if r.WantShutdown && !(b.ShuttingDown && readyToShutdown(s.State(), r.ID)) {
+		if _, err := s.propose(ctx, kindControlledShutdown, brokerEpochCmd{ID: r.ID, Epoch: r.Epoch}); err != nil {
+			return HeartbeatReply{}, err
+		}
+	}
+	st := s.State()
+	b, ok = st.Brokers[r.ID]
 	if !ok || b.Epoch != r.Epoch {
 		return HeartbeatReply{}, fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, r.ID, r.Epoch)
 	}
-	return HeartbeatReply{Fenced: b.Fenced}, nil
+	return HeartbeatReply{Fenced: b.Fenced, ShouldShutdown: readyToShutdown(st, r.ID)}, nil
+}
+
+// AlterPartitionRequest is a partition leader's request to change the
+// partition's ISR (Kafka's AlterPartition, KIP-497): it names the
+// leadership it acts under (BrokerEpoch, LeaderEpoch) and the state it
+// decided from (PartitionEpoch).
+type AlterPartitionRequest struct {
+	Topic          string
+	Partition      int32
+	BrokerID       int32
+	BrokerEpoch    int64
+	LeaderEpoch    int32
+	PartitionEpoch int32
+	ISR            []int32
+}
+
+// AlterPartition changes a partition's ISR for its leader and returns the
+// partition as it is then. It is refused with ErrUnknownTopicOrPartition,
+// ErrStaleBrokerEpoch (the broker's registration is newer than the
+// request), ErrFencedLeaderEpoch (not the leader, or not at this leader
+// epoch), ErrInvalidUpdateVersion (the partition changed since the leader
+// read it; refresh and decide again) or ErrIneligibleReplica (an ISR with
+// a non-replica, a fenced or shutting-down newcomer, or without the
+// leader). All checks run in the FSM, so of two racing requests decided
+// from the same partition epoch only the first is applied.
+func (s *Store) AlterPartition(ctx context.Context, r AlterPartitionRequest) (Partition, error) {
+	if err := s.checkController(fmt.Sprintf("AlterPartition of %s-%d", r.Topic, r.Partition)); err != nil {
+		return Partition{}, err
+	}
+	res, err := s.propose(ctx, kindAlterPartition, alterPartitionCmd(r))
+	if err != nil {
+		return Partition{}, err
+	}
+	return res.partition, nil
+}
+
+// ElectLeaders runs leader elections (Kafka's ElectLeaders, KIP-460).
+// Preferred (unclean false): each partition's first replica leads if it is
+// in the ISR, alive and not shutting down. Unclean: each offline
+// partition gets its first alive replica, in sync or not. parts nil means
+// every partition; then partitions that needed no election are left out of
+// the result. A nil error in the result means elected; otherwise
+// ErrElectionNotNeeded, ErrPreferredLeaderNotAvailable,
+// ErrEligibleLeadersNotAvailable or ErrUnknownTopicOrPartition.
+func (s *Store) ElectLeaders(ctx context.Context, unclean bool, parts []TopicPartition) (map[TopicPartition]error, error) {
+	if err := s.checkController("ElectLeaders"); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, kindElectLeaders, electLeadersCmd{Unclean: unclean, All: parts == nil, Partitions: parts})
+	if err != nil {
+		return nil, err
+	}
+	return res.elected, nil
 }

@@ -164,7 +164,9 @@ func TestUncleanElectionFollowsTopicConfig(t *testing.T) {
 			h.wantPart("t", 0, 3, []int32{3}, 1, 3)
 		} else {
 			h.wantPart("t", 0, NoLeader, []int32{1}, 1, 3)
-			// Allowed later, the election happens when a replica returns.
+			// Allowed while nobody can lead, the election happens when
+			// a replica returns.
+			h.fence(3)
 			h.must(kindAlterConfigs, alterConfigsCmd{Name: "t", Set: map[string]string{configUncleanElection: "true"}})
 			h.unfence(2)
 			h.wantPart("t", 0, 2, []int32{2}, 2, 4)
@@ -427,4 +429,59 @@ func TestSnapshotControllerFields(t *testing.T) {
 	h.index = st.Index
 	h.fence(1)
 	h.wantPart("t", 0, NoLeader, []int32{1}, 4, 1)
+}
+
+// The control loop runs only on the raft leader: a node that hands
+// leadership over stops deciding, and the new leader starts.
+func TestControlLoopFollowsLeadership(t *testing.T) {
+	q := newQuorum(t, 3)
+	q.open(1, 2, 3)
+	old := q.leader()
+	waitLoop(t, old)
+	if err := old.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	leader := q.leader()
+	if leader == old {
+		t.Fatal("leadership did not move")
+	}
+	waitLoop(t, leader)
+	waitFor(t, "the old controller's loop to stop", func() bool { return !old.ctl.running.Load() })
+	for _, f := range q.followers() {
+		if f.ctl.running.Load() {
+			t.Fatalf("node %d runs a control loop as a follower", idOf(f))
+		}
+	}
+}
+
+// Turning unclean.leader.election.enable on elects a leader for the
+// topic's offline partitions at once, as Kafka's controller does.
+func TestUncleanConfigElectsOfflinePartitions(t *testing.T) {
+	h := newHarness(t)
+	h.brokers(1, 2)
+	h.must(kindCreateTopic, topicCmd("t", 1, 1, 2)) // [1 2]
+	h.fence(2)
+	h.fence(1)
+	h.unfence(2)
+	h.wantPart("t", 0, NoLeader, []int32{1}, 1, 2)
+	h.must(kindAlterConfigs, alterConfigsCmd{Name: "t", Set: map[string]string{configUncleanElection: "true"}})
+	h.wantPart("t", 0, 2, []int32{2}, 2, 3)
+}
+
+func TestControllerSettingsValidated(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.SessionTimeout = -time.Second },
+		func(c *Config) { c.RebalanceInterval = -time.Second },
+	} {
+		cfg := testConfig(t, t.TempDir())
+		mod(&cfg)
+		if s, err := Open(testCtx(t), cfg); err == nil {
+			s.Close()
+			t.Fatalf("Open with %+v succeeded", cfg)
+		}
+	}
+	c := newController(Config{})
+	if c.session != DefaultSessionTimeout || c.rebalance != DefaultRebalanceInterval || c.now == nil {
+		t.Fatalf("defaults: session %v, rebalance %v", c.session, c.rebalance)
+	}
 }

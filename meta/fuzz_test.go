@@ -48,6 +48,10 @@ func FuzzApplyCommand(f *testing.F) {
 		{kindUnfenceBroker, brokerEpochCmd{ID: 4, Epoch: 4}},
 		{kindCreatePartitions, createPartitionsCmd{Name: "t", Count: 9}},
 		{kindAlterConfigs, alterConfigsCmd{Name: "u", Delete: []string{configUncleanElection}}},
+		{kindAlterPartition, alterPartitionCmd{Topic: "t", BrokerID: 1, BrokerEpoch: 1, ISR: []int32{1, 2}}},
+		{kindControlledShutdown, brokerEpochCmd{ID: 2, Epoch: 2}},
+		{kindElectLeaders, electLeadersCmd{All: true}},
+		{kindElectLeaders, electLeadersCmd{Unclean: true, Partitions: []TopicPartition{{"u", 0}, {"t", 9}}}},
 	}
 	for _, s := range seeds {
 		data, err := encodeCommand(s.k, s.p)

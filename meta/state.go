@@ -29,6 +29,7 @@ var (
 	ErrUnknownTopicOrPartition     = errors.New("meta: unknown topic or partition")
 	ErrElectionNotNeeded           = errors.New("meta: election not needed")
 	ErrPreferredLeaderNotAvailable = errors.New("meta: preferred leader not available")
+	ErrEligibleLeadersNotAvailable = errors.New("meta: no eligible leader available")
 )
 
 // NoLeader is Partition.Leader of a partition nobody may lead: every

@@ -7,6 +7,12 @@
 // controller. With Config.Voters, the voters talk raft over TCP and
 // bootstrap themselves (quorum.go); other nodes join as non-voters.
 //
+// The controller's decisions (admitting brokers, fencing them, electing
+// leaders, changing ISRs, placing replicas) are commands like any other,
+// decided by pure functions of the State in Apply (election.go); only the
+// heartbeat clock lives outside the log, in the leader's memory
+// (controller.go).
+//
 // Consensus decides metadata only. No record ever passes through here: the
 // broker reads State and reconciles its partitions when Changed fires.
 //
@@ -140,6 +146,9 @@ type Store struct {
 	}
 	raft *raft.Raft
 	ctl  *controller
+	// raftReady is closed once raft is set: join requests that arrive
+	// while the node starts wait for it.
+	raftReady chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -176,8 +185,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: data directory: %w", err)
 	}
 	s := &Store{
-		nodeID: raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
-		fsm:    newFSM(),
+		nodeID:    raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
+		fsm:       newFSM(),
+		raftReady: make(chan struct{}),
 	}
 	s.ctl = newController(cfg)
 	opened := false
@@ -207,10 +217,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
 			}
 		}
-		s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, tcpMaxPool, tcpTimeout, hl)
+		stream, err := newMuxStream(cfg.RaftAddr, adv, s.handleJoin, logger)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
+		s.trans = raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl)
 	}
 
 	rc := raft.DefaultConfig()
@@ -273,7 +284,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// Everything in the log before this point is from before this process
 	// started: see controller.openIndex.
 	s.ctl.openIndex = s.raft.LastIndex()
+	close(s.raftReady)
 	s.startController()
+	if nonvoter {
+		// A broker-only node asks the voters to add it; until one has,
+		// it knows no metadata and no controller.
+		self := Voter{ID: cfg.NodeID, Addr: string(s.trans.LocalAddr())}
+		if err := join(ctx, self, cfg.Voters, s.ctl.session, logger); err != nil {
+			return nil, err
+		}
+	}
 	if !nonvoter {
 		if err := s.waitReady(ctx, logger, cfg.Voters); err != nil {
 			return nil, err
@@ -440,6 +460,9 @@ type TopicSpec struct {
 	Internal          bool
 	// ID is the topic's UUID; zero means generate a random (v4) one.
 	ID [16]byte
+	// Assignment, when set, is each partition's replica list, preferred
+	// leader first; Partitions and ReplicationFactor must agree with it.
+	Assignment [][]int32
 }
 
 // CreateTopic creates a topic, assigning its partitions round-robin over
@@ -457,6 +480,7 @@ func (s *Store) CreateTopic(ctx context.Context, spec TopicSpec) (Topic, error) 
 		Partitions:        spec.Partitions,
 		ReplicationFactor: spec.ReplicationFactor,
 		Configs:           spec.Configs,
+		Assignment:        spec.Assignment,
 	})
 	if err != nil {
 		return Topic{}, err

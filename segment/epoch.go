@@ -86,22 +86,30 @@ func truncateEpochsFromStart(es []epochEntry, start int64) []epochEntry {
 	return out
 }
 
-// endOffsetForEpoch answers OffsetForLeaderEpoch as Kafka's
-// LeaderEpochFileCache.endOffsetFor does (KIP-101, KIP-279).
+// endOffsetForEpoch answers OffsetForLeaderEpoch as a Kafka leader does
+// (LeaderEpochFileCache.endOffsetFor, KIP-101, KIP-279): the largest known
+// epoch <= requested and the start offset of the epoch after it, the log
+// end offset for the latest epoch; for an epoch below every known one,
+// the requested epoch and the first start offset; (-1, -1) for -1 or with
+// no history.
+//
+// A Kafka leader records its own epoch at its log end offset when it is
+// elected, so its history never ends below an epoch a follower can ask
+// about. Here an epoch enters the history with its first batch; an epoch
+// above every recorded one is answered as that election entry would
+// answer it: the log end offset and the latest recorded epoch. Callers
+// fence requests from epochs above the partition's current one first.
 func endOffsetForEpoch(es []epochEntry, requested int32, leo int64) (int64, int32) {
 	if requested < 0 || len(es) == 0 {
 		return -1, -1
 	}
-	if es[len(es)-1].epoch == requested {
-		return leo, requested
+	if latest := es[len(es)-1].epoch; latest <= requested {
+		return leo, latest
 	}
 	// higher: first entry with epoch > requested.
 	h := 0
 	for h < len(es) && es[h].epoch <= requested {
 		h++
-	}
-	if h == len(es) {
-		return -1, -1 // above every known epoch
 	}
 	if h == 0 {
 		return es[0].start, requested // below every known epoch

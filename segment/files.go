@@ -18,6 +18,7 @@ const (
 
 	epochCheckpointName = "leader-epoch-checkpoint"
 	cleanShutdownName   = "clean-shutdown"
+	restartName         = "restart-offset"
 )
 
 func offsetName(dir string, offset int64, suffix string) string {

@@ -18,14 +18,17 @@ import (
 // Log is a partition's local log. See the package documentation for its
 // concurrency contract.
 type Log struct {
-	// Lock order: writeMu, then mu, then a segment's imu.
+	// Lock order: writeMu, then mu, then a segment's imu. A segment's cut
+	// lock is taken shared under mu (pin) and exclusively under writeMu
+	// alone, never with mu held; imu may be taken inside it.
 
 	dir    string
 	logger *slog.Logger
 	now    func() time.Time
 
 	// writeMu serializes the operations that change the log: Append,
-	// Maintain, SetConfig, Sync, Close and Delete.
+	// AppendReplica, TruncateTo, TruncateFullyAndStartAt, Maintain,
+	// SetConfig, Sync, Close and Delete.
 	writeMu sync.Mutex
 	w       struct { // guarded by writeMu
 		cfg       Config
@@ -58,6 +61,11 @@ type Log struct {
 
 	// cfg is w.cfg for Prepare, which validates without writeMu.
 	cfg atomic.Pointer[Config]
+
+	// testHook, when set, is called at each step of a truncation where a
+	// crash would leave the files in a different state: the crash tests
+	// copy the directory there.
+	testHook func(point string)
 }
 
 // AppendInfo describes a completed Append.
@@ -110,12 +118,14 @@ func (l *Log) LatestEpoch() int32 {
 	return -1
 }
 
-// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279) exactly
-// as Kafka's LeaderEpochFileCache.endOffsetFor: for the latest epoch, the
-// log end offset; otherwise the largest known epoch <= epoch and the start
-// offset of the next higher one; for an epoch below every known one, the
-// requested epoch and the first known start offset; (-1, -1) for an epoch
-// above every known one, for -1, or with no history.
+// EndOffsetForEpoch answers OffsetForLeaderEpoch (KIP-101, KIP-279) as a
+// Kafka leader does: the largest known epoch <= epoch and the start offset
+// of the next higher one; for the latest epoch or any above it, the latest
+// epoch and the log end offset (a Kafka leader's history holds its current
+// epoch from its election on; here it enters with the first batch); for an
+// epoch below every known one, the requested epoch and the first known
+// start offset; (-1, -1) for -1 or with no history. The caller fences an
+// epoch above the partition's current leader epoch.
 func (l *Log) EndOffsetForEpoch(epoch int32) (endOffset int64, epochOut int32) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -499,7 +509,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 		if i+1 < len(segs) {
 			nextBase = segs[i+1].base
 		}
-		s.acquire()
+		s.pin()
 		l.mu.RUnlock()
 
 		segEnd := end
@@ -507,7 +517,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 			segEnd = nextBase
 		}
 		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
-		s.release()
+		s.unpin()
 		if err != nil || found || nextBase < 0 {
 			return out, err
 		}
@@ -516,7 +526,7 @@ func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, e
 }
 
 // snapshotSegments returns the segments with a reference each, the
-// published size of each, and the log bounds; release with releaseAll.
+// published size of each, and the log bounds; release with unpinAll.
 func (l *Log) snapshotSegments() ([]*segment, []int64, int64, int, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -526,7 +536,7 @@ func (l *Log) snapshotSegments() ([]*segment, []int64, int64, int, error) {
 	segs := slices.Clone(l.mu.segs)
 	sizes := make([]int64, len(segs))
 	for i, s := range segs {
-		s.acquire()
+		s.pin()
 		sizes[i] = s.size
 	}
 	return segs, sizes, l.mu.start, l.mu.interval, nil
@@ -547,7 +557,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, timestamp int64, ok bo
 	if err != nil {
 		return -1, -1, false, err
 	}
-	defer releaseAll(segs)
+	defer unpinAll(segs)
 	for i, s := range segs {
 		off, rts, ok, err := s.findTimestamp(ts, start, sizes[i], interval, l.logger)
 		if err != nil || ok {
@@ -565,7 +575,7 @@ func (l *Log) MaxTimestamp() (timestamp int64, offset int64) {
 	if err != nil {
 		return -1, -1
 	}
-	defer releaseAll(segs)
+	defer unpinAll(segs)
 	best, bestIdx := int64(-1), -1
 	for i, s := range segs {
 		ts, _, err := s.maxTimestampShallow(sizes[i], interval, l.logger)

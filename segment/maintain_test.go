@@ -228,7 +228,9 @@ func TestOffsetForTimestampAndMaxTimestamp(t *testing.T) {
 	}
 }
 
-// OffsetForLeaderEpoch semantics, as Kafka's LeaderEpochFileCache.endOffsetFor.
+// OffsetForLeaderEpoch semantics, as Kafka's leader answers them
+// (LeaderEpochFileCache.endOffsetFor, with the leader's current epoch
+// starting at its log end).
 func TestEndOffsetForEpoch(t *testing.T) {
 	clock := newClock()
 	dir := t.TempDir()
@@ -260,7 +262,7 @@ func TestEndOffsetForEpoch(t *testing.T) {
 		{2, 6, 1, "unknown epoch between"},
 		{1, 6, 1, "first epoch"},
 		{0, 0, 0, "below every epoch: requested epoch, first start"},
-		{6, -1, -1, "above every epoch"},
+		{6, 16, 5, "above every epoch: the leader's current epoch, not yet written, began at the log end"},
 		{-1, -1, -1, "undefined"},
 	}
 	check := func() {

@@ -51,6 +51,13 @@ func (l *Log) recover() error {
 	cfg := &l.w.cfg
 	interval := cfg.IndexIntervalBytes
 
+	// Step 1b: an interrupted TruncateFullyAndStartAt is finished first.
+	if done, err := finishRestart(l.dir, interval); err != nil {
+		return err
+	} else if done {
+		l.logger.Warn("finished restarting the log after a crash", "dir", l.dir)
+	}
+
 	// Steps 1-2: list the directory, drop temp files and orphan indexes.
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {

@@ -4,8 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
+	"time"
 )
 
 // AppendReplica appends batches copied from the partition leader as they
@@ -176,4 +183,388 @@ func replicaBatches(records []byte) ([]BatchHeader, int, error) {
 		p += int(n)
 	}
 	return hdrs, p, nil
+}
+
+// TruncateTo removes every batch at or above offset, as a replica that
+// becomes follower does where its log diverges from the new leader's
+// (KIP-101). Batches are atomic: when offset falls inside one, the whole
+// batch goes. It returns the new log end offset, offset or the base of the
+// batch holding it. offset >= EndOffset changes nothing; offset below
+// StartOffset is ErrOffsetOutOfRange (TruncateFullyAndStartAt is for
+// that).
+//
+// Later segments are deleted and the one holding the new end is cut and
+// becomes the active segment; leader epochs from the new end on are
+// dropped; producer state is rebuilt from the newest snapshot at or below
+// the new end and the batches after it; the tiered offset stays. Readers
+// never see bytes from past the new end once it returns, nor a torn
+// batch meanwhile. A crash at any point leaves a log that Open recovers
+// to a prefix of the old one ending at or above the new end
+// (docs/format.md §11).
+//
+// The tier copies closed segments by path (ClosedSegments), and a cut
+// segment changes under it: it copies only segments below the high
+// watermark, where replicas agree and truncation does not reach but after
+// an unclean leader election.
+func (l *Log) TruncateTo(offset int64) (newEnd int64, err error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return 0, ErrClosed
+	}
+	if l.w.failed != nil {
+		return 0, fmt.Errorf("segment: log %s failed earlier: %w", l.dir, l.w.failed)
+	}
+	end := l.mu.end
+	if offset >= end {
+		return end, nil
+	}
+	if offset < l.mu.start {
+		return end, fmt.Errorf("%w: truncating to %d, below the log start offset %d", ErrOffsetOutOfRange, offset, l.mu.start)
+	}
+	segs := l.mu.segs
+	k := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
+	s := segs[k]
+	cut, newEnd, err := l.cutPointLocked(s, offset)
+	if err != nil {
+		return end, err
+	}
+
+	// 1. Snapshots above the new end describe batches about to go; one left
+	// behind would be trusted once new batches reach its offset again.
+	for i := len(l.w.snapshots) - 1; i >= 0 && l.w.snapshots[i] > newEnd; i-- {
+		if err := removeIfExists(offsetName(l.dir, l.w.snapshots[i], snapshotSuffix)); err != nil {
+			return end, fmt.Errorf("segment: truncating %s: %w", l.dir, err)
+		}
+		l.w.snapshots = l.w.snapshots[:i]
+	}
+	if err := syncDir(l.dir); err != nil {
+		return end, fmt.Errorf("segment: truncating: %w", err)
+	}
+	l.testPoint("snapshots removed")
+
+	// 2. Readers see the new end before any byte goes.
+	victims := slices.Clone(segs[k+1:])
+	freed := s.size - cut
+	for _, v := range victims {
+		freed += v.size
+	}
+	oldEpochs := l.mu.epochs
+	epochs := truncateEpochsFromEnd(oldEpochs, newEnd)
+	wasActive := k == len(segs)-1
+	l.mu.Lock()
+	l.mu.segs = slices.Clone(segs[:k+1])
+	l.mu.end = newEnd
+	l.mu.epochs = epochs
+	s.size = cut
+	l.mu.Unlock()
+	l.size.Add(-freed)
+
+	// From here a failure leaves the files between the old log and the
+	// new one; Open sorts them out, and until then nothing is appended.
+	fail := func(err error) (int64, error) {
+		err = fmt.Errorf("segment: truncating %s to %d: %w", l.dir, newEnd, err)
+		l.w.failed = err
+		return newEnd, err
+	}
+
+	// 3. Later segments go newest first, so the files left are always a
+	// prefix of the log.
+	var rerr error
+	for i := len(victims) - 1; i >= 0; i-- {
+		v := victims[i]
+		if rerr == nil {
+			rerr = v.remove()
+			l.testPoint("segment removed")
+		}
+		v.release()
+	}
+	if rerr != nil {
+		return fail(rerr)
+	}
+
+	// 4. Cut the segment holding the new end; it is the active one now.
+	if err := l.cutSegmentLocked(s, cut, wasActive); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return fail(err)
+	}
+
+	// 5. Epochs, after the data: a crash in between leaves epochs that
+	// recovery trims to the data, never data without its epoch.
+	if len(epochs) != len(oldEpochs) {
+		if err := writeFileAtomic(l.epochPath(), encodeEpochs(epochs)); err != nil {
+			return fail(err)
+		}
+		l.testPoint("epochs written")
+	}
+
+	// 6. Producer state as of the new end.
+	if err := l.rebuildProducersLocked(); err != nil {
+		return fail(err)
+	}
+	l.logger.Info("truncated log", "dir", l.dir, "requested", offset, "logEndOffset", newEnd,
+		"previousLogEndOffset", end, "segmentsDeleted", len(victims), "bytes", freed)
+	l.testPoint("done")
+	return newEnd, nil
+}
+
+func (l *Log) testPoint(point string) {
+	if l.testHook != nil {
+		l.testHook(point)
+	}
+}
+
+// cutPointLocked finds where the log truncated to offset ends in segment
+// s, which holds offset: the position of the batch holding offset (or
+// the first after it) and the new log end offset.
+func (l *Log) cutPointLocked(s *segment, offset int64) (cut, newEnd int64, err error) {
+	pos, _, err := s.position(offset, s.size, l.w.cfg.IndexIntervalBytes, l.logger)
+	if err != nil {
+		return 0, 0, fmt.Errorf("segment: finding offset %d to truncate to: %w", offset, err)
+	}
+	sc := newScanner(s.f, pos, s.size, false)
+	for {
+		hb, p, err := sc.next()
+		if err == io.EOF {
+			return s.size, offset, nil
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("segment: finding offset %d to truncate to: %w", offset, s.scanFailure(err))
+		}
+		if h := decodeHeader(hb); h.LastOffset() >= offset {
+			return p, min(h.BaseOffset, offset), nil
+		}
+	}
+}
+
+// cutSegmentLocked shortens s to cut bytes and rebuilds its indexes for
+// them. It waits for the readers that took the segment's old size.
+func (l *Log) cutSegmentLocked(s *segment, cut int64, wasActive bool) error {
+	s.cut.Lock()
+	defer s.cut.Unlock()
+	if err := s.f.Truncate(cut); err != nil {
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		return err
+	}
+	l.testPoint("segment cut")
+	x, err := s.indexBatches(cut, l.w.cfg.IndexIntervalBytes, l.logger)
+	if err != nil {
+		return err
+	}
+	if err := s.writeIndexes(&x); err != nil {
+		return err
+	}
+	s.imu.Lock()
+	s.ix.install(x)
+	s.ix.end = math.MaxInt64
+	s.ix.maxTsRecord = -1
+	s.imu.Unlock()
+	switch {
+	case cut == 0:
+		s.created = time.Time{}
+	case !wasActive:
+		hdr := make([]byte, headerSize)
+		if _, err := s.f.ReadAt(hdr, 0); err != nil {
+			return err
+		}
+		s.created = createdFrom(decodeHeader(hdr).MaxTimestamp, l.now())
+	}
+	l.testPoint("indexes written")
+	return nil
+}
+
+// rebuildProducersLocked rebuilds producer state for the log as it ends
+// now: the newest readable snapshot at or below the end, then the batch
+// headers after it, counted as written now as in recovery.
+func (l *Log) rebuildProducersLocked() error {
+	producers := make(map[int64]*producerEntry)
+	from := l.mu.start
+	for i := len(l.w.snapshots) - 1; i >= 0; i-- {
+		off := l.w.snapshots[i]
+		if off > l.mu.end {
+			continue
+		}
+		path := offsetName(l.dir, off, snapshotSuffix)
+		data, err := os.ReadFile(path)
+		var m map[int64]*producerEntry
+		if err == nil {
+			m, err = decodeSnapshot(data, off)
+		}
+		if err != nil {
+			l.logger.Warn("ignoring unusable producer snapshot", "file", path, "err", err)
+			continue
+		}
+		producers, from = m, max(off, from)
+		break
+	}
+	nowMs := l.now().UnixMilli()
+	if err := l.scanHeaders(from, func(h *BatchHeader) {
+		applyProducerBatch(producers, h, nowMs)
+	}); err != nil {
+		return fmt.Errorf("rebuilding producer state: %w", err)
+	}
+	l.w.producers = producers
+	return nil
+}
+
+// TruncateFullyAndStartAt deletes every segment and snapshot and restarts
+// the log empty at offset (StartOffset and EndOffset both offset, no
+// leader epochs, no producer state), as Kafka's follower does when the
+// leader's log starts above the follower's end or when it must start at
+// the leader's local log start because older data is only in the cold
+// tier. The tiered offset stays.
+//
+// A crash at any point leaves either the old log or the new empty one:
+// the restart is first recorded in a small file that Open completes
+// (docs/format.md §11). It may be called on a log that failed earlier,
+// which it replaces.
+func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("%w: restarting the log at %d", ErrOffsetOutOfRange, offset)
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.mu.closed {
+		return ErrClosed
+	}
+	l.testPoint("restart begins")
+	intent := filepath.Join(l.dir, restartName)
+	if err := writeFileAtomic(intent, encodeRestart(offset)); err != nil {
+		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
+	}
+	l.testPoint("restart recorded")
+	fail := func(err error) error {
+		err = fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
+		l.w.failed = err
+		return err
+	}
+	// A reader's lazy index rebuild must not write the old files back.
+	for _, s := range l.mu.segs {
+		s.imu.Lock()
+		s.ix.removed = true
+		s.imu.Unlock()
+	}
+	s, err := restartFiles(l.dir, offset, l.w.cfg.IndexIntervalBytes, l.testPoint)
+	if err != nil {
+		return fail(err)
+	}
+	l.mu.Lock()
+	old := l.mu.segs
+	l.mu.segs = []*segment{s}
+	l.mu.start, l.mu.end, l.mu.epochs = offset, offset, nil
+	l.mu.Unlock()
+	releaseAll(old)
+	l.size.Store(0)
+	l.w.producers = make(map[int64]*producerEntry)
+	l.w.snapshots = nil
+	l.w.failed = nil
+	l.testPoint("restarted")
+	if err := removeIfExists(intent); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return fail(err)
+	}
+	l.logger.Info("restarted log", "dir", l.dir, "logStartOffset", offset)
+	l.testPoint("done")
+	return nil
+}
+
+// restartFiles deletes every segment, index and snapshot file in dir,
+// empties the epoch checkpoint and creates an empty segment at offset.
+func restartFiles(dir string, offset int64, interval int, point func(string)) (*segment, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	// Snapshots first, then segments newest first: the order does not
+	// matter to recovery, which finishes the restart, but keeps what a
+	// crash leaves easy to read.
+	var names []string
+	for _, e := range entries {
+		if _, _, ok := parseOffsetName(e.Name()); ok {
+			names = append(names, e.Name())
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		as, bs := filepath.Ext(a) == snapshotSuffix, filepath.Ext(b) == snapshotSuffix
+		switch {
+		case as != bs && as:
+			return -1
+		case as != bs:
+			return 1
+		}
+		return -strings.Compare(a, b)
+	})
+	for _, name := range names {
+		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := removeIfExists(filepath.Join(dir, cleanShutdownName)); err != nil {
+		return nil, err
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	point("files removed")
+	if err := writeFileAtomic(filepath.Join(dir, epochCheckpointName), encodeEpochs(nil)); err != nil {
+		return nil, err
+	}
+	point("epochs emptied")
+	return createSegment(dir, offset, interval)
+}
+
+// The restart record (docs/format.md §11): magic, offset, CRC-32C.
+const restartSize = 16
+
+var restartMagic = [4]byte{'S', 'T', 'R', 'S'}
+
+func encodeRestart(offset int64) []byte {
+	b := make([]byte, restartSize)
+	copy(b, restartMagic[:])
+	binary.BigEndian.PutUint64(b[4:], uint64(offset))
+	binary.BigEndian.PutUint32(b[12:], crc32.Checksum(b[:12], castagnoli))
+	return b
+}
+
+func decodeRestart(b []byte) (int64, bool) {
+	if len(b) != restartSize || [4]byte(b[:4]) != restartMagic ||
+		binary.BigEndian.Uint32(b[12:]) != crc32.Checksum(b[:12], castagnoli) {
+		return 0, false
+	}
+	off := int64(binary.BigEndian.Uint64(b[4:]))
+	return off, off >= 0
+}
+
+// finishRestart completes a TruncateFullyAndStartAt that a crash
+// interrupted, before Open looks at the segments.
+func finishRestart(dir string, interval int) (bool, error) {
+	path := filepath.Join(dir, restartName)
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	offset, ok := decodeRestart(data)
+	if !ok {
+		// Written atomically, so this is damage: guessing an offset
+		// could lose or invent data.
+		return false, fmt.Errorf("%s is unreadable: remove the partition directory or restore the file", path)
+	}
+	s, err := restartFiles(dir, offset, interval, func(string) {})
+	if err != nil {
+		return false, err
+	}
+	s.release()
+	if err := removeIfExists(path); err != nil {
+		return false, err
+	}
+	return true, syncDir(dir)
 }

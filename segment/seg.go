@@ -36,6 +36,15 @@ type segment struct {
 
 	imu sync.Mutex // guards ix; taken after Log.mu when both are held
 	ix  indexState
+
+	// cut is held shared by a reader (pin) from the moment it takes the
+	// segment's size under Log.mu until it is done reading, and
+	// exclusively by TruncateTo while it shortens the file: a reader
+	// never reads past a size that no longer holds, nor bytes appended
+	// after the cut at positions it thought were the old ones. Taken
+	// under Log.mu (read) by readers; never held while waiting for
+	// Log.mu.
+	cut sync.RWMutex
 }
 
 // indexState is a segment's in-memory index. The active segment's is always
@@ -104,6 +113,24 @@ func createSegment(dir string, base int64, interval int) (*segment, error) {
 }
 
 func (s *segment) acquire() { s.refs.Add(1) }
+
+// pin is acquire for a reader, which also holds off truncation of the
+// file until unpin. Call it under Log.mu.
+func (s *segment) pin() {
+	s.acquire()
+	s.cut.RLock()
+}
+
+func (s *segment) unpin() {
+	s.cut.RUnlock()
+	s.release()
+}
+
+func unpinAll(segs []*segment) {
+	for _, s := range segs {
+		s.unpin()
+	}
+}
 
 func (s *segment) release() {
 	if s.refs.Add(-1) == 0 {
@@ -187,6 +214,17 @@ func (s *segment) loadLocked(limit int64, interval int, logger *slog.Logger) err
 // scanIndexes rebuilds the indexes of a closed segment from its batch
 // headers, stopping (with a warning) at the first unreadable header.
 func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (indexer, error) {
+	x, err := s.indexBatches(limit, interval, logger)
+	if err != nil {
+		return x, err
+	}
+	x.maybeAddTime()
+	return x, nil
+}
+
+// indexBatches indexes the batches in the first limit bytes as appends
+// would have, stopping (with a warning) at the first unreadable header.
+func (s *segment) indexBatches(limit int64, interval int, logger *slog.Logger) (indexer, error) {
 	x := newIndexer(s.base, interval)
 	next := s.base
 	sc := newScanner(s.f, 0, limit, false)
@@ -211,7 +249,6 @@ func (s *segment) scanIndexes(limit int64, interval int, logger *slog.Logger) (i
 		x.add(pos, h.LastOffset(), h.MaxTimestamp, h.Size())
 		next = h.LastOffset() + 1
 	}
-	x.maybeAddTime()
 	return x, nil
 }
 

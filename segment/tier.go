@@ -31,12 +31,16 @@ type SegmentInfo struct {
 func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
 	l.mu.RLock()
 	segs := l.mu.segs
-	for _, s := range segs {
-		s.acquire()
+	// Sizes are read here: TruncateTo may cut one of these segments once
+	// they are unpinned.
+	sizes := make([]int64, len(segs))
+	for i, s := range segs {
+		s.pin()
+		sizes[i] = s.size
 	}
 	interval := l.mu.interval
 	l.mu.RUnlock()
-	defer releaseAll(segs)
+	defer unpinAll(segs)
 
 	var out []SegmentInfo
 	for i := 0; i < len(segs)-1; i++ {
@@ -44,14 +48,14 @@ func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
 		if next.base <= from {
 			continue
 		}
-		ts, _, err := s.maxTimestampShallow(s.size, interval, l.logger)
+		ts, _, err := s.maxTimestampShallow(sizes[i], interval, l.logger)
 		if err != nil {
 			return nil, fmt.Errorf("segment %d: %w", s.base, err)
 		}
 		info := SegmentInfo{
 			BaseOffset:    s.base,
 			EndOffset:     next.base,
-			Size:          s.size,
+			Size:          sizes[i],
 			MaxTimestamp:  ts,
 			LogPath:       s.logPath(),
 			IndexPath:     s.indexPath(),

@@ -298,6 +298,18 @@ func (t *Tier) Manifest(ctx context.Context, tp format.TopicPartition) (*format.
 	return ps.advance(m), nil
 }
 
+// Refresh reads tp's manifest from the store again and returns the newest
+// of it and the one cached. A follower calls it to learn what its leader
+// has uploaded, and a new leader before its first upload, since the
+// previous leader published manifests this Tier never saw.
+func (t *Tier) Refresh(ctx context.Context, tp format.TopicPartition) (*format.Root, error) {
+	m, err := t.loadManifest(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	return t.state(tp).advance(m), nil
+}
+
 // cachedManifest returns tp's current manifest if it is loaded, without
 // any I/O.
 func (t *Tier) cachedManifest(tp format.TopicPartition) *format.Root {

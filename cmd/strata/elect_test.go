@@ -20,10 +20,6 @@ func TestElectLeadersOneNode(t *testing.T) {
 	mustCreate(t, n.bootstrap, "elect", 3, nil)
 
 	code, stdout, stderr := runCLI(t, env, "cluster", "elect-leaders", "--topic", "elect")
-	if code != 0 && strings.Contains(stderr, "do not serve ElectLeaders") {
-		n.stop(t)
-		t.Skip("needs the ElectLeaders handler (broker/43_elect_leaders.go, lead's work): " + strings.TrimSpace(stderr))
-	}
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}

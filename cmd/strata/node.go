@@ -259,8 +259,19 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	}
 
 	<-ctx.Done()
-	return shutdown(cfg.Logger, forced, b.Close)
+	// A controlled shutdown: in a cluster the node first hands its
+	// leaderships to other in-sync replicas, so clients see only
+	// retriable errors (a single node just closes).
+	return shutdown(cfg.Logger, forced, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), controlledShutdownTimeout)
+		defer cancel()
+		return b.Shutdown(ctx)
+	})
 }
+
+// controlledShutdownTimeout bounds how long a node waits for the
+// controller to move its leaderships before it closes anyway.
+const controlledShutdownTimeout = 30 * time.Second
 
 // shutdown runs closeAll once the node has been told to stop, unless a
 // second signal on forced comes first.

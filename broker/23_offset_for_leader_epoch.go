@@ -1,0 +1,45 @@
+package broker
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// OffsetForLeaderEpoch: v0-4
+//
+// For each partition, the end offset of the largest leader epoch at or
+// below the one asked for, as the leader's log records it (KIP-101,
+// KIP-279): a consumer that saw the log under an older leader uses it to
+// detect truncation (KIP-320), and it is the same answer a follower gets
+// as DivergingEpoch. Only the leader answers; CurrentLeaderEpoch (v2+) is
+// checked as Fetch checks it. An epoch older than anything in the log is
+// answered with epoch -1 and offset -1 (UNDEFINED), as Kafka does.
+//
+// Version notes: v1 LeaderEpoch in the answer; v2 CurrentLeaderEpoch; v3
+// ReplicaID; v4 flexible.
+func init() { register(kmsg.OffsetForLeaderEpoch, 0, 4, (*Broker).handleOffsetForLeaderEpoch) }
+
+func (b *Broker) handleOffsetForLeaderEpoch(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.OffsetForLeaderEpochRequest)
+	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	for _, rt := range r.Topics {
+		ot := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		ot.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			op.Partition = rp.Partition
+			op.LeaderEpoch, op.EndOffset = -1, -1
+			p, err := b.led(rt.Topic, rp.Partition)
+			if err == nil {
+				err = checkLeaderEpoch(p, rp.CurrentLeaderEpoch)
+			}
+			if err != nil {
+				op.ErrorCode, _ = b.answerError(kmsg.OffsetForLeaderEpoch, err)
+			} else {
+				op.EndOffset, op.LeaderEpoch = p.log.EndOffsetForEpoch(rp.LeaderEpoch)
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return resp, nil
+}

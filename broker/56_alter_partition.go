@@ -1,0 +1,63 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/meta"
+)
+
+// AlterPartition: v2 (inter-broker, KIP-497)
+//
+// A partition leader asks the controller to change the partition's ISR,
+// naming the leader epoch and partition epoch it knows: a request made on
+// stale knowledge is refused (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION)
+// and the leader retries once the metadata reaches it. Answered only by
+// the controller. v2 names topics by id.
+//
+// Not done: v3's replica directory ids (KIP-903) and leader recovery
+// state (no unclean recovery protocol).
+func init() { register(kmsg.AlterPartition, 2, 2, (*Broker).handleAlterPartition) }
+
+// controlTimeout bounds a controller request's wait for its raft commit.
+const controlTimeout = 10 * time.Second
+
+func (b *Broker) handleAlterPartition(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.AlterPartitionRequest)
+	resp := r.ResponseKind().(*kmsg.AlterPartitionResponse)
+	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
+	defer cancel()
+	if !b.meta.IsLeader() {
+		resp.ErrorCode, _ = b.answerError(kmsg.AlterPartition, meta.ErrNotController)
+		return resp, nil
+	}
+	st := b.meta.State()
+	for _, rt := range r.Topics {
+		ot := kmsg.NewAlterPartitionResponseTopic()
+		ot.TopidID = rt.TopicID
+		t, known := st.TopicByID(rt.TopicID)
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewAlterPartitionResponseTopicPartition()
+			op.Partition = rp.Partition
+			if !known {
+				op.ErrorCode, _ = b.answerError(kmsg.AlterPartition, meta.ErrUnknownTopicOrPartition)
+				ot.Partitions = append(ot.Partitions, op)
+				continue
+			}
+			p, err := b.meta.AlterPartition(ctx, meta.AlterPartitionRequest{
+				Topic: t.Name, Partition: rp.Partition, BrokerID: r.BrokerID, BrokerEpoch: r.BrokerEpoch,
+				LeaderEpoch: rp.LeaderEpoch, PartitionEpoch: rp.PartitionEpoch, ISR: rp.NewISR,
+			})
+			if err != nil {
+				op.ErrorCode, _ = b.answerError(kmsg.AlterPartition, err)
+			} else {
+				op.LeaderID, op.LeaderEpoch, op.ISR, op.PartitionEpoch = p.Leader, p.LeaderEpoch, p.ISR, p.PartitionEpoch
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return resp, nil
+}

@@ -1,0 +1,31 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// AllocateProducerIds: v0 (inter-broker, KIP-730)
+//
+// Reserves a block of idempotent-producer ids in the metadata log for a
+// broker that is not the controller. Answered only by the controller.
+func init() { register(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }
+
+func (b *Broker) handleAllocateProducerIDs(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.AllocateProducerIDsRequest)
+	resp := r.ResponseKind().(*kmsg.AllocateProducerIDsResponse)
+	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
+	defer cancel()
+	if br, ok := b.meta.State().Brokers[r.BrokerID]; !ok || br.Epoch != r.BrokerEpoch {
+		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, errStaleBroker)
+		return resp, nil
+	}
+	first, err := b.meta.AllocateProducerIDs(ctx, producerIDBlock)
+	if err != nil {
+		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, err)
+		return resp, nil
+	}
+	resp.ProducerIDStart, resp.ProducerIDLen = first, producerIDBlock
+	return resp, nil
+}

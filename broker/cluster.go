@@ -1,0 +1,367 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/meta"
+)
+
+// A broker's life in the cluster (docs/replication.md, steps 1-2): it
+// registers with the controller under a fresh incarnation id, and
+// heartbeats; a broker whose heartbeats stop is fenced by the controller
+// and its leaderships move. On the controller itself the calls go straight
+// to the metadata store; other brokers send Kafka's own inter-broker
+// requests (BrokerRegistration, BrokerHeartbeat, AlterPartition,
+// AllocateProducerIds) to the controller's listener.
+
+// clusterState is what the broker keeps of its registration.
+type clusterState struct {
+	incarnation [16]byte
+	// epoch is the broker epoch the controller gave this incarnation.
+	epoch struct {
+		sync.Mutex
+		v int64
+	}
+	// shutdown is closed once controlled shutdown has begun; heartbeats
+	// then ask to shut down.
+	wantShutdown     chan struct{}
+	wantShutdownOnce sync.Once
+	shutdownDone     chan struct{} // closed when the controller said ShouldShutdown
+	shutdownDoneOnce sync.Once
+}
+
+func (c *clusterState) brokerEpoch() int64 {
+	c.epoch.Lock()
+	defer c.epoch.Unlock()
+	return c.epoch.v
+}
+
+func (c *clusterState) setEpoch(e int64) {
+	c.epoch.Lock()
+	c.epoch.v = e
+	c.epoch.Unlock()
+}
+
+func newIncarnation() [16]byte {
+	var id [16]byte
+	rand.Read(id[:])
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}
+
+// clustered reports whether the node runs in a multi-node quorum. A
+// single node is its own controller and registers in-process.
+func (b *Broker) clustered() bool { return len(b.cfg.Voters) > 0 }
+
+// newClusterState starts a broker's life: a fresh incarnation id, kept
+// for every registration of this process.
+func newClusterState() clusterState {
+	return clusterState{incarnation: newIncarnation(), wantShutdown: make(chan struct{}), shutdownDone: make(chan struct{})}
+}
+
+// register registers this incarnation with the controller, retrying until
+// the controller answers. A live broker already holding the node id makes
+// the controller refuse: that is retried for a session timeout and a half,
+// long enough for a previous life of this node that was killed to be
+// fenced, and then reported as the start-up error.
+func (b *Broker) register(ctx context.Context) error {
+	reg := meta.Registration{ID: b.cfg.NodeID, Host: b.advHost, Port: b.advPort, Rack: b.cfg.Rack, Incarnation: hex.EncodeToString(b.cluster.incarnation[:])}
+	var dupSince time.Time
+	backoff := 50 * time.Millisecond
+	for {
+		epoch, err := b.registerOnce(ctx, reg)
+		if err == nil {
+			b.cluster.setEpoch(epoch)
+			return nil
+		}
+		if errors.Is(err, meta.ErrDuplicateBroker) || errors.Is(err, kerr.DuplicateBrokerRegistration) {
+			if dupSince.IsZero() {
+				dupSince = time.Now()
+			}
+			if time.Since(dupSince) > b.cfg.SessionTimeout*3/2 {
+				return fmt.Errorf("node id %d is already registered by a live broker; is another process running with --node-id %d?", b.cfg.NodeID, b.cfg.NodeID)
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("register node %d with the controller: %w (last: %v)", b.cfg.NodeID, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+func (b *Broker) registerOnce(ctx context.Context, reg meta.Registration) (int64, error) {
+	if b.meta.IsLeader() {
+		return b.meta.RegisterBroker(ctx, reg)
+	}
+	req := kmsg.NewPtrBrokerRegistrationRequest()
+	req.BrokerID = reg.ID
+	req.ClusterID = b.cfg.ClusterID
+	req.IncarnationID = b.cluster.incarnation
+	l := kmsg.NewBrokerRegistrationRequestListener()
+	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Host, uint16(reg.Port)
+	req.Listeners = append(req.Listeners, l)
+	if reg.Rack != "" {
+		req.Rack = &reg.Rack
+	}
+	req.PreviousBrokerEpoch = -1
+	kresp, err := b.controllerRequest(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	resp := kresp.(*kmsg.BrokerRegistrationResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, err
+	}
+	return resp.BrokerEpoch, nil
+}
+
+// heartbeatLoop heartbeats every HeartbeatInterval until the broker
+// closes. A heartbeat the controller refuses as coming from a stale
+// incarnation re-registers: the controller fenced this broker (it was
+// paused, or cut off, for longer than the session timeout) and has
+// forgotten it.
+func (b *Broker) heartbeatLoop() {
+	tick := time.NewTicker(b.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	var lastWarn time.Time
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tick.C:
+		case <-b.cluster.wantShutdown:
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.SessionTimeout)
+		reply, err := b.heartbeatOnce(ctx)
+		cancel()
+		if errors.Is(err, meta.ErrStaleBrokerEpoch) || errors.Is(err, kerr.StaleBrokerEpoch) {
+			b.log.Warn("controller fenced this broker's registration; registering again", "node", b.cfg.NodeID)
+			rctx, cancel := context.WithTimeout(b.ctx, 10*b.cfg.SessionTimeout)
+			err = b.register(rctx)
+			cancel()
+		}
+		if err != nil {
+			if b.ctx.Err() == nil && time.Since(lastWarn) > 10*time.Second {
+				b.log.Warn("heartbeat to the controller failed", "node", b.cfg.NodeID, "err", err)
+				lastWarn = time.Now()
+			}
+			continue
+		}
+		if reply.ShouldShutdown {
+			b.cluster.shutdownDoneOnce.Do(func() { close(b.cluster.shutdownDone) })
+		}
+	}
+}
+
+func (b *Broker) shuttingDown() bool {
+	select {
+	case <-b.cluster.wantShutdown:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *Broker) heartbeatOnce(ctx context.Context) (meta.HeartbeatReply, error) {
+	hb := meta.HeartbeatRequest{ID: b.cfg.NodeID, Epoch: b.cluster.brokerEpoch(), WantShutdown: b.shuttingDown()}
+	if b.meta.IsLeader() {
+		return b.meta.Heartbeat(ctx, hb)
+	}
+	req := kmsg.NewPtrBrokerHeartbeatRequest()
+	req.BrokerID, req.BrokerEpoch, req.WantShutdown = hb.ID, hb.Epoch, hb.WantShutdown
+	req.CurrentMetadataOffset = int64(b.meta.State().Index)
+	kresp, err := b.controllerRequest(ctx, req)
+	if err != nil {
+		return meta.HeartbeatReply{}, err
+	}
+	resp := kresp.(*kmsg.BrokerHeartbeatResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return meta.HeartbeatReply{}, err
+	}
+	return meta.HeartbeatReply{Fenced: resp.IsFenced, ShouldShutdown: resp.ShouldShutdown}, nil
+}
+
+// Shutdown is a controlled shutdown, what SIGTERM does: the broker asks the
+// controller to move its leaderships to other in-sync replicas, waits
+// (within ctx) until the controller says it leads nothing that could move,
+// and closes. Clients meanwhile get only retriable errors and follow the
+// new leaders. A single node, or a broker whose controller cannot be
+// reached, just closes.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	if b.started && b.clustered() {
+		b.cluster.wantShutdownOnce.Do(func() { close(b.cluster.wantShutdown) })
+		select {
+		case <-b.cluster.shutdownDone:
+			b.log.Info("controlled shutdown: leaderships moved", "node", b.cfg.NodeID)
+		case <-ctx.Done():
+			b.log.Warn("controlled shutdown: gave up waiting for leaderships to move", "node", b.cfg.NodeID)
+		case <-b.ctx.Done():
+		}
+	}
+	return b.Close()
+}
+
+// peers holds one client per other broker's address, for the requests
+// this broker sends to the controller and to the leaders it follows.
+type peers struct {
+	mu      sync.Mutex
+	clients map[string]*kgo.Client
+}
+
+func (p *peers) client(addr string, self int32) (*kgo.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[addr]; ok {
+		return c, nil
+	}
+	c, err := kgo.NewClient(
+		kgo.SeedBrokers(addr),
+		kgo.ClientID("strata-broker-"+strconv.Itoa(int(self))),
+		kgo.DialTimeout(2*time.Second),
+		kgo.MetadataMinAge(time.Second),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if p.clients == nil {
+		p.clients = map[string]*kgo.Client{}
+	}
+	p.clients[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, c := range p.clients {
+		c.Close()
+		delete(p.clients, addr)
+	}
+}
+
+var errNoController = errors.New("no controller known yet")
+
+// peerRequest sends req to broker id, at the address the metadata gives.
+func (b *Broker) peerRequest(ctx context.Context, id int32, req kmsg.Request) (kmsg.Response, error) {
+	br, ok := b.meta.State().Brokers[id]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not registered", id)
+	}
+	c, err := b.peers.client(net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))), b.cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	seeds := c.SeedBrokers()
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("no client for broker %d", id)
+	}
+	return seeds[0].Request(ctx, req)
+}
+
+// peerClient is a replica.Client for the leader with a given id.
+type peerClient struct {
+	b  *Broker
+	id int32
+}
+
+func (c peerClient) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	return c.b.peerRequest(ctx, c.id, req)
+}
+
+// controllerRequest sends req to the controller, following it when it
+// moves: a NOT_CONTROLLER answer or an unreachable controller is retried
+// within ctx.
+func (b *Broker) controllerRequest(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		var resp kmsg.Response
+		err := errNoController
+		if id := b.meta.ControllerID(); id >= 0 && id != b.cfg.NodeID {
+			resp, err = b.peerRequest(ctx, id, req)
+			if err == nil && topErrorCode(resp) == kerr.NotController.Code {
+				err = kerr.NotController
+			}
+		} else if id == b.cfg.NodeID {
+			// Raft elected this node while the request was being built: the
+			// caller goes straight to the store on its next try.
+			return nil, meta.ErrNotController
+		}
+		if err == nil {
+			return resp, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", context.Cause(ctx), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// topErrorCode returns a response's top-level error code for the requests
+// the controller answers.
+func topErrorCode(resp kmsg.Response) int16 {
+	switch r := resp.(type) {
+	case *kmsg.BrokerRegistrationResponse:
+		return r.ErrorCode
+	case *kmsg.BrokerHeartbeatResponse:
+		return r.ErrorCode
+	case *kmsg.AlterPartitionResponse:
+		return r.ErrorCode
+	case *kmsg.AllocateProducerIDsResponse:
+		return r.ErrorCode
+	}
+	return 0
+}
+
+// controllerIDs allocates producer ids through the controller: in-process
+// on the controller, by AllocateProducerIds elsewhere.
+type controllerIDs struct{ b *Broker }
+
+func (c controllerIDs) AllocateProducerIDs(ctx context.Context, n int64) (int64, error) {
+	b := c.b
+	for {
+		if b.meta.IsLeader() || !b.clustered() {
+			first, err := b.meta.AllocateProducerIDs(ctx, n)
+			if !errors.Is(err, meta.ErrNotController) || !b.clustered() {
+				return first, err
+			}
+		}
+		req := kmsg.NewPtrAllocateProducerIDsRequest()
+		req.BrokerID, req.BrokerEpoch = b.cfg.NodeID, b.cluster.brokerEpoch()
+		kresp, err := b.controllerRequest(ctx, req)
+		if errors.Is(err, meta.ErrNotController) {
+			continue // this node became the controller
+		}
+		if err != nil {
+			return 0, err
+		}
+		resp := kresp.(*kmsg.AllocateProducerIDsResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return 0, err
+		}
+		if int64(resp.ProducerIDLen) < n {
+			return 0, fmt.Errorf("controller gave %d producer ids, asked for %d", resp.ProducerIDLen, n)
+		}
+		return resp.ProducerIDStart, nil
+	}
+}

@@ -1,0 +1,152 @@
+package replica
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func TestHighWatermarkIsTheSmallestLogEndInTheISR(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2, 3}, []int32{1, 2, 3}, 100, t0)
+	if hw := l.HighWatermark(120); hw != -1 {
+		t.Fatalf("before any follower fetched: high watermark %d, want -1 (unknown)", hw)
+	}
+	must(t, l.Fetched(2, 110, 120, t0))
+	if hw := l.HighWatermark(120); hw != -1 {
+		t.Fatalf("one follower fetched: high watermark %d, want -1", hw)
+	}
+	must(t, l.Fetched(3, 115, 120, t0))
+	if hw := l.HighWatermark(120); hw != 110 {
+		t.Fatalf("high watermark %d, want 110", hw)
+	}
+	must(t, l.Fetched(2, 120, 120, t0))
+	if hw := l.HighWatermark(120); hw != 115 {
+		t.Fatalf("high watermark %d, want 115", hw)
+	}
+}
+
+func TestSingleReplicaHighWatermarkIsTheLogEnd(t *testing.T) {
+	l := NewLeader(1, []int32{1}, []int32{1}, 0, t0)
+	if hw := l.HighWatermark(42); hw != 42 {
+		t.Fatalf("high watermark %d, want 42", hw)
+	}
+	if isr := l.Propose(t0.Add(time.Hour), time.Second, 42, nil); isr != nil {
+		t.Fatalf("a single replica proposed ISR %v", isr)
+	}
+}
+
+func TestFetchFromNonReplicaIsRefused(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2}, []int32{1, 2}, 0, t0)
+	if err := l.Fetched(7, 0, 0, t0); !errors.Is(err, ErrNotReplica) {
+		t.Fatalf("fetch from broker 7: %v, want ErrNotReplica", err)
+	}
+}
+
+func TestLaggingFollowerLeavesTheISR(t *testing.T) {
+	lag := 10 * time.Second
+	l := NewLeader(1, []int32{1, 2, 3}, []int32{1, 2, 3}, 0, t0)
+	// Follower 2 keeps up; follower 3 fetches but never reaches the end.
+	for i := range 12 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		end := int64(100 * (i + 1))
+		must(t, l.Fetched(2, end, end, now))
+		must(t, l.Fetched(3, 5, end, now))
+	}
+	if isr := l.Propose(t0.Add(9*time.Second), lag, 0, nil); isr != nil {
+		t.Fatalf("within the lag time: proposed %v", isr)
+	}
+	isr := l.Propose(t0.Add(11*time.Second), lag, 0, nil)
+	if !slices.Equal(isr, []int32{1, 2}) {
+		t.Fatalf("proposed %v, want [1 2]", isr)
+	}
+	if again := l.Propose(t0.Add(12*time.Second), lag, 0, nil); again != nil {
+		t.Fatalf("proposed %v while a change is in flight", again)
+	}
+	// Until the shrink commits, the high watermark still waits for 3.
+	if hw := l.HighWatermark(1200); hw != 5 {
+		t.Fatalf("high watermark %d before the shrink committed, want 5", hw)
+	}
+	l.Committed([]int32{1, 2}, t0.Add(12*time.Second))
+	if hw := l.HighWatermark(1200); hw != 1200 {
+		t.Fatalf("high watermark %d after the shrink, want 1200", hw)
+	}
+}
+
+func TestFollowerThatWasCaughtUpAtItsPreviousFetchStays(t *testing.T) {
+	// A steady producer: the follower is always one fetch behind the end,
+	// but always past where the end was at its previous fetch.
+	l := NewLeader(1, []int32{1, 2}, []int32{1, 2}, 0, t0)
+	for i := range 60 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		must(t, l.Fetched(2, int64(10*i), int64(10*i+10), now))
+	}
+	if isr := l.Propose(t0.Add(60*time.Second), 10*time.Second, 0, nil); isr != nil {
+		t.Fatalf("a follower keeping pace was dropped: proposed %v", isr)
+	}
+}
+
+func TestCaughtUpFollowerJoinsTheISR(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2, 3}, []int32{1, 2}, 50, t0)
+	must(t, l.Fetched(2, 80, 80, t0))
+	// 3 is behind the high watermark: not yet.
+	must(t, l.Fetched(3, 40, 80, t0))
+	if isr := l.Propose(t0, time.Minute, 80, nil); isr != nil {
+		t.Fatalf("proposed %v for a follower behind the high watermark", isr)
+	}
+	must(t, l.Fetched(3, 80, 80, t0))
+	isr := l.Propose(t0, time.Minute, 80, nil)
+	if !slices.Equal(isr, []int32{1, 2, 3}) {
+		t.Fatalf("proposed %v, want [1 2 3]", isr)
+	}
+	// While the expansion is in flight the new member counts for the high
+	// watermark, so it never has to move back.
+	if hw := l.HighWatermark(90); hw != 80 {
+		t.Fatalf("high watermark %d during the expansion, want 80", hw)
+	}
+	l.Failed()
+	if hw := l.HighWatermark(90); hw != 80 {
+		t.Fatalf("high watermark %d after a failed expansion, want 80 (follower 2)", hw)
+	}
+}
+
+func TestFollowerBelowTheEpochStartDoesNotJoin(t *testing.T) {
+	// This leadership began at 100; a follower at 90 that matches the
+	// high watermark (still 90 from the old leader) must first fetch past
+	// the epoch start, so it cannot hold a divergent tail.
+	l := NewLeader(1, []int32{1, 2}, []int32{1}, 100, t0)
+	must(t, l.Fetched(2, 90, 100, t0))
+	if isr := l.Propose(t0, time.Minute, 90, nil); isr != nil {
+		t.Fatalf("proposed %v for a follower below the epoch start", isr)
+	}
+}
+
+func TestLagReportsUnknownFollowers(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2, 3}, []int32{1, 2, 3}, 0, t0)
+	must(t, l.Fetched(2, 70, 100, t0))
+	got := l.Lag(100)
+	if got[2] != 30 || got[3] != -1 {
+		t.Fatalf("lag %v, want 2:30 3:-1", got)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIneligibleFollowerDoesNotJoin(t *testing.T) {
+	l := NewLeader(1, []int32{1, 2}, []int32{1}, 0, t0)
+	must(t, l.Fetched(2, 50, 50, t0))
+	fenced := func(id int32) bool { return id != 2 }
+	if isr := l.Propose(t0, time.Minute, 50, fenced); isr != nil {
+		t.Fatalf("proposed %v with a fenced follower", isr)
+	}
+	if isr := l.Propose(t0, time.Minute, 50, nil); !slices.Equal(isr, []int32{1, 2}) {
+		t.Fatalf("proposed %v, want [1 2]", isr)
+	}
+}

@@ -1,0 +1,356 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/replica"
+	"strata/meta"
+)
+
+// replication is a partition's replica state on this node, as the metadata
+// and, for a leader, its followers' fetches decide it
+// (docs/replication.md).
+type replication struct {
+	mu             sync.Mutex
+	leader         int32 // from the metadata; -1 when the partition has none
+	replicas, isr  []int32
+	partitionEpoch int32
+	// lead is the leader's view of its followers, nil unless this node
+	// leads the partition.
+	lead *replica.Leader
+}
+
+// highWatermark is where the high watermark of a partition this node leads
+// may move to, given the log end leo; -1 on a follower, which learns its
+// high watermark from the leader.
+func (r *replication) highWatermark(leo int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lead == nil {
+		return -1
+	}
+	return r.lead.HighWatermark(leo)
+}
+
+// isrSize is the size of the ISR as last committed.
+func (r *replication) isrSize() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.isr)
+}
+
+// setRole brings p's replication in line with the metadata: it starts or
+// stops leading, starts or stops fetching from the leader, and takes in
+// ISR changes. Leadership moves only with a new leader epoch.
+func (b *Broker) setRole(p *partition, w wantedPartition) {
+	self := b.cfg.NodeID
+	leads := w.leader == self
+	now := time.Now()
+
+	p.rep.mu.Lock()
+	same := p.rep.leader == w.leader && p.leaderEpoch.Load() == w.epoch && (p.rep.lead != nil) == leads
+	if same {
+		newer := w.partitionEpoch > p.rep.partitionEpoch
+		if newer {
+			p.rep.isr, p.rep.replicas, p.rep.partitionEpoch = w.isr, w.replicas, w.partitionEpoch
+			if p.rep.lead != nil {
+				p.rep.lead.Committed(w.isr, now)
+			}
+		}
+		p.rep.mu.Unlock()
+		if leads && newer {
+			p.advanceHighWatermark() // a smaller ISR may let it move
+		}
+		return
+	}
+	p.rep.mu.Unlock()
+
+	// A fetcher writes under appendMu: it is stopped before that lock is
+	// taken, and started again only after it is released.
+	key := replica.Key{Topic: p.topic, Index: p.index}
+	b.replicas.Unfollow(key)
+	p.appendMu.Lock()
+	p.rep.mu.Lock()
+	wasLeading := p.rep.lead != nil
+	p.leaderEpoch.Store(w.epoch)
+	p.rep.leader, p.rep.replicas, p.rep.isr, p.rep.partitionEpoch = w.leader, w.replicas, w.isr, w.partitionEpoch
+	leo := p.log.EndOffset()
+	if leads {
+		p.rep.lead = replica.NewLeader(self, w.replicas, w.isr, leo, now)
+		// The previous leader may have published manifests since this
+		// node last read the bucket's.
+		p.tier.stale.Store(true)
+	} else {
+		p.rep.lead = nil
+		if hw := p.hw.Load(); hw > leo {
+			p.hw.Store(leo)
+		}
+	}
+	p.leading.Store(leads)
+	p.rep.mu.Unlock()
+	p.appendMu.Unlock()
+
+	switch {
+	case leads:
+		if !wasLeading {
+			b.metrics.leaderElections.Inc()
+			b.log.Debug("leading partition", "topic", p.topic, "partition", p.index, "epoch", w.epoch, "isr", w.isr)
+		}
+		p.advanceHighWatermark()
+	case w.leader >= 0:
+		b.replicas.Follow(w.leader, replica.Partition{
+			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.epoch,
+			Log: p.log, Lock: &p.appendMu,
+			Fetched: func(leaderHW int64) { p.followerFetched(leaderHW) },
+		})
+	}
+	// Fetches and acks=all produces waiting on the partition look again:
+	// a deposed leader's waiters must not wait for a high watermark that
+	// will not come.
+	p.wake()
+}
+
+// followerFetched takes the leader's high watermark into a follower.
+func (p *partition) followerFetched(leaderHW int64) {
+	leo := p.log.EndOffset()
+	p.hw.Store(max(min(leaderHW, leo), p.log.StartOffset()))
+	p.logEnd.Set(float64(leo))
+}
+
+// replicaFetched records a follower's fetch at offset on the leader: it
+// may move the high watermark and make the follower eligible for the ISR.
+func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
+	now := time.Now()
+	p.rep.mu.Lock()
+	lead := p.rep.lead
+	if lead == nil {
+		p.rep.mu.Unlock()
+		return errNotLeader
+	}
+	if err := lead.Fetched(id, offset, p.log.EndOffset(), now); err != nil {
+		p.rep.mu.Unlock()
+		return fmt.Errorf("%w: %v", kerr.NotLeaderForPartition, err)
+	}
+	p.rep.mu.Unlock()
+	p.advanceHighWatermark()
+	b.maybeAlterISR(p, now)
+	return nil
+}
+
+// maybeAlterISR asks the controller for the ISR change p's followers call
+// for, if any and none is in flight.
+func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
+	p.rep.mu.Lock()
+	lead := p.rep.lead
+	if lead == nil {
+		p.rep.mu.Unlock()
+		return
+	}
+	st := b.meta.State()
+	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32) bool {
+		br, ok := st.Brokers[id]
+		return ok && !br.Fenced && !br.ShuttingDown
+	})
+	if isr == nil {
+		p.rep.mu.Unlock()
+		return
+	}
+	old := slices.Clone(p.rep.isr)
+	req := meta.AlterPartitionRequest{
+		Topic: p.topic, Partition: p.index, BrokerID: b.cfg.NodeID, BrokerEpoch: b.cluster.brokerEpoch(),
+		LeaderEpoch: p.leaderEpoch.Load(), PartitionEpoch: p.rep.partitionEpoch, ISR: isr,
+	}
+	p.rep.mu.Unlock()
+	b.goFunc(func() {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		got, err := b.alterPartition(ctx, p.topicID, req)
+		p.rep.mu.Lock()
+		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch >= p.rep.partitionEpoch
+		if ok {
+			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
+			lead.Committed(got.ISR, time.Now())
+		} else if p.rep.lead == lead {
+			lead.Failed()
+		}
+		p.rep.mu.Unlock()
+		if !ok {
+			if err != nil && b.ctx.Err() == nil {
+				b.log.Info("ISR change refused; retrying once the metadata catches up", "topic", p.topic, "partition", p.index, "isr", req.ISR, "err", err)
+			}
+			return
+		}
+		if len(got.ISR) < len(old) {
+			b.metrics.isrShrinks.Inc()
+		} else {
+			b.metrics.isrExpands.Inc()
+		}
+		b.log.Info("ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
+		p.advanceHighWatermark()
+		p.wake()
+	})
+}
+
+// alterPartition sends an ISR change to the controller.
+func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
+	for {
+		if b.meta.IsLeader() {
+			p, err := b.meta.AlterPartition(ctx, r)
+			if err == nil || !b.clustered() || ctx.Err() != nil {
+				return p, err
+			}
+			if !isNotController(err) {
+				return p, err
+			}
+		}
+		req := kmsg.NewPtrAlterPartitionRequest()
+		req.Version = 2
+		req.BrokerID, req.BrokerEpoch = r.BrokerID, r.BrokerEpoch
+		rt := kmsg.NewAlterPartitionRequestTopic()
+		rt.TopicID = topicID
+		rp := kmsg.NewAlterPartitionRequestTopicPartition()
+		rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch, rp.NewISR = r.Partition, r.LeaderEpoch, r.PartitionEpoch, r.ISR
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		kresp, err := b.controllerRequest(ctx, req)
+		if isNotController(err) {
+			continue
+		}
+		if err != nil {
+			return meta.Partition{}, err
+		}
+		resp := kresp.(*kmsg.AlterPartitionResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return meta.Partition{}, err
+		}
+		for _, t := range resp.Topics {
+			for _, op := range t.Partitions {
+				if op.Partition != r.Partition {
+					continue
+				}
+				if err := kerr.ErrorForCode(op.ErrorCode); err != nil {
+					return meta.Partition{}, err
+				}
+				return meta.Partition{Index: op.Partition, Leader: op.LeaderID, LeaderEpoch: op.LeaderEpoch, ISR: op.ISR, PartitionEpoch: op.PartitionEpoch}, nil
+			}
+		}
+		return meta.Partition{}, fmt.Errorf("controller did not answer for %s-%d", r.Topic, r.Partition)
+	}
+}
+
+func isNotController(err error) bool {
+	return err != nil && (errorCode(err) == kerr.NotController.Code)
+}
+
+// isrLoop asks for the ISR shrinks that followers falling behind call for:
+// expansions are asked for as soon as a follower's fetch shows it caught
+// up, but a follower that stopped fetching shows nothing.
+func (b *Broker) isrLoop() {
+	every := min(b.cfg.ReplicaLagTimeMax/4, time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		for _, p := range b.partitionList() {
+			if p.leading.Load() {
+				b.maybeAlterISR(p, now)
+			}
+		}
+	}
+}
+
+// led returns the partition if this node leads it, or the error a client
+// should see.
+func (b *Broker) led(topic string, index int32) (*partition, error) {
+	p, err := b.hosted(topic, index)
+	if err != nil {
+		return nil, err
+	}
+	if !p.leading.Load() {
+		return nil, fmt.Errorf("%w: %s-%d is led by another broker", kerr.NotLeaderForPartition, topic, index)
+	}
+	return p, nil
+}
+
+// waitCommitted waits until p's high watermark covers offset (an acks=all
+// produce), the deadline passes (REQUEST_TIMED_OUT), or this node stops
+// leading p (NOT_LEADER_OR_FOLLOWER: the producer retries on the new
+// leader, which deduplicates an idempotent retry).
+func (b *Broker) waitCommitted(p *partition, offset int64, deadline time.Time) error {
+	if p.highWatermark() > offset {
+		return nil
+	}
+	w := make(chan struct{}, 1)
+	p.addWaiter(w)
+	defer p.removeWaiter(w)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for p.highWatermark() <= offset {
+		if !p.leading.Load() {
+			return fmt.Errorf("%w: leadership of %s-%d moved before the ISR had the records", kerr.NotLeaderForPartition, p.topic, p.index)
+		}
+		select {
+		case <-w:
+		case <-timer.C:
+			return fmt.Errorf("%w: the ISR did not replicate the records in time", kerr.RequestTimedOut)
+		case <-b.ctx.Done():
+			return errClosed
+		}
+	}
+	return nil
+}
+
+// replicationCollector reports, for the partitions this broker leads, how
+// many are under-replicated and how far each follower lags.
+type replicationCollector struct{ b *Broker }
+
+var (
+	underReplicatedDesc = prometheus.NewDesc("strata_under_replicated_partitions",
+		"Partitions this broker leads whose ISR is smaller than their replica set.", nil, nil)
+	replicaLagDesc = prometheus.NewDesc("strata_replica_fetch_lag_offsets",
+		"Offsets a follower is behind the leader's log end, per partition this broker leads and follower (-1: not fetched yet).",
+		[]string{"topic", "partition", "replica"}, nil)
+)
+
+func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- underReplicatedDesc
+	ch <- replicaLagDesc
+}
+
+func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
+	under := 0
+	for _, p := range c.b.partitionList() {
+		p.rep.mu.Lock()
+		lead, isr, replicas := p.rep.lead, len(p.rep.isr), len(p.rep.replicas)
+		var lag map[int32]int64
+		if lead != nil {
+			lag = lead.Lag(p.log.EndOffset())
+		}
+		p.rep.mu.Unlock()
+		if lead == nil {
+			continue
+		}
+		if isr < replicas {
+			under++
+		}
+		part := strconv.Itoa(int(p.index))
+		for id, n := range lag {
+			ch <- prometheus.MustNewConstMetric(replicaLagDesc, prometheus.GaugeValue, float64(n), p.topic, part, strconv.Itoa(int(id)))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(underReplicatedDesc, prometheus.GaugeValue, float64(under))
+}

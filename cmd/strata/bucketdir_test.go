@@ -45,3 +45,18 @@ func TestBucketDirWithS3Bucket(t *testing.T) {
 		assertOneLineError(t, stderr, "tier.bucket_dir", "s3.bucket", "not both", "strata "+verb+" --help")
 	}
 }
+
+// TestLocalstackRefusesBucketDir: localstack's cold tier is its own S3
+// bucket, so --bucket-dir is a usage error, found before anything starts.
+func TestLocalstackRefusesBucketDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	code, stdout, stderr := runCLI(t, nil, "localstack", "--bucket-dir", filepath.Join(t.TempDir(), "b"), "--data-dir", dir,
+		"--listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0", "--http-listen", "off")
+	if code != 2 || stdout != "" {
+		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+	assertOneLineError(t, stderr, "--bucket-dir", "S3 bucket", "strata localstack --help")
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("data dir created for a command line that is refused")
+	}
+}

@@ -403,8 +403,14 @@ makes the command fail.`,
 }
 
 // printElections prints one row per partition that was elected or needed
-// no election, and returns the others' errors.
+// no election, and returns the others' errors. Asked about all partitions,
+// a controller answers only for those it tried to elect, so an empty
+// answer means every partition already had its preferred leader.
 func printElections(w io.Writer, rs kadm.ElectLeadersResults) error {
+	if len(rs) == 0 {
+		_, err := fmt.Fprintln(w, "no partition needed an election")
+		return err
+	}
 	fails := failures{verb: "cluster elect-leaders"}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tRESULT")

@@ -155,6 +155,10 @@ func (d *devCluster) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The whole cluster stops together, so there is nowhere to move
+	// leaderships to: each node closes at once rather than going through
+	// a controlled shutdown, which the last nodes, left without a quorum,
+	// would wait out.
 	closeAll := func() error {
 		errs := make([]error, len(brokers))
 		var wg sync.WaitGroup

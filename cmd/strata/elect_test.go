@@ -72,3 +72,16 @@ func TestPrintElections(t *testing.T) {
 		t.Errorf("error: %v", err)
 	}
 }
+
+// TestPrintElectionsNone: asked about every partition, the controller
+// answers only for those it considered electing (as Kafka's does); an
+// empty answer says so rather than printing a bare header.
+func TestPrintElectionsNone(t *testing.T) {
+	var out strings.Builder
+	if err := printElections(&out, kadm.ElectLeadersResults{}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "no partition needed an election\n" {
+		t.Errorf("printed %q", out.String())
+	}
+}

@@ -221,9 +221,7 @@ func TestClusterStatusFencedBroker(t *testing.T) {
 	if st.Offline != 0 {
 		t.Errorf("offline partitions with two of three replicas alive: %v", st.OfflinePartitions)
 	}
-	for _, nd := range nodes {
-		if nd != victim {
-			nd.stop(t)
-		}
-	}
+	// The others are left to the cleanup's SIGKILL: with one voter dead,
+	// whichever stops last has no quorum for its controlled shutdown and
+	// waits that out, which is not what this test is about.
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -68,6 +69,7 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	type pending struct {
 		p      *partition
 		last   int64
+		epoch  int32
 		ti, pi int // where its answer is in resp
 	}
 	var waits []pending
@@ -89,22 +91,24 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			err := topicErr
 			var p *partition
 			var last int64
+			var epoch int32
 			if err == nil {
-				p, last, err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
+				p, last, epoch, err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
 			}
 			if err != nil {
 				b.produceError(rt.Topic, rp.Partition, &sp, err)
 			}
 			st.Partitions = append(st.Partitions, sp)
 			if err == nil && r.Acks == -1 {
-				waits = append(waits, pending{p, last, len(resp.Topics), len(st.Partitions) - 1})
+				waits = append(waits, pending{p, last, epoch, len(resp.Topics), len(st.Partitions) - 1})
 			}
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	deadline := time.Now().Add(time.Duration(max(r.TimeoutMillis, 0)) * time.Millisecond)
+	wctx, cancel := context.WithTimeout(b.ctx, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
+	defer cancel()
 	for _, w := range waits {
-		err := b.waitCommitted(w.p, w.last, deadline)
+		err := b.waitCommitted(wctx, w.p, w.last, w.epoch)
 		if err == nil && w.p.rep.isrSize() < w.p.settings.Load().minISR {
 			err = fmt.Errorf("%w: the ISR shrank below min.insync.replicas=%d", kerr.NotEnoughReplicasAfterAppend, w.p.settings.Load().minISR)
 		}
@@ -150,36 +154,36 @@ func acksZeroFailure(resp *kmsg.ProduceResponse) error {
 
 // produceTo appends one partition's batches and fills in sp. It returns
 // the partition and the last offset appended, for an acks=all wait.
-func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) (*partition, int64, error) {
+func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) (*partition, int64, int32, error) {
 	p, err := b.led(topic, rp.Partition)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if err := checkBatchKinds(rp.Records); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	settings := p.settings.Load()
 	if settings.internal {
-		return nil, 0, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+		return nil, 0, 0, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
-		return nil, 0, errDiskFull
+		return nil, 0, 0, errDiskFull
 	}
 	if acks == -1 {
 		if isr := p.rep.isrSize(); isr < settings.minISR {
-			return nil, 0, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
+			return nil, 0, 0, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
 		}
 	}
-	info, err := p.append(rp.Records)
+	info, epoch, err := p.append(rp.Records)
 	if err != nil {
-		return nil, 0, fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
+		return nil, 0, 0, fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
 	}
 	sp.BaseOffset = info.BaseOffset
 	sp.LogStartOffset = info.LogStartOffset
 	if !info.Duplicate {
 		b.metrics.recordsIn.Add(float64(info.Records))
 	}
-	return p, info.LastOffset, nil
+	return p, info.LastOffset, epoch, nil
 }
 
 // checkBatchKinds refuses batches a client may not write here: control

@@ -11,8 +11,9 @@ import (
 // KIP-279): a consumer that saw the log under an older leader uses it to
 // detect truncation (KIP-320), and it is the same answer a follower gets
 // as DivergingEpoch. Only the leader answers; CurrentLeaderEpoch (v2+) is
-// checked as Fetch checks it. An epoch older than anything in the log is
-// answered with epoch -1 and offset -1 (UNDEFINED), as Kafka does.
+// checked as Fetch checks it. An epoch older than every epoch in the log
+// is answered with the requested epoch and the log's first epoch start, as
+// Kafka's leader-epoch cache answers it.
 //
 // Version notes: v1 LeaderEpoch in the answer; v2 CurrentLeaderEpoch; v3
 // ReplicaID; v4 flexible.

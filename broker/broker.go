@@ -206,6 +206,14 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	// The registration fenced this node's previous life, if it had one,
+	// and moved its leaderships: the partitions open only once this node's
+	// metadata has that too, or a restarted leader would take writes at
+	// its old epoch for a moment.
+	if err := b.waitApplied(ctx, uint64(b.cluster.brokerEpoch())); err != nil {
+		b.Close()
+		return nil, err
+	}
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
 	if err := b.openTier(); err != nil {

@@ -110,6 +110,22 @@ func (b *Broker) register(ctx context.Context) error {
 	}
 }
 
+// waitApplied waits until this node's metadata has applied the raft log up
+// to index.
+func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		changed := b.meta.Changed()
+		if b.meta.State().Index >= index {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the metadata to reach this node's registration: %w", context.Cause(ctx))
+		}
+	}
+}
+
 func (b *Broker) registerOnce(ctx context.Context, reg meta.Registration) (int64, error) {
 	if b.meta.IsLeader() {
 		return b.meta.RegisterBroker(ctx, reg)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
 	"strata/meta"
@@ -103,10 +104,11 @@ func (b *Broker) createOffsetsTopic(ctx context.Context, rf int16) (*meta.Topic,
 }
 
 // offsetsTopicLoop creates __consumer_offsets in a cluster, on whichever
-// node is the controller, once as many brokers as the topic's replication
-// factor wants (3, or the voters when fewer) are alive, or after a minute
-// with the brokers there are: a cluster that never grows still gets its
-// groups.
+// node is the controller, with replication factor 3 once three brokers are
+// alive; a cluster of fewer brokers (voters and registered broker-only
+// nodes) gets them all after ten seconds, and after a minute the topic is
+// created with whatever brokers are alive, so that a cluster missing a
+// node still gets its groups.
 func (b *Broker) offsetsTopicLoop() {
 	begun := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -123,8 +125,12 @@ func (b *Broker) offsetsTopicLoop() {
 					alive++
 				}
 			}
-			want := min(offsetsReplicationFactor, max(len(b.cfg.Voters), 1))
-			if alive >= want || (alive > 0 && time.Since(begun) > time.Minute) {
+			// Three replicas, or as many as there are brokers: the voters,
+			// and broker-only nodes that registered. Fewer than three wait
+			// a little for more to register.
+			want := min(offsetsReplicationFactor, max(len(b.cfg.Voters), len(st.Brokers)))
+			settled := alive >= offsetsReplicationFactor || time.Since(begun) > 10*time.Second
+			if alive >= want && settled || (alive > 0 && time.Since(begun) > time.Minute) {
 				ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 				_, err := b.createOffsetsTopic(ctx, int16(min(alive, offsetsReplicationFactor)))
 				cancel()
@@ -189,31 +195,19 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 	if p == nil {
 		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
 	}
-	info, err := p.append(batch)
+	info, epoch, err := p.append(batch)
 	if err != nil {
-		if errors.Is(err, segment.ErrClosed) {
+		if errors.Is(err, segment.ErrClosed) || errors.Is(err, errNotLeader) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
 		}
 		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
 	}
-	if p.highWatermark() > info.LastOffset {
-		return info.BaseOffset, nil
-	}
 	// With followers the high watermark trails the append; wait for it.
-	w := make(chan struct{}, 1)
-	p.addWaiter(w)
-	defer p.removeWaiter(w)
-	for p.highWatermark() <= info.LastOffset {
-		if !p.leading.Load() {
-			return 0, fmt.Errorf("%s-%d: %w: leadership moved before the ISR had the commit", offsetsTopic, partition, group.ErrNotLeader)
+	if err := b.waitCommitted(ctx, p, info.LastOffset, epoch); err != nil {
+		if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, errClosed) {
+			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
 		}
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-b.ctx.Done():
-			return 0, errClosed
-		}
+		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
 	}
 	return info.BaseOffset, nil
 }

@@ -86,19 +86,24 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 
 // append writes records to the log and advances the high watermark over
 // them. It is the one way in for producers and the group coordinator.
-func (p *partition) append(records []byte) (segment.AppendInfo, error) {
+//
+// It returns the leader epoch the batches were written under: a wait for
+// their commit (waitCommitted) trusts the high watermark only while this
+// node still leads at that epoch.
+func (p *partition) append(records []byte) (segment.AppendInfo, int32, error) {
 	// Validation (decompression included) goes first, outside appendMu, so
 	// a costly batch holds up no other producer of the partition.
 	batches, err := p.log.Prepare(records)
 	if err != nil {
-		return segment.AppendInfo{}, err
+		return segment.AppendInfo{}, -1, err
 	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {
-		return segment.AppendInfo{}, errNotLeader
+		return segment.AppendInfo{}, -1, errNotLeader
 	}
-	info, err := p.log.AppendPrepared(batches, p.leaderEpoch.Load())
+	epoch := p.leaderEpoch.Load()
+	info, err := p.log.AppendPrepared(batches, epoch)
 	if err == nil && !info.Duplicate {
 		// Under appendMu, so concurrent appends set the gauge in order. A
 		// duplicate appended nothing: the high watermark already covers it.
@@ -107,7 +112,21 @@ func (p *partition) append(records []byte) (segment.AppendInfo, error) {
 		// Followers long-polling for new data hear of it.
 		p.wake()
 	}
-	return info, err
+	return info, epoch, err
+}
+
+// leaderEpochIfLeading returns the leader epoch, if this node leads p.
+// The two are read together under appendMu, where setRole changes them.
+func (p *partition) leaderEpochIfLeading() (int32, bool) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	return p.leaderEpoch.Load(), p.leading.Load()
+}
+
+// leadsAt reports whether this node still leads p at epoch.
+func (p *partition) leadsAt(epoch int32) bool {
+	e, ok := p.leaderEpochIfLeading()
+	return ok && e == epoch
 }
 
 // highWatermark is the offset below which records are committed and

@@ -155,6 +155,7 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		p.rep.mu.Unlock()
 		return
 	}
+	lead.Expire(now.Add(-alterExpiry))
 	st := b.meta.State()
 	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32) bool {
 		br, ok := st.Brokers[id]
@@ -179,7 +180,10 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		if ok {
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
 			lead.Committed(got.ISR, time.Now())
-		} else if p.rep.lead == lead {
+		} else if p.rep.lead == lead && errorCode(err) != kerr.UnknownServerError.Code {
+			// Refused by the controller: nothing changed. A lost request
+			// or answer stays in flight until the metadata shows the
+			// outcome or it expires (maybeAlterISR).
 			lead.Failed()
 		}
 		p.rep.mu.Unlock()
@@ -199,6 +203,11 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		p.wake()
 	})
 }
+
+// alterExpiry is how long an ISR change whose outcome was lost stays
+// counted as in flight: long enough for a commit to reach this node's
+// metadata, after which setRole would have ended it.
+const alterExpiry = 10 * time.Second
 
 // alterPartition sends an ISR change to the controller.
 func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
@@ -286,32 +295,38 @@ func (b *Broker) led(topic string, index int32) (*partition, error) {
 	return p, nil
 }
 
-// waitCommitted waits until p's high watermark covers offset (an acks=all
-// produce), the deadline passes (REQUEST_TIMED_OUT), or this node stops
-// leading p (NOT_LEADER_OR_FOLLOWER: the producer retries on the new
-// leader, which deduplicates an idempotent retry).
-func (b *Broker) waitCommitted(p *partition, offset int64, deadline time.Time) error {
-	if p.highWatermark() > offset {
-		return nil
-	}
+// waitCommitted waits until p's high watermark covers offset, which this
+// node appended as leader at epoch (an acks=all produce, an offset
+// commit). It fails with NOT_LEADER_OR_FOLLOWER as soon as this node
+// stops leading at that epoch: a follower's high watermark (or a later
+// leadership's) says nothing about a record that may have been truncated
+// since, and the producer's retry on the new leader is deduplicated
+// there. The high watermark is read between two checks of the role, which
+// setRole changes before a fetcher can move the high watermark.
+func (b *Broker) waitCommitted(ctx context.Context, p *partition, offset int64, epoch int32) error {
 	w := make(chan struct{}, 1)
 	p.addWaiter(w)
 	defer p.removeWaiter(w)
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for p.highWatermark() <= offset {
-		if !p.leading.Load() {
+	for {
+		leads := func() bool { return p.leading.Load() && p.leaderEpoch.Load() == epoch }
+		if !leads() {
 			return fmt.Errorf("%w: leadership of %s-%d moved before the ISR had the records", kerr.NotLeaderForPartition, p.topic, p.index)
+		}
+		hw := p.highWatermark()
+		if !leads() {
+			continue
+		}
+		if hw > offset {
+			return nil
 		}
 		select {
 		case <-w:
-		case <-timer.C:
+		case <-ctx.Done():
 			return fmt.Errorf("%w: the ISR did not replicate the records in time", kerr.RequestTimedOut)
 		case <-b.ctx.Done():
 			return errClosed
 		}
 	}
-	return nil
 }
 
 // replicationCollector reports, for the partitions this broker leads, how

@@ -222,6 +222,14 @@ func (b *Broker) uploadPartition(p *partition) error {
 	if p.tier.ctx.Err() != nil {
 		return nil // dropped: see stopTier
 	}
+	// The whole pass publishes under the leader epoch it starts in, and
+	// stops between steps once this node no longer leads at it: a
+	// deposed leader's late manifests then carry its old epoch, which the
+	// new leader's manifests fence (docs/bucket-format.md §3).
+	epoch, leads := p.leaderEpochIfLeading()
+	if !leads {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(p.tier.ctx, 5*time.Minute)
 	defer cancel()
 	tp := p.bucketName()
@@ -258,7 +266,10 @@ func (b *Broker) uploadPartition(p *partition) error {
 			return fmt.Errorf("local segment %d does not follow the bucket's end %d", seg.BaseOffset, m.EndOffset())
 		}
 		start := time.Now()
-		m, err = b.tier.Upload(ctx, tp, seg, p.leaderEpoch.Load())
+		if !p.leadsAt(epoch) {
+			return nil
+		}
+		m, err = b.tier.Upload(ctx, tp, seg, epoch)
 		if err != nil {
 			return err
 		}
@@ -269,11 +280,17 @@ func (b *Broker) uploadPartition(p *partition) error {
 		b.metrics.tierUploadBytes.Add(float64(seg.Size))
 		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
 	}
-	m, err = b.applyRetention(ctx, p, m)
+	if !p.leadsAt(epoch) {
+		return nil
+	}
+	m, err = b.applyRetention(ctx, p, m, epoch)
 	if err != nil {
 		return err
 	}
-	if m, err = b.mergeSmall(ctx, p, m); err != nil {
+	if !p.leadsAt(epoch) {
+		return nil
+	}
+	if m, err = b.mergeSmall(ctx, p, m, epoch); err != nil {
 		return err
 	}
 	p.tier.manifest = m
@@ -314,11 +331,11 @@ const mergesPerPass = 4
 // mergeSmall merges adjacent small remote segments of p (below half of
 // segment.bytes, as idle uploads make them) into objects of up to
 // segment.bytes, and returns the manifest after.
-func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root) (*format.Root, error) {
+func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
 	if m.Empty() {
 		return m, nil
 	}
-	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: p.leaderEpoch.Load(), Max: mergesPerPass}
+	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: epoch, Max: mergesPerPass}
 	n, err := b.tier.MergeSmall(ctx, p.bucketName(), merge)
 	if n == 0 {
 		return m, err
@@ -497,12 +514,12 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 // manifest's log start moves; the objects follow after the orphan grace).
 //
 // It returns the manifest that holds afterwards.
-func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Root) (*format.Root, error) {
+func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
 	if m.Empty() {
 		return m, nil
 	}
 	cfg := p.settings.Load().log
-	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LeaderEpoch: p.leaderEpoch.Load()}
+	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LeaderEpoch: epoch}
 	if r.Bytes < 0 && r.Age < 0 {
 		return m, nil
 	}

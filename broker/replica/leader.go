@@ -23,7 +23,8 @@ type Leader struct {
 	// has to move back when the change commits; a shrink counts only once
 	// committed, so an acks=all producer is never answered on the word of
 	// a replica that may still be in the ISR the controller holds.
-	pending []int32
+	pending   []int32
+	pendingAt time.Time
 	// epochStart is the offset at which this leader's epoch began: a
 	// follower joins the ISR only once it has everything before it, so it
 	// can never have been elected holding a divergent tail.
@@ -114,13 +115,21 @@ func (l *Leader) HighWatermark(leaderEnd int64) int64 {
 	return hw
 }
 
-// maximalISR is the committed ISR plus the members of an expansion in
-// flight.
+// maximalISR is the committed ISR plus every member of a change in
+// flight: the change may commit any moment (or may have, with its answer
+// lost), and a joiner must not be short of what the high watermark
+// already acknowledged.
 func (l *Leader) maximalISR() []int32 {
-	if l.pending == nil || len(l.pending) <= len(l.isr) {
+	if l.pending == nil {
 		return l.isr
 	}
-	return l.pending
+	out := slices.Clone(l.isr)
+	for _, id := range l.pending {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // ISR returns the ISR as last committed.
@@ -141,9 +150,19 @@ func (l *Leader) Committed(isr []int32, now time.Time) {
 	l.pending = nil
 }
 
-// Failed ends a change in flight that the controller refused or that was
-// lost; the next Propose may ask again.
+// Failed ends a change in flight that the controller refused; the next
+// Propose may ask again. A change whose outcome is unknown (the request
+// or its answer was lost) stays in flight, counted for the high
+// watermark, until the metadata says (Committed) or Expire gives up on it.
 func (l *Leader) Failed() { l.pending = nil }
+
+// Expire ends a change in flight proposed before cutoff. The caller calls
+// it once the metadata has had time to show a commit that happened.
+func (l *Leader) Expire(cutoff time.Time) {
+	if l.pending != nil && l.pendingAt.Before(cutoff) {
+		l.pending = nil
+	}
+}
 
 // Propose returns the ISR to ask the controller for, or nil when the ISR is
 // right or a change is already in flight. Followers that have not been
@@ -181,7 +200,7 @@ func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible
 	if !changed {
 		return nil
 	}
-	l.pending = next
+	l.pending, l.pendingAt = next, now
 	return slices.Clone(next)
 }
 

@@ -150,3 +150,29 @@ func TestIneligibleFollowerDoesNotJoin(t *testing.T) {
 		t.Fatalf("proposed %v, want [1 2]", isr)
 	}
 }
+
+func TestMixedChangeCountsTheJoinerUntilCommitted(t *testing.T) {
+	// 3 catches up as 2 falls behind: one proposal swaps them. Until it
+	// commits, the high watermark waits for both.
+	l := NewLeader(1, []int32{1, 2, 3}, []int32{1, 2}, 0, t0)
+	must(t, l.Fetched(2, 100, 100, t0))
+	must(t, l.Fetched(3, 100, 100, t0))
+	later := t0.Add(20 * time.Second)
+	must(t, l.Fetched(3, 150, 150, later))
+	isr := l.Propose(later, 10*time.Second, 100, nil)
+	if !slices.Equal(isr, []int32{1, 3}) {
+		t.Fatalf("proposed %v, want [1 3]", isr)
+	}
+	must(t, l.Fetched(2, 120, 150, later))
+	if hw := l.HighWatermark(200); hw != 120 {
+		t.Fatalf("high watermark %d during the swap, want 120 (the leaver still counts)", hw)
+	}
+	must(t, l.Fetched(2, 200, 200, later))
+	if hw := l.HighWatermark(200); hw != 150 {
+		t.Fatalf("high watermark %d during the swap, want 150 (the joiner counts too)", hw)
+	}
+	l.Expire(later.Add(time.Second))
+	if l.Pending() {
+		t.Fatal("a change proposed before the cutoff is still in flight")
+	}
+}

@@ -723,3 +723,43 @@ func TestClusterOffsetForLeaderEpochAfterFailover(t *testing.T) {
 		t.Errorf("epoch %d ends at %d (epoch %d), want 25", now.LeaderEpoch, end, epoch)
 	}
 }
+
+func TestClusterAcksAllAfterTheISRShrankIsNotEnoughReplicasAfterAppend(t *testing.T) {
+	c := testCluster(t, 3)
+	c.createTopic("a", 1, 3, map[string]*string{"min.insync.replicas": ptr("3")})
+	st := c.partitionState("a", 0)
+	var follower int32 = -1
+	for _, id := range st.Replicas {
+		if id != st.Leader && id != c.any().meta.ControllerID() {
+			follower = id
+		}
+	}
+	if follower < 0 {
+		t.Fatalf("no follower that is not the controller in %v (leader %d)", st.Replicas, st.Leader)
+	}
+	// The follower dies; until its session runs out the ISR still holds
+	// it, so the append is taken, and then waits for a replica that never
+	// fetches. The fence shrinks the ISR below min.insync.replicas.
+	c.stop(follower)
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 15000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "a"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "x")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// franz-go rewrites a raw produce's acks to the client's setting.
+	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()))
+	kresp, err := cl.Broker(int(st.Leader)).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	if code != kerr.NotEnoughReplicasAfterAppend.Code {
+		t.Fatalf("acks=all while the ISR shrank below min.insync.replicas: %v, want NOT_ENOUGH_REPLICAS_AFTER_APPEND", kerr.ErrorForCode(code))
+	}
+}

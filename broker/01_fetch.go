@@ -255,41 +255,24 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		if budget <= 0 && !first {
 			continue
 		}
+		n := len(buf)
+		var err error
 		if fp.replica {
 			// A follower copies the local log up to its end; older data
 			// is in the bucket, where followers do not go.
 			fp.resp.LogStartOffset = p.log.StartOffset()
-			n := len(buf)
-			var err error
 			buf, err = p.log.Read(buf, fp.offset, p.log.EndOffset(), max(budget, 1))
-			if err != nil && len(buf) == n {
-				fp.setError(err)
-				anyErr = true
+		} else {
+			if fp.offset == hw {
 				continue
 			}
-			got := buf[n:]
-			if !first && len(got) > budget {
-				got = got[:wholeBatches(got, budget)]
-				buf = buf[:n+len(got)]
+			if fp.offset > hw && fp.offset <= p.log.EndOffset() {
+				// Between the high watermark and the log end: not committed
+				// yet, so nothing to return but not out of range either.
+				continue
 			}
-			fp.end = len(buf)
-			total += len(got)
-			if len(got) > 0 {
-				first = false
-			}
-			continue
+			buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
 		}
-		if fp.offset == hw {
-			continue
-		}
-		if fp.offset > hw && fp.offset <= p.log.EndOffset() {
-			// Between the high watermark and the log end: not committed
-			// yet, so nothing to return but not out of range either.
-			continue
-		}
-		n := len(buf)
-		var err error
-		buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
 		if err != nil && len(buf) == n {
 			// Corrupt data is logged where it is found, once per segment or
 			// object and interval: a consumer retries it many times a second.

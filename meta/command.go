@@ -189,42 +189,48 @@ func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result
 	return next, result{epoch: b.Epoch}
 }
 
-// applyFenceBroker fences the named incarnation; see fenceLocked.
-func applyFenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+// brokerAtEpoch decodes a brokerEpochCmd and returns the broker it names,
+// or ErrStaleBrokerEpoch when that incarnation is not the registered one.
+func brokerAtEpoch(s *State, payload []byte) (Broker, error) {
 	var c brokerEpochCmd
 	if err := decodePayload(payload, &c); err != nil {
-		return nil, result{err: err}
+		return Broker{}, err
 	}
 	b, ok := s.Brokers[c.ID]
 	if !ok || b.Epoch != c.Epoch {
-		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
+		return Broker{}, fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)
+	}
+	return b, nil
+}
+
+// applyFenceBroker fences the named incarnation; see fenceLocked.
+func applyFenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
+	b, err := brokerAtEpoch(s, payload)
+	if err != nil {
+		return nil, result{err: err}
 	}
 	if b.Fenced {
 		return nil, result{epoch: b.Epoch}
 	}
 	next := s.clone()
-	fenceLocked(next, c.ID)
+	fenceLocked(next, b.ID)
 	return next, result{epoch: b.Epoch}
 }
 
 // applyUnfenceBroker lets a fenced incarnation that heartbeats again lead
 // and join ISRs; it takes back the offline partitions it can lead.
 func applyUnfenceBroker(s *State, _ uint64, payload []byte) (*State, result) {
-	var c brokerEpochCmd
-	if err := decodePayload(payload, &c); err != nil {
+	b, err := brokerAtEpoch(s, payload)
+	if err != nil {
 		return nil, result{err: err}
-	}
-	b, ok := s.Brokers[c.ID]
-	if !ok || b.Epoch != c.Epoch {
-		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
 	}
 	if !b.Fenced {
 		return nil, result{epoch: b.Epoch}
 	}
 	next := s.clone()
 	b.Fenced = false
-	next.Brokers[c.ID] = b
-	electOfflineLocked(next, c.ID)
+	next.Brokers[b.ID] = b
+	electOfflineLocked(next, b.ID)
 	return next, result{epoch: b.Epoch}
 }
 

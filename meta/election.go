@@ -210,28 +210,24 @@ type TopicPartition struct {
 // Asked again (a broker heartbeats WantShutdown until told to stop), it
 // moves what has become movable since.
 func applyControlledShutdown(s *State, _ uint64, payload []byte) (*State, result) {
-	var c brokerEpochCmd
-	if err := decodePayload(payload, &c); err != nil {
+	b, err := brokerAtEpoch(s, payload)
+	if err != nil {
 		return nil, result{err: err}
 	}
-	b, ok := s.Brokers[c.ID]
-	if !ok || b.Epoch != c.Epoch {
-		return nil, result{err: fmt.Errorf("%w: broker %d epoch %d", ErrStaleBrokerEpoch, c.ID, c.Epoch)}
-	}
-	if b.ShuttingDown && readyToShutdown(s, c.ID) {
+	if b.ShuttingDown && readyToShutdown(s, b.ID) {
 		return nil, result{epoch: b.Epoch}
 	}
 	next := s.clone()
 	b.ShuttingDown = true
-	next.Brokers[c.ID] = b
+	next.Brokers[b.ID] = b
 	rewritePartitions(next, func(t *Topic, p Partition) (Partition, bool) {
-		if !slices.Contains(p.Replicas, c.ID) {
+		if !slices.Contains(p.Replicas, b.ID) {
 			return p, false
 		}
-		if p.Leader != c.ID {
-			return withLeader(p, p.Leader, without(p.ISR, c.ID))
+		if p.Leader != b.ID {
+			return withLeader(p, p.Leader, without(p.ISR, b.ID))
 		}
-		isr := without(p.ISR, c.ID)
+		isr := without(p.ISR, b.ID)
 		leader, _ := electLeader(next, p, isr, false)
 		if leader == NoLeader {
 			return p, false

@@ -38,7 +38,9 @@ import (
 // of them: a batch that inflates further is MESSAGE_TOO_LARGE.
 //
 // A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
-// broker may stamp that, and the topic type is always CreateTime.
+// broker may stamp that, and the topic type is always CreateTime. A record
+// without a key is INVALID_RECORD on a topic whose cleanup.policy includes
+// compact, as in Kafka: compaction keeps the latest record of each key.
 //
 // Not done: transactional batches (no transaction coordinator yet: they
 // are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=

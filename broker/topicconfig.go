@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -144,6 +145,8 @@ func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment
 	if cfg.IndexIntervalBytes == 0 {
 		cfg.IndexIntervalBytes = 1 // every batch
 	}
+	policy, _ := b.topicConfigValue(configs, "cleanup.policy")
+	cfg.KeysRequired = slices.ContainsFunc(strings.Split(policy, ","), func(p string) bool { return strings.TrimSpace(p) == "compact" })
 	return b.tierSegmentConfig(cfg, configs, internal)
 }
 

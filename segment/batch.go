@@ -157,6 +157,8 @@ func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
 type tsBounds struct {
 	min, max       int64
 	hasMin, hasMax bool
+	// keysRequired refuses records without a key (a compacted topic's).
+	keysRequired bool
 }
 
 // batchFacts is what validation learns about a batch beyond its header.
@@ -318,6 +320,9 @@ func (f *batchFacts) check(i int32, r record, bounds *tsBounds) error {
 	if r.offsetDelta != int64(i) {
 		return fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, r.offsetDelta)
 	}
+	if bounds != nil && bounds.keysRequired && r.nullKey && !f.hdr.IsControl() {
+		return fmt.Errorf("%w: record %d has no key, which a compacted topic requires", ErrInvalidRecord, i)
+	}
 	if f.hdr.Attributes&attrLogAppendTime != 0 {
 		return nil
 	}
@@ -342,6 +347,7 @@ func (f *batchFacts) check(i int32, r record, bounds *tsBounds) error {
 type record struct {
 	timestampDelta int64
 	offsetDelta    int64
+	nullKey        bool
 }
 
 // recordIter walks encoded records without allocating.
@@ -367,6 +373,9 @@ func (it *recordIter) next() (record, error) {
 		return r, fmt.Errorf("%w: bad offset delta", ErrCorruptMessage)
 	}
 	body = body[n:]
+	if keyLen, n := varint(body); n > 0 {
+		r.nullKey = keyLen < 0
+	}
 	var ok bool
 	if body, ok = skipBytes(body, true); !ok { // key
 		return r, fmt.Errorf("%w: bad record key", ErrCorruptMessage)
@@ -432,10 +441,12 @@ func (it *streamIter) next() (record, error) {
 	if r.offsetDelta, err = it.varint(&body); err != nil || r.offsetDelta != int64(int32(r.offsetDelta)) {
 		return r, streamErr(err, "offset delta")
 	}
-	if err := it.skipBytes(&body, true); err != nil { // key
+	keyLen, err := it.skipBytes(&body, true)
+	if err != nil { // key
 		return r, streamErr(err, "record key")
 	}
-	if err := it.skipBytes(&body, true); err != nil { // value
+	r.nullKey = keyLen < 0
+	if _, err := it.skipBytes(&body, true); err != nil { // value
 		return r, streamErr(err, "record value")
 	}
 	count, err := it.varint(&body)
@@ -443,10 +454,10 @@ func (it *streamIter) next() (record, error) {
 		return r, streamErr(err, "header count")
 	}
 	for j := int64(0); j < count; j++ {
-		if err := it.skipBytes(&body, false); err != nil {
+		if _, err := it.skipBytes(&body, false); err != nil {
 			return r, streamErr(err, "header key")
 		}
-		if err := it.skipBytes(&body, true); err != nil {
+		if _, err := it.skipBytes(&body, true); err != nil {
 			return r, streamErr(err, "header value")
 		}
 	}
@@ -482,28 +493,29 @@ func (it *streamIter) varint(budget *int64) (int64, error) {
 }
 
 // skipBytes skips a varint-length-prefixed byte string (-1 = null, if
-// nullable) within *budget.
-func (it *streamIter) skipBytes(budget *int64, nullable bool) error {
+// nullable) within *budget, and returns its length.
+func (it *streamIter) skipBytes(budget *int64, nullable bool) (int64, error) {
 	l, err := it.varint(budget)
 	switch {
 	case err != nil:
-		return err
+		return 0, err
 	case l == -1 && nullable:
-		return nil
+		return -1, nil
 	case l < 0:
-		return fmt.Errorf("%w: negative length %d", ErrCorruptMessage, l)
+		return 0, fmt.Errorf("%w: negative length %d", ErrCorruptMessage, l)
 	case l > *budget:
-		return errRecordOverrun
+		return 0, errRecordOverrun
 	}
 	*budget -= l
+	length := l
 	for l > 0 { // Discard takes an int
 		n, err := it.r.Discard(int(min(l, 1<<30)))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		l -= int64(n)
 	}
-	return nil
+	return length, nil
 }
 
 // streamErr reports what a failed read inside a record means: the stream

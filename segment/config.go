@@ -10,6 +10,11 @@ import (
 // the default"; to switch off a bound whose default is on, set it negative.
 // With Explicit, the bounds Kafka allows to be 0 take 0 literally.
 type Config struct {
+	// KeysRequired refuses, on Append, records without a key: a compacted
+	// topic keeps the latest record of each key, and a record without one
+	// could never be compacted (Kafka refuses it too). Followers' appends
+	// are not checked: their leader did it.
+	KeysRequired bool
 	// SegmentBytes: roll before an append would make the active segment
 	// exceed this (segment.bytes; default 1 GiB, at most 2 GiB - 1 because
 	// index positions are 32-bit). A single append larger than it still

@@ -178,7 +178,7 @@ func (l *Log) Prepare(records []byte) (*Batches, error) {
 	}
 	cfg := l.cfg.Load()
 	now := l.now()
-	var bounds tsBounds
+	bounds := tsBounds{keysRequired: cfg.KeysRequired}
 	if cfg.TimestampBeforeMax >= 0 {
 		bounds.min, bounds.hasMin = now.Add(-cfg.TimestampBeforeMax).UnixMilli(), true
 	}

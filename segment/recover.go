@@ -166,6 +166,7 @@ func (l *Log) recover() error {
 		}
 	}
 	l.mu.start, l.mu.end = segs[0].base, leo
+	l.recoverLogStart()
 	for _, s := range segs {
 		l.size.Add(s.size)
 	}

@@ -432,6 +432,19 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 		return ErrClosed
 	}
 	l.testPoint("restart begins")
+	// A log start checkpoint from an earlier DeleteRecordsBefore must not
+	// cut the new log: it is raised to offset before the restart (so the
+	// old log, should the restart not finish, only starts later), and set
+	// to offset once the new log exists.
+	hadLogStart := false
+	if b, err := os.ReadFile(l.logStartPath()); err == nil {
+		hadLogStart = true
+		if v, ok := decodeLogStart(b); !ok || v < offset {
+			if err := writeFileAtomic(l.logStartPath(), encodeLogStart(offset)); err != nil {
+				return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
+			}
+		}
+	}
 	intent := filepath.Join(l.dir, restartName)
 	if err := writeFileAtomic(intent, encodeRestart(offset)); err != nil {
 		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
@@ -463,6 +476,11 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.w.snapshots = nil
 	l.w.failed = nil
 	l.testPoint("restarted")
+	if hadLogStart {
+		if err := writeFileAtomic(l.logStartPath(), encodeLogStart(offset)); err != nil {
+			return fail(err)
+		}
+	}
 	if err := removeIfExists(intent); err != nil {
 		return fail(err)
 	}
@@ -563,6 +581,11 @@ func finishRestart(dir string, interval int) (bool, error) {
 		return false, err
 	}
 	s.release()
+	if _, err := os.Stat(filepath.Join(dir, logStartName)); err == nil {
+		if err := writeFileAtomic(filepath.Join(dir, logStartName), encodeLogStart(offset)); err != nil {
+			return false, err
+		}
+	}
 	if err := removeIfExists(path); err != nil {
 		return false, err
 	}

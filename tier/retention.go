@@ -72,3 +72,24 @@ func (t *Tier) retainedStart(ctx context.Context, m *format.Root, r Retention) (
 		return true
 	})
 }
+
+// AdvanceLogStart raises tp's log start offset to offset (DeleteRecords),
+// within the manifest's end, and publishes the manifest that says so; as
+// with retention, the objects wholly below it are deleted by
+// CollectOrphans after its grace. It returns the manifest after.
+func (t *Tier) AdvanceLogStart(ctx context.Context, tp format.TopicPartition, offset int64, leaderEpoch int32) (*format.Root, error) {
+	ps := t.state(tp)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	m, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Root) (*format.Change, error) {
+		start := min(offset, m.EndOffset())
+		if m.Empty() || start <= m.LogStartOffset {
+			return nil, nil
+		}
+		return m.WithLogStart(ctx, t.pages, start, leaderEpoch, t.cfg.Paging)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delete records of %s-%d before %d: %w", tp.Topic, tp.Partition, offset, err)
+	}
+	return m, nil
+}

@@ -23,6 +23,7 @@ type Log interface {
 	AppendReplica(records []byte) (segment.AppendInfo, error)
 	TruncateTo(offset int64) (int64, error)
 	TruncateFullyAndStartAt(offset int64) error
+	DeleteRecordsBefore(offset int64) (int64, error)
 }
 
 // Client sends a request to the leader the fetcher copies from.
@@ -311,6 +312,14 @@ func (f *Fetcher) applyPartition(s *fetchState, offset int64, rp *kmsg.FetchResp
 	if len(rp.RecordBatches) > 0 {
 		if _, err := s.Log.AppendReplica(rp.RecordBatches); err != nil {
 			return fmt.Errorf("append at %d: %w", offset, err)
+		}
+	}
+	// The leader's log start moved up (DeleteRecords, or its local
+	// retention of what the bucket holds): so does this one, as far as
+	// this log reaches.
+	if ls := rp.LogStartOffset; ls > s.Log.StartOffset() {
+		if _, err := s.Log.DeleteRecordsBefore(min(ls, s.Log.EndOffset())); err != nil {
+			return fmt.Errorf("follow the leader's log start %d: %w", ls, err)
 		}
 	}
 	if s.Fetched != nil {

@@ -284,8 +284,19 @@ func (b *Broker) isrLoop() {
 
 // led returns the partition if this node leads it, or the error a client
 // should see.
+//
+// The metadata may have made this node the leader a moment before the
+// reconcile loop opened the partition or took the leadership: then the
+// request reconciles itself rather than send the client away from the
+// right broker.
 func (b *Broker) led(topic string, index int32) (*partition, error) {
 	p, err := b.hosted(topic, index)
+	if (err != nil || !p.leading.Load()) && b.namedLeader(topic, index) {
+		if rerr := b.reconcile(); rerr != nil {
+			b.log.Warn("reconcile for a request", "err", rerr)
+		}
+		p, err = b.hosted(topic, index)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +304,13 @@ func (b *Broker) led(topic string, index int32) (*partition, error) {
 		return nil, fmt.Errorf("%w: %s-%d is led by another broker", kerr.NotLeaderForPartition, topic, index)
 	}
 	return p, nil
+}
+
+// namedLeader reports whether this node's metadata names it the leader of
+// the partition.
+func (b *Broker) namedLeader(topic string, index int32) bool {
+	t, ok := b.topicByName(topic)
+	return ok && index >= 0 && int(index) < len(t.Partitions) && t.Partitions[index].Leader == b.cfg.NodeID
 }
 
 // waitCommitted waits until p's high watermark covers offset, which this

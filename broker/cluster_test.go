@@ -287,17 +287,21 @@ func produceN(t *testing.T, cl *kgo.Client, topic string, partition int32, prefi
 // readAll consumes topic's partition from the start to its end offset.
 func readAll(t *testing.T, c *cluster, topic string, partition int32) []*kgo.Record {
 	t.Helper()
-	adm := kadm.NewClient(c.client())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, _ := ends.Lookup(topic, partition)
-	if o.Err != nil {
-		t.Fatal(o.Err)
-	}
+	// Right after a failover a client's metadata may still name the dead
+	// leader: ask (with a fresh client) until a live one answers.
+	var o kadm.ListedOffset
+	c.waitFor("the end offset from a live leader", 15*time.Second, func() bool {
+		adm := kadm.NewClient(c.client())
+		defer adm.Close()
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false
+		}
+		o, _ = ends.Lookup(topic, partition)
+		return o.Err == nil
+	})
 	cl := c.client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}))
 	var out []*kgo.Record
 	for len(out) == 0 || out[len(out)-1].Offset < o.Offset-1 {

@@ -729,7 +729,11 @@ func TestClusterOffsetForLeaderEpochAfterFailover(t *testing.T) {
 }
 
 func TestClusterAcksAllAfterTheISRShrankIsNotEnoughReplicasAfterAppend(t *testing.T) {
-	c := testCluster(t, 3)
+	// A longer session than the other tests': the produce must reach the
+	// leader before the dead follower is fenced, however loaded the machine.
+	c := testCluster(t, 3, func(cfg *Config) {
+		cfg.SessionTimeout, cfg.HeartbeatInterval = 5*time.Second, 500*time.Millisecond
+	})
 	c.createTopic("a", 1, 3, map[string]*string{"min.insync.replicas": ptr("3")})
 	st := c.partitionState("a", 0)
 	var follower int32 = -1

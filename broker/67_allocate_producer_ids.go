@@ -2,8 +2,11 @@ package broker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/meta"
 )
 
 // AllocateProducerIds: v0 (inter-broker, KIP-730)
@@ -18,7 +21,7 @@ func (b *Broker) handleAllocateProducerIDs(req *request) (kmsg.Response, error) 
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
 	defer cancel()
 	if br, ok := b.meta.State().Brokers[r.BrokerID]; !ok || br.Epoch != r.BrokerEpoch {
-		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, errStaleBroker)
+		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, fmt.Errorf("%w: broker %d epoch %d", meta.ErrStaleBrokerEpoch, r.BrokerID, r.BrokerEpoch))
 		return resp, nil
 	}
 	first, err := b.meta.AllocateProducerIDs(ctx, producerIDBlock)

@@ -210,14 +210,8 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 		c.t.Fatalf("create topic %s: %v", name, err)
 	}
 	c.waitFor("the topic's leaders to lead", 10*time.Second, func() bool {
-		// Every node knows the topic, so that a client asking any of
-		// them finds it.
-		for _, b := range c.nodes {
-			if b != nil {
-				if _, ok := b.meta.State().Topics[name]; !ok {
-					return false
-				}
-			}
+		if !c.allKnow(name) {
+			return false
 		}
 		for p := range partitions {
 			st := c.partitionState(name, p)
@@ -254,17 +248,68 @@ func (c *cluster) createTopicOn(name string, replicas []int32) {
 		c.t.Fatalf("create %s on %v: %v", name, replicas, err)
 	}
 	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
-		for _, b := range c.nodes {
-			if b != nil {
-				if _, ok := b.meta.State().Topics[name]; !ok {
-					return false
-				}
-			}
+		if !c.allKnow(name) {
+			return false
 		}
 		st := c.partitionState(name, 0)
 		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
 			c.node(st.Leader).partition(name, 0).leading.Load()
 	})
+}
+
+// allKnow reports whether every running node's metadata has the topic, so
+// that a client asking any of them finds it.
+func (c *cluster) allKnow(topic string) bool {
+	for _, b := range c.nodes {
+		if b != nil {
+			if _, ok := b.meta.State().Topics[topic]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// followerNotController returns a replica of st that neither leads it nor
+// is the controller: stopping it costs neither the partition nor the
+// quorum its leader.
+func (c *cluster) followerNotController(st meta.Partition) int32 {
+	c.t.Helper()
+	ctrl := c.any().meta.ControllerID()
+	for _, id := range st.Replicas {
+		if id != st.Leader && id != ctrl {
+			return id
+		}
+	}
+	c.t.Fatalf("no follower that is not the controller in %v (leader %d)", st.Replicas, st.Leader)
+	return -1
+}
+
+// rawProduce sends one record to broker id with acks and timeout, as a
+// raw request, and returns the partition's error code.
+func (c *cluster) rawProduce(id int32, topic string, acks int16, timeout time.Duration) int16 {
+	c.t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = acks
+	req.TimeoutMillis = int32(timeout / time.Millisecond)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "x")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+	defer cancel()
+	// franz-go rewrites a raw produce's acks to the client's setting.
+	ack := kgo.AllISRAcks()
+	if acks == 1 {
+		ack = kgo.LeaderAck()
+	}
+	kresp, err := c.client(kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite()).Broker(int(id)).Request(ctx, req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 }
 
 // produceSync produces n records with acks=all and returns their offsets.
@@ -399,15 +444,7 @@ func TestClusterAcksAllNeedsMinInsyncReplicas(t *testing.T) {
 	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(0), kgo.DisableIdempotentWrite())
 	produceN(t, cl, "m", 0, "ok", 10)
 	st := c.partitionState("m", 0)
-	var follower int32 = -1
-	for _, id := range st.Replicas {
-		if id != st.Leader && int(id) != int(c.any().meta.ControllerID()) {
-			follower = id
-		}
-	}
-	if follower < 0 {
-		t.Fatalf("no follower that is not the controller in %v (leader %d)", st.Replicas, st.Leader)
-	}
+	follower := c.followerNotController(st)
 	c.stop(follower)
 	c.waitFor("the stopped follower out of the ISR", 15*time.Second, func() bool {
 		return !slices.Contains(c.partitionState("m", 0).ISR, follower)
@@ -463,22 +500,7 @@ func TestClusterProduceToFollowerIsNotLeader(t *testing.T) {
 			follower = id
 		}
 	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = 1
-	req.TimeoutMillis = 1000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "n"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "x")
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kresp, err := c.client().Broker(int(follower)).Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != kerr.NotLeaderForPartition.Code {
+	if code := c.rawProduce(follower, "n", 1, time.Second); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("produce to follower %d: %v, want NOT_LEADER_OR_FOLLOWER", follower, kerr.ErrorForCode(code))
 	}
 }
@@ -736,37 +758,12 @@ func TestClusterAcksAllAfterTheISRShrankIsNotEnoughReplicasAfterAppend(t *testin
 	})
 	c.createTopic("a", 1, 3, map[string]*string{"min.insync.replicas": ptr("3")})
 	st := c.partitionState("a", 0)
-	var follower int32 = -1
-	for _, id := range st.Replicas {
-		if id != st.Leader && id != c.any().meta.ControllerID() {
-			follower = id
-		}
-	}
-	if follower < 0 {
-		t.Fatalf("no follower that is not the controller in %v (leader %d)", st.Replicas, st.Leader)
-	}
+	follower := c.followerNotController(st)
 	// The follower dies; until its session runs out the ISR still holds
 	// it, so the append is taken, and then waits for a replica that never
 	// fetches. The fence shrinks the ISR below min.insync.replicas.
 	c.stop(follower)
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 15000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "a"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "x")
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// franz-go rewrites a raw produce's acks to the client's setting.
-	cl := c.client(kgo.RequiredAcks(kgo.AllISRAcks()))
-	kresp, err := cl.Broker(int(st.Leader)).Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	code := c.rawProduce(st.Leader, "a", -1, 15*time.Second)
 	if code != kerr.NotEnoughReplicasAfterAppend.Code {
 		t.Fatalf("acks=all while the ISR shrank below min.insync.replicas: %v, want NOT_ENOUGH_REPLICAS_AFTER_APPEND", kerr.ErrorForCode(code))
 	}

@@ -56,14 +56,9 @@ var errorMap = []struct {
 	{meta.ErrUnknownTopicOrPartition, kerr.UnknownTopicOrPartition},
 	{meta.ErrElectionNotNeeded, kerr.ElectionNotNeeded},
 	{meta.ErrPreferredLeaderNotAvailable, kerr.PreferredLeaderNotAvailable},
-	{errStaleBroker, kerr.StaleBrokerEpoch},
 	{errNotLeader, kerr.NotLeaderForPartition},
 	{errClosed, kerr.NotLeaderForPartition},
 }
-
-// errStaleBroker refuses an inter-broker request from a broker
-// incarnation the controller no longer knows.
-var errStaleBroker = errors.New("broker epoch is not the registered one")
 
 // errNotLeader refuses a request that only the partition's leader serves.
 var errNotLeader = errors.New("this broker does not lead the partition")

@@ -292,6 +292,16 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	return b, nil
 }
 
+// wireTopicPartition is the partition an object names, its topic ID in
+// hex as the wire forms carry it; what names the object for the error.
+func wireTopicPartition(topic, hexID string, partition int32, what string) (TopicPartition, error) {
+	id, ok := parseHex(hexID)
+	if !ok {
+		return TopicPartition{}, fmt.Errorf("%w: %s topic ID %q", ErrCorrupt, what, hexID)
+	}
+	return TopicPartition{Topic: topic, TopicID: id, Partition: partition}, nil
+}
+
 // DecodeManifest checks the trailer's CRC-32C, decodes the document
 // strictly (no unknown fields, no trailing data, a known format and
 // version) and validates the result.
@@ -307,12 +317,12 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if w.Format != ManifestFormat || w.Version != ManifestVersion {
 		return nil, fmt.Errorf("%w: manifest format %q version %d, want %q version %d", ErrCorrupt, w.Format, w.Version, ManifestFormat, ManifestVersion)
 	}
-	id, ok := parseHex(w.TopicID)
-	if !ok {
-		return nil, fmt.Errorf("%w: manifest topic ID %q", ErrCorrupt, w.TopicID)
+	tp, err := wireTopicPartition(w.Topic, w.TopicID, w.Partition, "manifest")
+	if err != nil {
+		return nil, err
 	}
 	m := &Manifest{
-		TopicPartition: TopicPartition{Topic: w.Topic, TopicID: id, Partition: w.Partition},
+		TopicPartition: tp,
 		LeaderEpoch:    w.LeaderEpoch, Seq: w.Seq, LogStartOffset: w.LogStartOffset,
 		Segments: w.Segments,
 	}

@@ -513,12 +513,12 @@ func DecodeRoot(b []byte) (*Root, error) {
 	if w.Format != ManifestFormat || w.Version != RootVersion {
 		return nil, fmt.Errorf("%w: manifest format %q version %d, want %q version %d or 1", ErrCorrupt, w.Format, w.Version, ManifestFormat, RootVersion)
 	}
-	id, ok := parseHex(w.TopicID)
-	if !ok {
-		return nil, fmt.Errorf("%w: manifest topic ID %q", ErrCorrupt, w.TopicID)
+	tp, err := wireTopicPartition(w.Topic, w.TopicID, w.Partition, "manifest")
+	if err != nil {
+		return nil, err
 	}
 	r := &Root{
-		TopicPartition: TopicPartition{Topic: w.Topic, TopicID: id, Partition: w.Partition},
+		TopicPartition: tp,
 		LeaderEpoch:    w.LeaderEpoch, Seq: w.Seq, LogStartOffset: w.LogStartOffset,
 		Pages: nilIfEmpty(w.Pages), Tail: normalSegments(w.Segments),
 	}
@@ -542,12 +542,12 @@ func DecodePage(b []byte) (*Page, error) {
 	if w.Format != PageFormat || w.Version != PageVersion {
 		return nil, fmt.Errorf("%w: page format %q version %d, want %q version %d", ErrCorrupt, w.Format, w.Version, PageFormat, PageVersion)
 	}
-	id, ok := parseHex(w.TopicID)
-	if !ok {
-		return nil, fmt.Errorf("%w: page topic ID %q", ErrCorrupt, w.TopicID)
+	tp, err := wireTopicPartition(w.Topic, w.TopicID, w.Partition, "page")
+	if err != nil {
+		return nil, err
 	}
 	p := &Page{
-		TopicPartition: TopicPartition{Topic: w.Topic, TopicID: id, Partition: w.Partition},
+		TopicPartition: tp,
 		LeaderEpoch:    w.LeaderEpoch, Level: w.Level,
 		Segments: normalSegments(w.Segments), Pages: nilIfEmpty(w.Pages),
 	}

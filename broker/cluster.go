@@ -376,29 +376,44 @@ type controllerIDs struct{ b *Broker }
 
 func (c controllerIDs) AllocateProducerIDs(ctx context.Context, n int64) (int64, error) {
 	b := c.b
-	for {
-		if b.meta.IsLeader() || !b.clustered() {
-			first, err := b.meta.AllocateProducerIDs(ctx, n)
-			if !errors.Is(err, meta.ErrNotController) || !b.clustered() {
-				return first, err
-			}
-		}
+	var first int64
+	err := b.atController(ctx, func() (err error) {
+		first, err = b.meta.AllocateProducerIDs(ctx, n)
+		return err
+	}, func() error {
 		req := kmsg.NewPtrAllocateProducerIDsRequest()
 		req.BrokerID, req.BrokerEpoch = b.cfg.NodeID, b.cluster.brokerEpoch()
 		kresp, err := b.controllerRequest(ctx, req)
-		if errors.Is(err, meta.ErrNotController) {
-			continue // this node became the controller
-		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		resp := kresp.(*kmsg.AllocateProducerIDsResponse)
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return 0, err
+			return err
 		}
 		if int64(resp.ProducerIDLen) < n {
-			return 0, fmt.Errorf("controller gave %d producer ids, asked for %d", resp.ProducerIDLen, n)
+			return fmt.Errorf("controller gave %d producer ids, asked for %d", resp.ProducerIDLen, n)
 		}
-		return resp.ProducerIDStart, nil
+		first = resp.ProducerIDStart
+		return nil
+	})
+	return first, err
+}
+
+// atController runs local when this node is the controller (or the only
+// node) and remote, a request to the controller, otherwise. Either may
+// find the controller moved to the other place (this node was just
+// elected, or just deposed): then the other is tried, until ctx ends.
+func (b *Broker) atController(ctx context.Context, local, remote func() error) error {
+	for {
+		if b.meta.IsLeader() || !b.clustered() {
+			err := local()
+			if !b.clustered() || !isNotController(err) {
+				return err
+			}
+		}
+		if err := remote(); !isNotController(err) || ctx.Err() != nil {
+			return err
+		}
 	}
 }

@@ -211,16 +211,11 @@ const alterExpiry = 10 * time.Second
 
 // alterPartition sends an ISR change to the controller.
 func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
-	for {
-		if b.meta.IsLeader() {
-			p, err := b.meta.AlterPartition(ctx, r)
-			if err == nil || !b.clustered() || ctx.Err() != nil {
-				return p, err
-			}
-			if !isNotController(err) {
-				return p, err
-			}
-		}
+	var out meta.Partition
+	err := b.atController(ctx, func() (err error) {
+		out, err = b.meta.AlterPartition(ctx, r)
+		return err
+	}, func() error {
 		req := kmsg.NewPtrAlterPartitionRequest()
 		req.Version = 2
 		req.BrokerID, req.BrokerEpoch = r.BrokerID, r.BrokerEpoch
@@ -231,29 +226,24 @@ func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.Al
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		kresp, err := b.controllerRequest(ctx, req)
-		if isNotController(err) {
-			continue
-		}
 		if err != nil {
-			return meta.Partition{}, err
+			return err
 		}
 		resp := kresp.(*kmsg.AlterPartitionResponse)
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return meta.Partition{}, err
+			return err
 		}
 		for _, t := range resp.Topics {
 			for _, op := range t.Partitions {
-				if op.Partition != r.Partition {
-					continue
+				if op.Partition == r.Partition {
+					out = meta.Partition{Index: op.Partition, Leader: op.LeaderID, LeaderEpoch: op.LeaderEpoch, ISR: op.ISR, PartitionEpoch: op.PartitionEpoch}
+					return kerr.ErrorForCode(op.ErrorCode)
 				}
-				if err := kerr.ErrorForCode(op.ErrorCode); err != nil {
-					return meta.Partition{}, err
-				}
-				return meta.Partition{Index: op.Partition, Leader: op.LeaderID, LeaderEpoch: op.LeaderEpoch, ISR: op.ISR, PartitionEpoch: op.PartitionEpoch}, nil
 			}
 		}
-		return meta.Partition{}, fmt.Errorf("controller did not answer for %s-%d", r.Topic, r.Partition)
-	}
+		return fmt.Errorf("controller did not answer for %s-%d", r.Topic, r.Partition)
+	})
+	return out, err
 }
 
 func isNotController(err error) bool {

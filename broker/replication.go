@@ -315,8 +315,8 @@ func (b *Broker) waitCommitted(ctx context.Context, p *partition, offset int64, 
 	w := make(chan struct{}, 1)
 	p.addWaiter(w)
 	defer p.removeWaiter(w)
+	leads := func() bool { return p.leading.Load() && p.leaderEpoch.Load() == epoch }
 	for {
-		leads := func() bool { return p.leading.Load() && p.leaderEpoch.Load() == epoch }
 		if !leads() {
 			return fmt.Errorf("%w: leadership of %s-%d moved before the ISR had the records", kerr.NotLeaderForPartition, p.topic, p.index)
 		}

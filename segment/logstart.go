@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // The log start offset checkpoint (docs/format.md §12): DeleteRecords
@@ -78,7 +79,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int64, error) {
 		if err := l.deleteOldestLocked(n); err != nil {
 			return offset, err
 		}
-	} else if epochs := truncateEpochsFromStart(l.mu.epochs, offset); len(epochs) != len(l.mu.epochs) || (len(epochs) > 0 && epochs[0] != l.mu.epochs[0]) {
+	} else if epochs := truncateEpochsFromStart(l.mu.epochs, offset); !slices.Equal(epochs, l.mu.epochs) {
 		if err := writeFileAtomic(l.epochPath(), encodeEpochs(epochs)); err != nil {
 			return offset, fmt.Errorf("segment: trimming leader epochs to %d: %w", offset, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strata/compactor"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,8 @@ type Broker struct {
 
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
+	// compactor compacts the compacted topics' logs (broker/compaction.go).
+	compactor *compactor.Compactor
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64
@@ -238,6 +241,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.goFunc(b.maintenanceLoop)
 	if b.tier != nil {
 		b.goFunc(b.tierLoop)
+	}
+	if err := b.startCompactor(); err != nil {
+		b.Close()
+		return nil, err
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strata/compactor"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,6 +117,10 @@ type Config struct {
 	// Tier configures tiered storage; a nil Tier.Store keeps everything
 	// local.
 	Tier TierConfig
+
+	// Compactor configures log compaction (docs/compaction.md). Its
+	// Logger, Now and SpoolDir are the broker's.
+	Compactor compactor.Config
 }
 
 // Defaults applied by WithDefaults.

@@ -3,7 +3,6 @@ package broker
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -145,9 +144,36 @@ func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment
 	if cfg.IndexIntervalBytes == 0 {
 		cfg.IndexIntervalBytes = 1 // every batch
 	}
+	compact, deletes := b.cleanupPolicy(configs)
+	cfg.KeysRequired = compact
+	if lag := ms("max.compaction.lag.ms"); compact && lag > 0 && lag < cfg.SegmentMs {
+		// As Kafka's LogConfig.maxSegmentMs: the active segment, which
+		// compaction never touches, rolls in time for the lag to hold.
+		cfg.SegmentMs = lag
+	}
+	cfg = b.tierSegmentConfig(cfg, configs, internal)
+	if !deletes {
+		// compact alone deletes nothing by age or size; a tiered log
+		// still lets go of local copies once they are in the bucket
+		// (LocalRetention*, derived above).
+		cfg.RetentionBytes, cfg.RetentionMs = -1, -1
+	}
+	return cfg
+}
+
+// cleanupPolicy reads cleanup.policy: whether it compacts, and whether it
+// deletes by retention.ms and retention.bytes.
+func (b *Broker) cleanupPolicy(configs map[string]string) (compact, deletes bool) {
 	policy, _ := b.topicConfigValue(configs, "cleanup.policy")
-	cfg.KeysRequired = slices.ContainsFunc(strings.Split(policy, ","), func(p string) bool { return strings.TrimSpace(p) == "compact" })
-	return b.tierSegmentConfig(cfg, configs, internal)
+	for _, p := range strings.Split(policy, ",") {
+		switch strings.TrimSpace(p) {
+		case "compact":
+			compact = true
+		case "delete":
+			deletes = true
+		}
+	}
+	return compact, deletes
 }
 
 func longAtLeast(min int64) func(string) error {

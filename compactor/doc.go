@@ -1,10 +1,14 @@
-// Package compactor owns retention and log compaction on the cold tier:
-// it advances a partition's remote log start offset in the bucket manifest
-// by time and size, deletes the objects that fall below it after a grace
-// period, and, for cleanup.policy=compact topics, rewrites remote segments
-// so only the latest record per key survives, with memory bounded whatever
-// the length of the history.
+// Package compactor owns log compaction: for cleanup.policy=compact
+// topics it rewrites the closed segments of each local log, and the
+// segment objects of each tiered partition in the bucket, so that only
+// the latest record of each key survives, with Kafka's guarantees
+// (offsets unchanged, tombstones kept for delete.retention.ms, the
+// compaction lags and dirty ratio deciding what is cleanable and when).
 //
-// It is built on the tier package's bucket format and object store; until
-// tiered storage lands it has no code.
+// Its memory is a fixed budget whatever the length of a history: the key
+// map stores hashes in a table of that size, and a history with more keys
+// than fit is compacted in several passes. The segment package swaps
+// local segments crash-safely and the tier package replaces objects in
+// the manifest in one step; this package decides what to keep.
+// docs/compaction.md describes the algorithm.
 package compactor

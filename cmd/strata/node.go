@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strata/compactor"
 	"strings"
 	"sync"
 	"syscall"
@@ -214,6 +215,14 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		SessionTimeout:           c.Cluster.SessionTimeout,
 		HeartbeatInterval:        c.Cluster.HeartbeatInterval,
 		ReplicaLagTimeMax:        c.Cluster.ReplicaLagTimeMax,
+
+		Compactor: compactor.Config{
+			MemoryBytes:   c.Compactor.MemoryBytes,
+			Workers:       c.Compactor.Workers,
+			IOBytesPerSec: c.Compactor.IOBytesPerSec,
+			Interval:      c.Compactor.Interval,
+			TestPauseAt:   c.Compactor.TestPauseAt,
+		},
 	}
 }
 

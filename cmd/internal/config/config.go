@@ -15,6 +15,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"strata/compactor"
 	"time"
 
 	"strata/broker"
@@ -26,15 +27,16 @@ import (
 // concern, mirroring the YAML file, so that later concerns (Raft addresses
 // and seed voters under Cluster) slot in without renaming what exists.
 type Config struct {
-	Node    Node
-	Cluster Cluster
-	Kafka   Kafka
-	HTTP    HTTP
-	Topics  Topics
-	Storage Storage
-	S3      S3
-	Tier    Tier
-	Logging Logging
+	Node      Node
+	Cluster   Cluster
+	Kafka     Kafka
+	HTTP      HTTP
+	Topics    Topics
+	Storage   Storage
+	S3        S3
+	Tier      Tier
+	Compactor Compactor
+	Logging   Logging
 }
 
 // Node identifies this broker and where it keeps its data.
@@ -148,6 +150,17 @@ type Tier struct {
 	LocalDiskLimit     int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
 }
 
+// Compactor configures log compaction, local and on the cold tier. See
+// compactor.Config for what each knob does.
+type Compactor struct {
+	MemoryBytes   int64         // compactor.memory_bytes: key-map budget of all workers together
+	Workers       int           // compactor.workers: partitions compacted at once
+	IOBytesPerSec int64         // compactor.io_bytes_per_sec: local compaction I/O throttle; 0 is unlimited
+	Interval      time.Duration // compactor.interval: how often partitions are checked for work
+	// TestPauseAt is STRATA_TEST_COMPACTOR_PAUSE, for crash tests only.
+	TestPauseAt string
+}
+
 // Logging configures the node's log output.
 type Logging struct {
 	Level  slog.Level // logging.level
@@ -192,6 +205,11 @@ func Defaults() Config {
 			IdleUpload:         10 * time.Minute,
 			OrphanGrace:        time.Hour,
 			CollectInterval:    10 * time.Minute,
+		},
+		Compactor: Compactor{
+			MemoryBytes: compactor.DefaultMemoryBytes,
+			Workers:     compactor.DefaultWorkers,
+			Interval:    compactor.DefaultInterval,
 		},
 		Topics: Topics{
 			AutoCreate:        true, // Kafka's auto.create.topics.enable default

@@ -22,6 +22,10 @@ const (
 	// keys. They are the only way to give keys: never a flag or a file.
 	EnvS3AccessKey = "STRATA_S3_ACCESS_KEY"
 	EnvS3SecretKey = "STRATA_S3_SECRET_KEY"
+	// EnvTestCompactorPause stops compaction passes at a named point so
+	// that a crash test can kill the node there (compactor.Config's
+	// TestPauseAt). Not a setting: nothing but tests should set it.
+	EnvTestCompactorPause = "STRATA_TEST_COMPACTOR_PAUSE"
 )
 
 // Flags holds the settings given on a command line. AddFlags creates it;
@@ -132,6 +136,7 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	cfg = Defaults()
 	env := parseEnviron(src.Env)
 	cfg.S3.AccessKey, cfg.S3.SecretKey = env[EnvS3AccessKey], env[EnvS3SecretKey]
+	cfg.Compactor.TestPauseAt = env[EnvTestCompactorPause]
 
 	path := env[EnvConfig]
 	if src.Flags != nil && src.Flags.configFile != "" {
@@ -195,7 +200,7 @@ func ignoredEnv(env map[string]string) []string {
 }
 
 // knownEnv are the STRATA_* variables that are not settings.
-var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true}
+var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true, EnvTestCompactorPause: true}
 
 func parseEnviron(environ []string) map[string]string {
 	m := make(map[string]string)

@@ -289,6 +289,26 @@ var settings = []*setting{
 		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },
 	},
 	{
+		key: "compactor.memory_bytes", flag: "compactor-memory-bytes", typ: "bytes", usage: "memory of the compaction key maps, all workers together (Kafka's log.cleaner.dedupe.buffer.size)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Compactor.MemoryBytes }, 1<<20),
+		get: func(c *Config) string { return formatBytes(c.Compactor.MemoryBytes) },
+	},
+	{
+		key: "compactor.workers", flag: "compactor-workers", typ: "int", usage: "partitions compacted at once (Kafka's log.cleaner.threads)",
+		set: intSetter(func(c *Config) *int { return &c.Compactor.Workers }, 1),
+		get: func(c *Config) string { return strconv.Itoa(c.Compactor.Workers) },
+	},
+	{
+		key: "compactor.io_bytes_per_sec", flag: "compactor-io-bytes-per-sec", typ: "bytes", usage: "bytes per second local compaction may read and write (0: unlimited)",
+		set: bytesSetter(func(c *Config) *int64 { return &c.Compactor.IOBytesPerSec }, 0),
+		get: func(c *Config) string { return formatBytes(c.Compactor.IOBytesPerSec) },
+	},
+	{
+		key: "compactor.interval", flag: "compactor-interval", typ: "duration", usage: "how often partitions are checked for compaction work",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Compactor.Interval }),
+		get: func(c *Config) string { return c.Compactor.Interval.String() },
+	},
+	{
 		key: "logging.level", flag: "log-level", typ: "level", usage: "debug, info, warn or error",
 		set: func(c *Config, raw string) error {
 			l, err := ParseLevel(raw)

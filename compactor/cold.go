@@ -1,0 +1,274 @@
+package compactor
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"strata/segment"
+	"strata/tier/format"
+)
+
+// ColdPartition is a compacted, tiered partition this node leads: only
+// the leader compacts the bucket's copy, under its leader epoch, so a
+// leader change in the middle of a pass fences the pass's manifest
+// change (tier.ErrFenced) and the manifest stays valid.
+type ColdPartition struct {
+	TP          format.TopicPartition
+	LeaderEpoch int32
+	Policy      Policy
+}
+
+func (p *ColdPartition) name() string { return fmt.Sprintf("%s-%d", p.TP.Topic, p.TP.Partition) }
+
+// coldPlan finds the cleanable section of p's history in the bucket.
+func (c *Compactor) coldPlan(ctx context.Context, p *ColdPartition, now time.Time) (plan, []format.RemoteSegment, error) {
+	root, err := c.tier.Manifest(ctx, p.TP)
+	if err != nil {
+		return plan{}, nil, err
+	}
+	all, err := c.tier.Segments(ctx, root)
+	if err != nil {
+		return plan{}, nil, err
+	}
+	var segs []format.RemoteSegment
+	for _, s := range all {
+		if s.LastOffset >= root.LogStartOffset {
+			segs = append(segs, s)
+		}
+	}
+	if len(segs) == 0 {
+		return plan{}, nil, nil
+	}
+	pl := plan{start: segs[0].BaseOffset, firstDirty: max(root.LogStartOffset, root.CleanedOffset, segs[0].BaseOffset)}
+	pl.cleanEnd = pl.start
+	n := 0
+	for i, s := range segs {
+		if p.Policy.MinLag > 0 && s.MaxTimestamp > now.Add(-p.Policy.MinLag).UnixMilli() {
+			break
+		}
+		n = i + 1
+		pl.cleanEnd = s.LastOffset + 1
+		if s.LastOffset < pl.firstDirty {
+			pl.clean += s.Log.Len
+			continue
+		}
+		if pl.dirty == 0 && p.Policy.MaxLag > 0 && s.FirstTimestamp >= 0 && s.FirstTimestamp < now.Add(-p.Policy.MaxLag).UnixMilli() {
+			pl.overdue = true
+		}
+		pl.dirty += s.Log.Len
+	}
+	return pl, segs[:n], nil
+}
+
+// compactCold runs one pass over p's history in the bucket. It reads each
+// object once: the dirty objects go through the key map and into a spool
+// file, from which step 2 reads them again; the clean ones are read in
+// step 2 only. Each output segment is one PUT, and the outputs replace
+// the inputs in one manifest change.
+func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition, pl plan, segs []format.RemoteSegment) (st Stats, err error) {
+	now := c.cfg.Now()
+	gets0, puts0 := c.tier.RequestCounts()
+	defer func() {
+		gets, puts := c.tier.RequestCounts()
+		st.Gets, st.Puts = gets-gets0, puts-puts0
+	}()
+	var producers map[int64]int64
+	if snap, err := c.tier.ProducerSnapshot(ctx, segs[len(segs)-1]); err == nil && len(snap) > 0 {
+		producers, _ = segment.SnapshotLastOffsets(snap)
+	}
+	cl := newCleaning(m, pl.firstDirty, now, p.Policy, producers)
+
+	spool, err := newSpool(c.cfg.SpoolDir)
+	if err != nil {
+		return cl.stats, err
+	}
+	defer spool.close()
+
+	// Step 1: the key map over the dirty objects, which are spooled whole.
+	last := -1 // index of the last segment to rewrite
+	for i, s := range segs {
+		if s.LastOffset < pl.firstDirty {
+			last = i
+			continue
+		}
+		full := false
+		err := c.tier.ReadLog(ctx, s, c.cfg.ChunkBytes, func(batch []byte) error {
+			if err := spool.write(batch); err != nil {
+				return err
+			}
+			cl.stats.BytesRead += int64(len(batch))
+			if full {
+				return nil
+			}
+			if err := cl.mapBatch(batch); err != nil {
+				if !errors.Is(err, errStopMap) {
+					return err
+				}
+				full = true
+			}
+			return nil
+		})
+		if err != nil {
+			return cl.stats, fmt.Errorf("map keys of %s: %w", p.name(), err)
+		}
+		last = i
+		if full {
+			break
+		}
+	}
+	if pl.firstDirty < pl.cleanEnd && cl.mapEnd == pl.firstDirty {
+		return cl.stats, fmt.Errorf("map keys of %s: the first batch at %d does not fit in %d keys (raise compactor memory)", p.name(), pl.firstDirty, m.limit)
+	}
+	if last < 0 {
+		return cl.stats, nil
+	}
+	cl.stats.Doubtful = m.doubtful
+	if err := spool.rewind(); err != nil {
+		return cl.stats, err
+	}
+
+	// Step 2: filter segs[:last+1] into new objects of up to segment.bytes.
+	var outs []format.RemoteSegment
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	w := c.tier.NewSegmentWriter(p.TP, segs[0].BaseOffset, p.LeaderEpoch)
+	emit := func(batch []byte) error {
+		out, err := cl.filter(batch)
+		if err != nil || len(out) == 0 {
+			return err
+		}
+		h, err := segment.ParseBatchHeader(out)
+		if err != nil {
+			return err
+		}
+		if n := w.Bytes(); n > 0 && n+int64(len(out)) > p.Policy.SegmentBytes {
+			seg, release, err := w.Finish(ctx, h.BaseOffset-1, nil)
+			if err != nil {
+				return err
+			}
+			outs, releases = append(outs, seg), append(releases, release)
+			w = c.tier.NewSegmentWriter(p.TP, h.BaseOffset, p.LeaderEpoch)
+		}
+		return w.Append(out)
+	}
+	for _, s := range segs[:last+1] {
+		if s.LastOffset < pl.firstDirty {
+			err = c.tier.ReadLog(ctx, s, c.cfg.ChunkBytes, func(batch []byte) error {
+				cl.stats.BytesRead += int64(len(batch))
+				return emit(batch)
+			})
+		} else {
+			err = spool.each(s.LastOffset, emit)
+		}
+		if err != nil {
+			return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
+		}
+	}
+	snap, err := c.tier.ProducerSnapshot(ctx, segs[last])
+	if err != nil {
+		return cl.stats, err
+	}
+	seg, release, err := w.Finish(ctx, segs[last].LastOffset, snap)
+	if err != nil {
+		return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
+	}
+	outs, releases = append(outs, seg), append(releases, release)
+	if err := c.pause(ctx, "cold.after-put"); err != nil {
+		return cl.stats, err
+	}
+
+	// Step 3: one manifest change swaps them in.
+	if _, err := c.tier.ReplaceCompacted(ctx, p.TP, outs, p.LeaderEpoch, cl.mapEnd, now); err != nil {
+		return cl.stats, fmt.Errorf("replace compacted segments of %s: %w", p.name(), err)
+	}
+	if err := c.pause(ctx, "cold.after-manifest"); err != nil {
+		return cl.stats, err
+	}
+	cl.stats.CleanedTo = cl.mapEnd
+	c.noteTombstones(coldKey(p.TP.Topic, p.TP.Partition), cl.tombstoneDue)
+	return cl.stats, nil
+}
+
+// spool is a temporary file of whole batches, written in offset order and
+// read back once.
+type spool struct {
+	f *os.File
+	w *bufio.Writer
+	r *bufio.Reader
+	// held is a batch read past the end of the segment being emitted,
+	// which belongs to the next.
+	held []byte
+	buf  []byte
+}
+
+func newSpool(dir string) (*spool, error) {
+	f, err := os.CreateTemp(dir, "cold-compaction-*.spool")
+	if err != nil {
+		return nil, fmt.Errorf("compactor spool: %w", err)
+	}
+	// Unlinked at once: a crash leaves nothing behind.
+	os.Remove(f.Name())
+	return &spool{f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (s *spool) write(batch []byte) error {
+	_, err := s.w.Write(batch)
+	return err
+}
+
+func (s *spool) rewind() error {
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("compactor spool: %w", err)
+	}
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("compactor spool: %w", err)
+	}
+	s.r = bufio.NewReaderSize(s.f, 1<<20)
+	return nil
+}
+
+// each calls fn with every spooled batch up to lastOffset.
+func (s *spool) each(lastOffset int64, fn func([]byte) error) error {
+	for {
+		if s.held == nil {
+			var hdr [12]byte
+			if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return fmt.Errorf("compactor spool: %w", err)
+			}
+			n := 12 + int(int32(binary.BigEndian.Uint32(hdr[8:])))
+			if n < 61 {
+				return fmt.Errorf("compactor spool: bad batch length %d", n)
+			}
+			s.buf = slices.Grow(s.buf[:0], n)[:n]
+			copy(s.buf, hdr[:])
+			if _, err := io.ReadFull(s.r, s.buf[12:]); err != nil {
+				return fmt.Errorf("compactor spool: %w", err)
+			}
+			s.held = s.buf
+		}
+		if int64(binary.BigEndian.Uint64(s.held)) > lastOffset {
+			return nil
+		}
+		b := s.held
+		s.held = nil
+		if err := fn(b); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *spool) close() { s.f.Close() }

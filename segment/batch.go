@@ -348,6 +348,10 @@ type record struct {
 	timestampDelta int64
 	offsetDelta    int64
 	nullKey        bool
+	// key and nullValue are filled by recordIter only: a stream walk
+	// never holds the key.
+	key       []byte
+	nullValue bool
 }
 
 // recordIter walks encoded records without allocating.
@@ -373,13 +377,18 @@ func (it *recordIter) next() (record, error) {
 		return r, fmt.Errorf("%w: bad offset delta", ErrCorruptMessage)
 	}
 	body = body[n:]
-	if keyLen, n := varint(body); n > 0 {
-		r.nullKey = keyLen < 0
-	}
+	keyLen, kn := varint(body)
+	r.nullKey = kn > 0 && keyLen < 0
+	kb := body
 	var ok bool
 	if body, ok = skipBytes(body, true); !ok { // key
 		return r, fmt.Errorf("%w: bad record key", ErrCorruptMessage)
 	}
+	if !r.nullKey {
+		r.key = kb[kn : kn+int(keyLen)]
+	}
+	valueLen, _ := varint(body)
+	r.nullValue = valueLen < 0
 	if body, ok = skipBytes(body, true); !ok { // value
 		return r, fmt.Errorf("%w: bad record value", ErrCorruptMessage)
 	}

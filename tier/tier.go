@@ -107,6 +107,8 @@ type Tier struct {
 	pages *pageCache
 	// corrupt reports corrupt remote reads (read.go).
 	corrupt corruptReports
+	// compaction counts the requests made for compaction (compact.go).
+	compaction requestCounts
 
 	mu         sync.Mutex
 	partitions map[format.TopicPartition]*partitionState // guarded by mu
@@ -249,17 +251,20 @@ func Open(cfg Config) (*Tier, error) {
 	// Every download in flight holds a chunk's worth of memory, so the
 	// memory bound bounds the GETs that may run at once.
 	cfg.ReadWorkers = int(min(int64(cfg.ReadWorkers), cfg.MemoryBytes/cfg.ChunkBytes))
+	// Requests made under a context marked by counted are counted for
+	// compaction's bill; the chunk cache's own GETs never are.
+	store := countingStore{cfg.Store}
 	cache, err := newChunkCache(cfg.Store, cfg.CacheDir, cfg.ChunkBytes, cfg.CacheBytes, cfg.MemoryBytes, cfg.ReadAhead, cfg.ReadWorkers)
 	if err != nil {
 		return nil, err
 	}
 	return &Tier{
 		cfg:        cfg,
-		store:      cfg.Store,
+		store:      store,
 		log:        cfg.Logger,
 		cache:      cache,
 		index:      newIndexCache(indexCacheBytes),
-		pages:      newPageCache(cfg.Store, cfg.ManifestCacheBytes),
+		pages:      newPageCache(store, cfg.ManifestCacheBytes),
 		partitions: make(map[format.TopicPartition]*partitionState),
 	}, nil
 }

@@ -56,6 +56,15 @@ type Root struct {
 	// LogStartOffset is the remote log start offset: offsets below it are
 	// deleted, even where a listed segment still holds them.
 	LogStartOffset int64
+	// CleanedOffset is where the cold tier's compaction stopped: offsets
+	// below it hold only the latest record per key (and tombstones within
+	// their retention). 0 if never compacted. It may lag the log start,
+	// which retention moves on its own: what is cleaned is
+	// [LogStartOffset, CleanedEnd()).
+	CleanedOffset int64
+	// LastCompactionMs is when the last compaction was swapped in, in
+	// Unix milliseconds; 0 if never.
+	LastCompactionMs int64
 	// Pages summarise the older segments, in offset order and contiguous.
 	Pages []PageRef
 	// Tail is the newest segments, inline, continuing right after the last
@@ -172,6 +181,10 @@ func (r *Root) EndOffset() int64 {
 	return r.LogStartOffset
 }
 
+// CleanedEnd returns the end of the cleaned part of the log: the
+// cleaned offset, or the log start offset if retention has passed it.
+func (r *Root) CleanedEnd() int64 { return max(r.LogStartOffset, r.CleanedOffset) }
+
 // Empty reports whether the root lists no segment.
 func (r *Root) Empty() bool { return len(r.Pages) == 0 && len(r.Tail) == 0 }
 
@@ -259,6 +272,9 @@ func (r *Root) Validate() error {
 	}
 	if r.LeaderEpoch < 0 || r.Seq < 0 || r.LogStartOffset < 0 {
 		return fmt.Errorf("format: root epoch %d, seq %d, log start %d", r.LeaderEpoch, r.Seq, r.LogStartOffset)
+	}
+	if r.CleanedOffset < 0 || r.LastCompactionMs < 0 {
+		return fmt.Errorf("format: root cleaned offset %d, last compaction %d", r.CleanedOffset, r.LastCompactionMs)
 	}
 	if len(r.Pages) > MaxPageEntries || len(r.Tail) > MaxPageEntries && !r.V1 {
 		return fmt.Errorf("format: root with %d pages and %d segments", len(r.Pages), len(r.Tail))
@@ -374,16 +390,20 @@ func (p *Page) Validate() error {
 // wireRoot is the root's JSON document; its field order is the order
 // written.
 type wireRoot struct {
-	Format         string          `json:"format"`
-	Version        int             `json:"version"`
-	Topic          string          `json:"topic"`
-	TopicID        string          `json:"topicId"`
-	Partition      int32           `json:"partition"`
-	LeaderEpoch    int32           `json:"leaderEpoch"`
-	Seq            int64           `json:"seq"`
-	LogStartOffset int64           `json:"logStartOffset"`
-	Pages          []PageRef       `json:"pages"`
-	Segments       []RemoteSegment `json:"segments"`
+	Format         string `json:"format"`
+	Version        int    `json:"version"`
+	Topic          string `json:"topic"`
+	TopicID        string `json:"topicId"`
+	Partition      int32  `json:"partition"`
+	LeaderEpoch    int32  `json:"leaderEpoch"`
+	Seq            int64  `json:"seq"`
+	LogStartOffset int64  `json:"logStartOffset"`
+	// Absent until the first compaction, so that older readers of a
+	// never compacted partition see the document they know.
+	CleanedOffset    int64           `json:"cleanedOffset,omitempty"`
+	LastCompactionMs int64           `json:"lastCompactionMs,omitempty"`
+	Pages            []PageRef       `json:"pages"`
+	Segments         []RemoteSegment `json:"segments"`
 }
 
 // wirePage is a page's JSON document.
@@ -413,6 +433,7 @@ func EncodeRoot(r *Root) ([]byte, error) {
 		Format: ManifestFormat, Version: RootVersion,
 		Topic: r.Topic, TopicID: hex.EncodeToString(r.TopicID[:]), Partition: r.Partition,
 		LeaderEpoch: r.LeaderEpoch, Seq: r.Seq, LogStartOffset: r.LogStartOffset,
+		CleanedOffset: r.CleanedOffset, LastCompactionMs: r.LastCompactionMs,
 		Pages: r.Pages, Segments: r.Tail,
 	}
 	if w.Pages == nil {
@@ -520,6 +541,7 @@ func DecodeRoot(b []byte) (*Root, error) {
 	r := &Root{
 		TopicPartition: tp,
 		LeaderEpoch:    w.LeaderEpoch, Seq: w.Seq, LogStartOffset: w.LogStartOffset,
+		CleanedOffset: w.CleanedOffset, LastCompactionMs: w.LastCompactionMs,
 		Pages: nilIfEmpty(w.Pages), Tail: normalSegments(w.Segments),
 	}
 	if err := r.Validate(); err != nil {

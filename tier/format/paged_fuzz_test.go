@@ -20,6 +20,11 @@ func FuzzDecodeRoot(f *testing.F) {
 	f.Add(b)
 	empty, _ := EncodeRoot(&Root{TopicPartition: testTP, LogStartOffset: 3})
 	f.Add(empty)
+	compacted := *r
+	compacted.CleanedOffset, compacted.LastCompactionMs = 40, 1_700_000_000_000
+	if b, err := EncodeRoot(&compacted); err == nil {
+		f.Add(b)
+	}
 	v1, _ := EncodeManifest(testManifest(f))
 	f.Add(v1)
 	f.Add(b[:len(b)-trailerSize])

@@ -15,6 +15,9 @@ const (
 	timeIndexSuffix = ".timeindex"
 	snapshotSuffix  = ".snapshot"
 	tmpSuffix       = ".tmp"
+	// A rewrite's output until its swap, and the swap intent (§13).
+	cleanedSuffix = ".cleaned"
+	swapSuffix    = ".swap"
 
 	epochCheckpointName = "leader-epoch-checkpoint"
 	cleanShutdownName   = "clean-shutdown"

@@ -59,6 +59,9 @@ type Log struct {
 
 	size atomic.Int64 // total bytes of .log files
 
+	// cleaner is the cleaner checkpoint (cleaner.go), nil if never cleaned.
+	cleaner atomic.Pointer[cleanerMark]
+
 	// cfg is w.cfg for Prepare, which validates without writeMu.
 	cfg atomic.Pointer[Config]
 

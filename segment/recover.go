@@ -57,6 +57,12 @@ func (l *Log) recover() error {
 	} else if done {
 		l.logger.Warn("finished restarting the log after a crash", "dir", l.dir)
 	}
+	// An interrupted rewrite swap is finished, an unrecorded one discarded.
+	if finished, discarded, err := finishRewrite(l.dir); err != nil {
+		return err
+	} else if finished > 0 || discarded > 0 {
+		l.logger.Warn("finished rewrite swaps after a crash", "dir", l.dir, "swapsFinished", finished, "outputFilesDiscarded", discarded)
+	}
 
 	// Steps 1-2: list the directory, drop temp files and orphan indexes.
 	entries, err := os.ReadDir(l.dir)
@@ -167,6 +173,7 @@ func (l *Log) recover() error {
 	}
 	l.mu.start, l.mu.end = segs[0].base, leo
 	l.recoverLogStart()
+	l.recoverCleaner()
 	for _, s := range segs {
 		l.size.Add(s.size)
 	}

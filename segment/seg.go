@@ -25,6 +25,7 @@ type segment struct {
 
 	refs          atomic.Int32
 	corruptLogged atomic.Bool // one error-level report per segment
+	rewriting     atomic.Bool // a Rewrite holds it as a source
 
 	// size is the number of published bytes of .log. Readers read it under
 	// Log.mu; the writer, holding Log.writeMu, reads it freely and changes
@@ -60,8 +61,13 @@ type indexState struct {
 	// maxTsRecord is the offset of the first record carrying maxTs, -1 if
 	// not known yet (found lazily by MaxTimestamp).
 	maxTsRecord int64
-	// removed is set once the files are unlinked.
+	// removed is set once the files are unlinked or belong to another
+	// segment: the index is then rebuilt from the descriptor, never read
+	// from or written to the files.
 	removed bool
+	// replaced is set once a rewrite's swap gave the file names to the
+	// outputs: remove leaves them alone.
+	replaced bool
 }
 
 // install makes x the loaded index, with every entry already in the files.
@@ -144,7 +150,11 @@ func (s *segment) release() {
 func (s *segment) remove() error {
 	s.imu.Lock()
 	s.ix.removed = true
+	replaced := s.ix.replaced
 	s.imu.Unlock()
+	if replaced {
+		return nil
+	}
 	return errors.Join(
 		removeIfExists(s.logPath()),
 		removeIfExists(s.indexPath()),
@@ -180,7 +190,9 @@ func (s *segment) loadLocked(limit int64, interval int, logger *slog.Logger) err
 	span := s.ix.end - s.base
 	x := newIndexer(s.base, interval)
 	var reason error
-	if b, err := os.ReadFile(s.indexPath()); err != nil {
+	if s.ix.removed {
+		reason = errors.New("the segment's files are gone or another segment's")
+	} else if b, err := os.ReadFile(s.indexPath()); err != nil {
 		reason = err
 	} else if x.offsets, err = decodeOffsets(b, limit, span); err != nil {
 		reason = fmt.Errorf("%s: %w", s.indexPath(), err)
@@ -193,7 +205,12 @@ func (s *segment) loadLocked(limit int64, interval int, logger *slog.Logger) err
 		}
 	}
 	if reason != nil {
-		logger.Warn("rebuilding segment indexes", "segment", s.logPath(), "reason", reason)
+		if s.ix.removed {
+			// A reader finishing on a deleted or replaced segment: expected.
+			logger.Debug("indexing a dropped segment from its descriptor", "segment", s.logPath())
+		} else {
+			logger.Warn("rebuilding segment indexes", "segment", s.logPath(), "reason", reason)
+		}
 		var err error
 		if x, err = s.scanIndexes(limit, interval, logger); err != nil {
 			return err

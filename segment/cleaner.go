@@ -1,0 +1,90 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The cleaner checkpoint (docs/format.md §13): the offset below which the
+// log has been compacted and when that was recorded, so that a restart
+// neither compacts the clean part again nor takes a dirty part for clean.
+// 4 magic bytes "CLN1", the offset (int64), the time in Unix milliseconds
+// (int64), a CRC-32C of the 20 bytes before it. Commit writes it; Open
+// reads it, and a missing or damaged one means "never cleaned".
+const (
+	cleanerCheckpointName = "cleaner-checkpoint"
+	cleanerCheckpointSize = 24
+)
+
+var cleanerMagic = [4]byte{'C', 'L', 'N', '1'}
+
+// cleanerMark is what the checkpoint holds.
+type cleanerMark struct {
+	cleanedTo int64
+	at        time.Time
+}
+
+func encodeCleaner(m cleanerMark) []byte {
+	b := make([]byte, cleanerCheckpointSize)
+	copy(b, cleanerMagic[:])
+	binary.BigEndian.PutUint64(b[4:], uint64(m.cleanedTo))
+	binary.BigEndian.PutUint64(b[12:], uint64(m.at.UnixMilli()))
+	binary.BigEndian.PutUint32(b[20:], crc32.Checksum(b[:20], castagnoli))
+	return b
+}
+
+func decodeCleaner(b []byte) (cleanerMark, bool) {
+	if len(b) != cleanerCheckpointSize || [4]byte(b[:4]) != cleanerMagic ||
+		binary.BigEndian.Uint32(b[20:]) != crc32.Checksum(b[:20], castagnoli) {
+		return cleanerMark{}, false
+	}
+	m := cleanerMark{
+		cleanedTo: int64(binary.BigEndian.Uint64(b[4:])),
+		at:        time.UnixMilli(int64(binary.BigEndian.Uint64(b[12:]))),
+	}
+	return m, m.cleanedTo >= 0
+}
+
+func cleanerPath(dir string) string { return filepath.Join(dir, cleanerCheckpointName) }
+
+// writeCleaner records m durably.
+func writeCleaner(dir string, m cleanerMark) error {
+	if err := writeFileAtomic(cleanerPath(dir), encodeCleaner(m)); err != nil {
+		return fmt.Errorf("recording the cleaner checkpoint: %w", err)
+	}
+	return nil
+}
+
+// recoverCleaner loads the cleaner checkpoint at Open. A damaged one is
+// reported and ignored: compacting the log again is only work, while
+// trusting a wrong offset could take dirty records for clean ones.
+func (l *Log) recoverCleaner() {
+	b, err := os.ReadFile(cleanerPath(l.dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	m, ok := decodeCleaner(b)
+	if err != nil || !ok {
+		l.logger.Warn("ignoring a damaged cleaner checkpoint; the log counts as never compacted", "dir", l.dir, "err", err)
+		return
+	}
+	l.cleaner.Store(&m)
+}
+
+// CleanerCheckpoint returns the offset below which the log has been
+// compacted and when that was recorded; (StartOffset(), zero time) if
+// never. The offset is never below the log start offset.
+func (l *Log) CleanerCheckpoint() (cleanedTo int64, at time.Time) {
+	start := l.StartOffset()
+	m := l.cleaner.Load()
+	if m == nil {
+		return start, time.Time{}
+	}
+	return max(m.cleanedTo, start), m.at
+}

@@ -1,0 +1,307 @@
+package segment
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// emptied returns batch as compaction leaves a batch none of whose records
+// survive but which is kept (Kafka's RETAIN_EMPTY): the header alone, with
+// its base offset, lastOffsetDelta and producer fields, and 0 records,
+// uncompressed as Kafka writes it.
+func emptied(batch []byte) []byte {
+	b := bytes.Clone(batch[:headerSize])
+	binary.BigEndian.PutUint32(b[offLength:], uint32(minBatchLength))
+	attrs := binary.BigEndian.Uint16(b[offAttributes:])
+	binary.BigEndian.PutUint16(b[offAttributes:], attrs&^uint16(attrCodecMask))
+	binary.BigEndian.PutUint32(b[offNumRecords:], 0)
+	fixCRC(b)
+	return b
+}
+
+// rewritePlan decides what a rewrite does with each source batch: keep it,
+// drop it, or keep it empty.
+type rewritePlan func(h BatchHeader) (keep, empty bool)
+
+// thinOut drops two batches in five and empties one in five.
+func thinOut(h BatchHeader) (keep, empty bool) {
+	switch h.BaseOffset % 5 {
+	case 1, 3:
+		return false, false
+	case 4:
+		return true, true
+	}
+	return true, false
+}
+
+// applyPlan returns the log old (concatenated batches) becomes when the
+// batches in [from, to) go through plan.
+func applyPlan(t testing.TB, old []byte, from, to int64, plan rewritePlan) []byte {
+	var out []byte
+	for _, b := range batchesOf(t, old) {
+		h := decodeHeader(b)
+		if h.BaseOffset < from || h.BaseOffset >= to {
+			out = append(out, b...)
+			continue
+		}
+		switch keep, empty := plan(h); {
+		case keep && empty:
+			out = append(out, emptied(b)...)
+		case keep:
+			out = append(out, b...)
+		}
+	}
+	return out
+}
+
+// rewriteWith runs a whole rewrite of [from, to) through plan, cutting an
+// output once it holds cutBytes, and commits it with cleanedTo = to.
+func rewriteWith(t testing.TB, l *Log, from, to int64, plan rewritePlan, cutBytes int64) error {
+	t.Helper()
+	rw, err := l.BeginRewrite(from, to)
+	if err != nil {
+		return err
+	}
+	defer rw.Abort()
+	if err := rw.Scan(from, func(b []byte) error {
+		if rw.OutputBytes() >= cutBytes {
+			if err := rw.Cut(); err != nil {
+				return err
+			}
+		}
+		switch keep, empty := plan(decodeHeader(b)); {
+		case keep && empty:
+			return rw.Append(emptied(b))
+		case keep:
+			return rw.Append(bytes.Clone(b))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return rw.Commit(to)
+}
+
+// firstAtOrAfter finds, by walking every record of log, the first record
+// with timestamp >= ts: what OffsetForTimestamp must answer.
+func firstAtOrAfter(t testing.TB, log []byte, ts int64) (int64, int64, bool) {
+	for _, b := range batchesOf(t, log) {
+		off, rts, ok, err := firstRecordAtOrAfter(b, ts, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return off, rts, true
+		}
+	}
+	return -1, -1, false
+}
+
+// checkLogHolds checks that l serves exactly want (concatenated batches)
+// between start and end, through whole reads, reads at every offset, and
+// timestamp lookups, and that its size adds up.
+func checkLogHolds(t testing.TB, l *Log, want []byte, start, end int64) {
+	t.Helper()
+	if l.StartOffset() != start || l.EndOffset() != end {
+		t.Fatalf("log [%d, %d), want [%d, %d)", l.StartOffset(), l.EndOffset(), start, end)
+	}
+	for _, maxBytes := range []int{1, 1 << 20} {
+		if got := readAll(t, l, maxBytes); !bytes.Equal(got, want) {
+			t.Fatalf("maxBytes %d: read %d bytes, want %d identical bytes", maxBytes, len(got), len(want))
+		}
+	}
+	if l.Size() != int64(len(want)) {
+		t.Fatalf("Size %d, want %d", l.Size(), len(want))
+	}
+	// A read at any offset starts with the batch holding it or, in a
+	// gap, the next one.
+	batches := batchesOf(t, want)
+	for off := start; off < end; off += 7 {
+		got, err := l.Read(nil, off, end, 1)
+		if err != nil {
+			t.Fatalf("Read(%d): %v", off, err)
+		}
+		var wantB []byte
+		for _, b := range batches {
+			if decodeHeader(b).LastOffset() >= off {
+				wantB = b
+				break
+			}
+		}
+		if !bytes.Equal(got, wantB) {
+			t.Fatalf("Read(%d) returned %d bytes, want the %d-byte batch at or after it", off, len(got), len(wantB))
+		}
+	}
+	var minTs, maxTs int64 = -1, -1
+	for _, b := range batches {
+		h := decodeHeader(b)
+		if minTs < 0 || h.FirstTimestamp < minTs {
+			minTs = h.FirstTimestamp
+		}
+		maxTs = max(maxTs, h.MaxTimestamp)
+	}
+	for ts := minTs - 1; ts <= maxTs+1; ts += max(1, (maxTs-minTs)/23) {
+		wantOff, wantTs, wantOK := firstAtOrAfter(t, want, ts)
+		off, rts, ok, err := l.OffsetForTimestamp(ts)
+		if err != nil || ok != wantOK || (ok && (off != wantOff || rts != wantTs)) {
+			t.Fatalf("OffsetForTimestamp(%d) = %d, %d, %v, %v; want %d, %d, %v", ts, off, rts, ok, err, wantOff, wantTs, wantOK)
+		}
+	}
+}
+
+func noRewriteFiles(t testing.TB, dir string) {
+	t.Helper()
+	for _, name := range dirNames(t, dir) {
+		if strings.HasSuffix(name, cleanedSuffix) || strings.HasSuffix(name, swapSuffix) || isTemp(name) {
+			t.Fatalf("%s left in the log directory", name)
+		}
+	}
+}
+
+// Compaction rewrites closed segments in place: the batches kept keep
+// their offsets and bytes, the others leave gaps, an emptied batch stays
+// as its header, and the log reads, indexes and reopens as before.
+func TestRewriteSwapsSegments(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 150)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	if len(bases) < 8 {
+		t.Fatalf("only %d segments", len(bases))
+	}
+	start, end := l.StartOffset(), l.EndOffset()
+	from, to := bases[1], bases[6]
+	if c, at := l.CleanerCheckpoint(); c != start || !at.IsZero() {
+		t.Fatalf("CleanerCheckpoint of a new log = %d, %v; want %d and no time", c, at, start)
+	}
+
+	rw, err := l.BeginRewrite(from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := rw.Sources()
+	if len(srcs) != 5 || srcs[0].BaseOffset != from || srcs[4].EndOffset != to {
+		t.Fatalf("Sources %+v, want the 5 segments of [%d, %d)", srcs, from, to)
+	}
+	rw.Abort()
+
+	clock.Advance(time.Hour)
+	// Outputs of about 1 KiB: more segments than before, at batch bases.
+	if err := rewriteWith(t, l, from, to, thinOut, 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	want := applyPlan(t, old, from, to, thinOut)
+	if len(want) >= len(old) {
+		t.Fatal("the plan dropped nothing")
+	}
+	checkLogHolds(t, l, want, start, end)
+	newBases := segmentBases(l)
+	if !slices.Contains(newBases, from) || !slices.Contains(newBases, to) || len(newBases) <= len(bases) {
+		t.Fatalf("segments %v after rewriting [%d, %d) of %v into small outputs", newBases, from, to, bases)
+	}
+	if c, at := l.CleanerCheckpoint(); c != to || !at.Equal(clock.Now().Truncate(time.Millisecond)) {
+		t.Fatalf("CleanerCheckpoint = %d, %v; want %d, %v", c, at, to, clock.Now())
+	}
+	noRewriteFiles(t, dir)
+
+	// Appends go on; a clean and an unclean restart read the same.
+	more := appendRandom(t, l, rand.New(rand.NewPCG(3, 3)), 10, clock, 5)
+	want = append(want, more...)
+	end = l.EndOffset()
+	checkLogHolds(t, l, want, start, end)
+	newBases = segmentBases(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, clean := range []bool{true, false} {
+		l = mustOpen(t, dir, smallCfg(clock))
+		checkLogHolds(t, l, want, start, end)
+		if c, _ := l.CleanerCheckpoint(); c != to {
+			t.Fatalf("CleanerCheckpoint after reopening = %d, want %d", c, to)
+		}
+		if !slices.Equal(segmentBases(l), newBases) {
+			t.Fatalf("segments %v after reopening, want %v", segmentBases(l), newBases)
+		}
+		if clean {
+			l.Close()
+		} else {
+			crash(l)
+		}
+	}
+}
+
+// A rewrite that keeps nothing leaves one empty segment at from, so the
+// segments still cover the log without a hole; one that merges keeps the
+// first output at from even when its first batch starts later.
+func TestRewriteEmptyAndMerged(t *testing.T) {
+	clock := newClock()
+	for _, tt := range []struct {
+		name string
+		plan rewritePlan
+	}{
+		{"nothing kept", func(BatchHeader) (bool, bool) { return false, false }},
+		{"first batches dropped, rest merged", func(h BatchHeader) (bool, bool) { return h.BaseOffset%3 == 0 && h.BaseOffset > 40, false }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := leaderLog(t, dir, clock, 150)
+			defer l.Close()
+			old := readAll(t, l, 1<<20)
+			bases := segmentBases(l)
+			from, to := bases[0], bases[4]
+			if err := rewriteWith(t, l, from, to, tt.plan, 1<<30); err != nil {
+				t.Fatal(err)
+			}
+			want := applyPlan(t, old, from, to, tt.plan)
+			checkLogHolds(t, l, want, 0, l.EndOffset())
+			got := segmentBases(l)
+			if !slices.Equal(got, append([]int64{from}, bases[4:]...)) {
+				t.Fatalf("segments %v, want one at %d and then %v", got, from, bases[4:])
+			}
+			l.Close()
+			l = mustOpen(t, dir, smallCfg(clock))
+			checkLogHolds(t, l, want, 0, l.EndOffset())
+		})
+	}
+}
+
+// The cleaner checkpoint survives restarts; a damaged one counts as never
+// cleaned rather than stopping the log.
+func TestCleanerCheckpointDamaged(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 60)
+	bases := segmentBases(l)
+	if err := rewriteWith(t, l, bases[0], bases[2], thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	path := cleanerPath(dir)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[7] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	if c, at := l.CleanerCheckpoint(); c != l.StartOffset() || !at.IsZero() {
+		t.Fatalf("CleanerCheckpoint with a damaged file = %d, %v; want never cleaned", c, at)
+	}
+	if _, err := l.BeginRewrite(bases[1], bases[1]); err == nil {
+		t.Fatal("BeginRewrite of an empty range succeeded")
+	}
+	if _, err := l.BeginRewrite(bases[0]+1, bases[2]); !errors.Is(err, ErrRewriteConflict) {
+		t.Fatalf("BeginRewrite not at a segment base: %v", err)
+	}
+}

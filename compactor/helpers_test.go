@@ -128,9 +128,12 @@ func history(t testing.TB, l *segment.Log, n, keys int, deleted func(k int) bool
 		}
 	}
 	flush()
-	// Roll so that everything written is in closed segments.
-	if _, err := l.Append(keyedBatch(ts, rec{[]byte("roll"), []byte("x")}), 0); err != nil {
-		t.Fatal(err)
+	// Fill (one key) until everything above is in closed segments.
+	end := l.EndOffset()
+	for l.ActiveBase() < end {
+		if _, err := l.Append(keyedBatch(ts, rec{[]byte("roll"), make([]byte, 512)}), 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return final
 }

@@ -317,12 +317,14 @@ func (l *Log) recoverActive(s *segment, rep *recoveryReport) (int64, []epochEntr
 		if err != nil {
 			return 0, nil, err
 		}
-		h := decodeHeader(b)
-		if batchCRC(b) != h.CRC {
-			cut, reason = pos, "CRC-32C mismatch"
+		// Judged as AppendReplica judges what it copies: the segment may
+		// hold a compacted leader's batches.
+		h, err := checkStoredBatch(b)
+		if err != nil {
+			cut, reason = pos, err.Error()
 			break
 		}
-		if h.LastOffsetDelta < 0 || h.BaseOffset < next || h.LastOffset()-s.base > math.MaxInt32 {
+		if h.BaseOffset < next || h.LastOffset()-s.base > math.MaxInt32 {
 			cut, reason = pos, fmt.Sprintf("batch offset %d out of order", h.BaseOffset)
 			break
 		}

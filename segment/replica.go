@@ -21,10 +21,13 @@ import (
 // given. records is one or more concatenated v2 batches (the records of a
 // Fetch response).
 //
-// The first batch must start at EndOffset and each next one right after
-// the previous one's last offset, else ErrOffsetMismatch and nothing is
-// appended. Each batch is checked for its length, magic, CRC-32C and
-// record count, not against timestamp bounds, MaxBatchBytes or the
+// The first batch must start at or above EndOffset and each next one
+// above the previous one's last offset, else ErrOffsetMismatch and nothing
+// is appended: a compacted leader log has gaps where whole batches went,
+// which the follower keeps (as Kafka's appendAsFollower does). Each batch
+// is checked as the log stores it (checkStoredBatch: length, magic,
+// CRC-32C, a record count within its offset span, so compacted and empty
+// batches go in), not against timestamp bounds, MaxBatchBytes or the
 // idempotence rules: the leader applied those, and a replica that judged
 // them again by its own clock or settings would diverge from its leader.
 // Producer state is updated from the batches as recovery does, so a
@@ -72,8 +75,8 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 	next := base
 	for i := range hdrs {
 		h := &hdrs[i]
-		if h.BaseOffset != next {
-			return AppendInfo{}, fmt.Errorf("%w: batch %d starts at offset %d, the log continues at %d", ErrOffsetMismatch, i, h.BaseOffset, next)
+		if h.BaseOffset < next {
+			return AppendInfo{}, fmt.Errorf("%w: batch %d starts at offset %d, below where the log continues, %d", ErrOffsetMismatch, i, h.BaseOffset, next)
 		}
 		switch {
 		case h.LeaderEpoch < latest:
@@ -81,6 +84,9 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 		case h.LeaderEpoch > latest:
 			newEpochs = append(newEpochs, epochEntry{h.LeaderEpoch, h.BaseOffset})
 			latest = h.LeaderEpoch
+		}
+		if i == 0 {
+			info.BaseOffset = h.BaseOffset
 		}
 		next = h.LastOffset() + 1
 		info.Records += int(h.NumRecords)
@@ -166,18 +172,9 @@ func replicaBatches(records []byte) ([]BatchHeader, int, error) {
 		if n > int64(len(records)-p) {
 			break // the partial last batch of a size-limited Fetch
 		}
-		b := records[p : p+int(n)]
-		h, err := ParseBatchHeader(b)
+		h, err := checkStoredBatch(records[p : p+int(n)])
 		if err != nil {
-			return nil, 0, fmt.Errorf("batch %d: %w", len(hdrs), err)
-		}
-		if crc := batchCRC(b); crc != h.CRC {
-			return nil, 0, fmt.Errorf("%w: batch %d at offset %d: CRC-32C mismatch (header %08x, computed %08x)", ErrCorruptMessage, len(hdrs), h.BaseOffset, h.CRC, crc)
-		}
-		// The leader's Append holds every batch to this, and the offsets
-		// the follower derives rest on it.
-		if h.NumRecords <= 0 || h.LastOffsetDelta != h.NumRecords-1 {
-			return nil, 0, fmt.Errorf("%w: batch %d at offset %d: lastOffsetDelta %d with %d records", ErrInvalidRecord, len(hdrs), h.BaseOffset, h.LastOffsetDelta, h.NumRecords)
+			return nil, 0, fmt.Errorf("batch %d at offset %d: %w", len(hdrs), h.BaseOffset, err)
 		}
 		hdrs = append(hdrs, h)
 		p += int(n)

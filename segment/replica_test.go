@@ -226,11 +226,11 @@ func TestAppendReplicaRefuses(t *testing.T) {
 		records []byte
 		wantErr error
 	}{
-		{"gap", replicaBatch(t, end+1, 4, spec), ErrOffsetMismatch},
+		// Gaps are what compaction leaves: TestAppendReplicaAcceptsCompactedBatches.
 		{"overlap", replicaBatch(t, end-1, 4, spec), ErrOffsetMismatch},
 		{"rewrite from the start", replicaBatch(t, 0, 4, spec), ErrOffsetMismatch},
-		{"second batch leaves a gap", append(replicaBatch(t, end, 4, spec), replicaBatch(t, end+4, 4, spec)...), ErrOffsetMismatch},
 		{"second batch overlaps", append(replicaBatch(t, end, 4, spec), replicaBatch(t, end+2, 4, spec)...), ErrOffsetMismatch},
+		{"second batch starts inside the first", append(replicaBatch(t, end+3, 4, spec), replicaBatch(t, end+5, 4, spec)...), ErrOffsetMismatch},
 		{"bad CRC", badCRC, ErrCorruptMessage},
 		{"bad CRC in the second batch", append(replicaBatch(t, end, 4, spec), func() []byte { b := replicaBatch(t, end+3, 4, spec); b[70] ^= 1; return b }()...), ErrCorruptMessage},
 		{"magic 1", magic, ErrUnsupportedMagic},

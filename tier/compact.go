@@ -1,12 +1,16 @@
 package tier
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
 	"sync/atomic"
+	"time"
 
 	"strata/segment"
 	"strata/tier/format"
@@ -199,3 +203,225 @@ func (s countingStore) Create(ctx context.Context, key string, r io.ReaderAt, si
 }
 
 func (s countingStore) String() string { return fmt.Sprint(s.Store) }
+
+// SegmentWriter builds one segment object from batches, for compaction:
+// the batches that survive a pass, offsets as stored. The log bytes go to
+// a temporary file in the tier's cache directory (a compacted segment can
+// be as large as segment.bytes); the indexes and the epoch history are
+// kept in memory. A writer is used by one goroutine.
+type SegmentWriter struct {
+	t     *Tier
+	tp    format.TopicPartition
+	base  int64
+	epoch int32
+
+	f    *os.File // nil until the first batch
+	size int64
+	err  error // the first failure; every later call returns it
+
+	index, timeIndex []byte
+	sinceIndex       int64 // log bytes since the last offset-index entry
+	maxTs, maxTsLast int64 // largest timestamp so far, and its batch's last offset
+	timeIndexed      int64 // timestamp of the last time-index entry
+	firstTs          int64
+	records          int64
+	prevLast         int64
+	epochs           []format.EpochStart
+}
+
+// NewSegmentWriter starts an object for tp whose first covered offset is
+// base, written by the leader at epoch.
+func (t *Tier) NewSegmentWriter(tp format.TopicPartition, base int64, epoch int32) *SegmentWriter {
+	return &SegmentWriter{t: t, tp: tp, base: base, epoch: epoch,
+		maxTs: -1, maxTsLast: -1, timeIndexed: -1, firstTs: -1, prevLast: base - 1}
+}
+
+// Append adds one whole batch: its offsets above those of the batch
+// before, at or above the writer's base, and its leader epoch at most the
+// writer's. It maintains the offset and time indexes at the local log's
+// intervals (an entry for a batch once more than
+// segment.DefaultIndexIntervalBytes of log precede it since the last), the
+// record count, the timestamps and the leader-epoch history.
+func (w *SegmentWriter) Append(batch []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	h, err := segment.ParseBatchHeader(batch)
+	switch {
+	case err != nil:
+		return fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+	case h.Size() != len(batch):
+		return fmt.Errorf("compacted segment %d of %s-%d: batch of %d bytes says %d", w.base, w.tp.Topic, w.tp.Partition, len(batch), h.Size())
+	case h.BaseOffset <= w.prevLast || h.LastOffsetDelta < 0 || h.LastOffset()-w.base > maxRelOffset:
+		return fmt.Errorf("compacted segment %d of %s-%d: batch [%d, %d] after offset %d", w.base, w.tp.Topic, w.tp.Partition, h.BaseOffset, h.LastOffset(), w.prevLast)
+	case h.LeaderEpoch > w.epoch:
+		return fmt.Errorf("compacted segment %d of %s-%d: batch of leader epoch %d written at epoch %d", w.base, w.tp.Topic, w.tp.Partition, h.LeaderEpoch, w.epoch)
+	case w.size+int64(len(batch)) > maxRelOffset:
+		return fmt.Errorf("compacted segment %d of %s-%d: log beyond 2 GiB", w.base, w.tp.Topic, w.tp.Partition)
+	}
+	if n := len(w.epochs); n > 0 && h.LeaderEpoch < w.epochs[n-1].Epoch {
+		return fmt.Errorf("compacted segment %d of %s-%d: batch at %d of leader epoch %d after epoch %d", w.base, w.tp.Topic, w.tp.Partition, h.BaseOffset, h.LeaderEpoch, w.epochs[n-1].Epoch)
+	}
+	if w.f == nil {
+		if w.f, err = os.CreateTemp(w.t.cfg.CacheDir, ".compact-*"); err != nil {
+			w.err = fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+			return w.err
+		}
+	}
+	if _, err := w.f.Write(batch); err != nil {
+		w.err = fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+		return w.err
+	}
+	// The local log's indexer: an entry names the last offset of the batch
+	// at its position, and the time index records the running maximum
+	// at each offset-index point.
+	if h.MaxTimestamp > w.maxTs {
+		w.maxTs, w.maxTsLast = h.MaxTimestamp, h.LastOffset()
+	}
+	if w.sinceIndex > segment.DefaultIndexIntervalBytes {
+		w.index = binary.BigEndian.AppendUint32(w.index, uint32(h.LastOffset()-w.base))
+		w.index = binary.BigEndian.AppendUint32(w.index, uint32(w.size))
+		w.addTime()
+		w.sinceIndex = 0
+	}
+	w.sinceIndex += int64(len(batch))
+	if w.size == 0 {
+		w.firstTs = h.FirstTimestamp
+	}
+	if n := len(w.epochs); n == 0 {
+		// The history starts at the object's base, as the manifest
+		// requires; nothing below the first batch is in the object.
+		w.epochs = append(w.epochs, format.EpochStart{Epoch: h.LeaderEpoch, StartOffset: w.base})
+	} else if h.LeaderEpoch > w.epochs[n-1].Epoch {
+		w.epochs = append(w.epochs, format.EpochStart{Epoch: h.LeaderEpoch, StartOffset: h.BaseOffset})
+	}
+	w.records += int64(max(h.NumRecords, 0))
+	w.prevLast = h.LastOffset()
+	w.size += int64(len(batch))
+	return nil
+}
+
+// maxRelOffset bounds the relative offsets and positions of an object:
+// its indexes hold them in 32 bits.
+const maxRelOffset = 1<<31 - 1
+
+// addTime appends a time-index entry for the running maximum if it grew.
+func (w *SegmentWriter) addTime() {
+	if w.maxTs > w.timeIndexed {
+		w.timeIndex = binary.BigEndian.AppendUint64(w.timeIndex, uint64(w.maxTs))
+		w.timeIndex = binary.BigEndian.AppendUint32(w.timeIndex, uint32(w.maxTsLast-w.base))
+		w.timeIndexed = w.maxTs
+	}
+}
+
+// Bytes is the log bytes appended so far.
+func (w *SegmentWriter) Bytes() int64 { return w.size }
+
+// Discard drops a writer that will not be finished, and its temporary
+// file. Finish discards the writer itself; Discard after Finish is a no-op.
+func (w *SegmentWriter) Discard() {
+	if w.f != nil {
+		w.f.Close()
+		os.Remove(w.f.Name())
+		w.f = nil
+	}
+	if w.err == nil {
+		w.err = errors.New("tier: segment writer discarded")
+	}
+}
+
+// Finish writes the object with one PUT and returns its manifest entry.
+// lastOffset is the last offset the object covers: it may be above its last
+// batch (compaction leaves gaps), and the object may hold no batch at all.
+// snapshot is the producer snapshot part to carry (nil for none). The key
+// stays held from the collector until release is called: call it once
+// the manifest names the object (ReplaceCompacted returned) or the attempt
+// is abandoned. The writer is done with after Finish, whatever its outcome.
+func (w *SegmentWriter) Finish(ctx context.Context, lastOffset int64, snapshot []byte) (seg format.RemoteSegment, release func(), err error) {
+	defer w.Discard()
+	if w.err != nil {
+		return format.RemoteSegment{}, nil, w.err
+	}
+	fail := func(err error) (format.RemoteSegment, func(), error) {
+		return format.RemoteSegment{}, nil, fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+	}
+	if lastOffset < max(w.prevLast, w.base) || lastOffset-w.base > maxRelOffset {
+		return fail(fmt.Errorf("last offset %d, batches up to %d", lastOffset, w.prevLast))
+	}
+	w.addTime()
+	var log io.ReaderAt = emptyReader{}
+	if w.f != nil {
+		log = w.f
+	}
+	parts := format.SegmentParts{
+		Log: io.NewSectionReader(log, 0, w.size), LogSize: w.size,
+		Index: w.index, TimeIndex: w.timeIndex, ProducerSnapshot: snapshot,
+		BaseOffset: w.base, LastOffset: lastOffset,
+		FirstTimestamp: w.firstTs, MaxTimestamp: w.maxTs, RecordCount: w.records, LeaderEpoch: w.epoch,
+	}
+	// The footer needs the log's checksum: a first pass over the file
+	// computes it (from the page cache), the PUT streams the file again.
+	tail := &tailWriter{skip: w.size}
+	footer, crc, err := format.WriteSegmentObject(tail, parts)
+	if err != nil {
+		return fail(err)
+	}
+	key := format.SegmentKey{TopicPartition: w.tp, BaseOffset: w.base, LeaderEpoch: w.epoch, UID: format.NewUID()}.String()
+	seg = footer.Segment(key, crc)
+	seg.LeaderEpochs = w.epochs
+	body := objstore.Concat(io.NewSectionReader(log, 0, w.size), io.NewSectionReader(bytes.NewReader(tail.buf), 0, int64(len(tail.buf))))
+	if body.Size() != seg.Size {
+		return fail(fmt.Errorf("object of %d bytes, footer says %d", body.Size(), seg.Size))
+	}
+	release = w.t.state(w.tp).hold(key)
+	if err := w.t.store.Put(w.t.counted(ctx), key, body, body.Size()); err != nil {
+		release()
+		return fail(fmt.Errorf("upload %s: %w", key, err))
+	}
+	return seg, release, nil
+}
+
+type emptyReader struct{}
+
+func (emptyReader) ReadAt([]byte, int64) (int, error) { return 0, io.EOF }
+
+// ReplaceCompacted swaps segs in for the segments covering exactly the
+// same offsets, in one manifest step (format.Root.Replace), fenced by
+// epoch like uploads (ErrFenced), and records the cold tier's compaction
+// state in the new root: CleanedOffset = cleanedTo, LastCompactionMs =
+// now. The replaced objects become orphans, deleted after the orphan
+// grace by CollectOrphans, so readers holding the previous manifest finish.
+//
+// It applies to the manifest as it is when the step is taken, under the
+// partition's writer lock: uploads meanwhile only add segments after the
+// range, and the replacement goes through; a merge or retention that
+// changed the range's boundaries makes it fail, the manifest untouched
+// (segs become orphans once released). segs hold the same batches as what
+// they replace minus what compaction removed, so replacing a merged
+// object of the same range loses nothing.
+func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, segs []format.RemoteSegment, epoch int32, cleanedTo int64, now time.Time) (*format.Root, error) {
+	if len(segs) == 0 {
+		return nil, fmt.Errorf("replace compacted segments of %s-%d: none given", tp.Topic, tp.Partition)
+	}
+	if cleanedTo < 0 {
+		return nil, fmt.Errorf("replace compacted segments of %s-%d: cleaned offset %d", tp.Topic, tp.Partition, cleanedTo)
+	}
+	first, last := segs[0].BaseOffset, segs[len(segs)-1].LastOffset
+	ctx = t.counted(ctx)
+	ps := t.state(tp)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	next, err := t.updateLocked(ctx, tp, ps, epoch, func(m *format.Root) (*format.Change, error) {
+		ch, err := m.Replace(ctx, t.pages, segs, epoch, t.cfg.Paging)
+		if err != nil {
+			return nil, err
+		}
+		ch.Root.CleanedOffset, ch.Root.LastCompactionMs = cleanedTo, max(now.UnixMilli(), 0)
+		return ch, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replace compacted segments %d..%d of %s-%d: %w", first, last, tp.Topic, tp.Partition, err)
+	}
+	t.log.Debug("compacted segments swapped in", "topic", tp.Topic, "partition", tp.Partition, "base", first, "last", last, "segments", len(segs), "cleaned", cleanedTo)
+	return next, nil
+}

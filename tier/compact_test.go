@@ -3,13 +3,17 @@ package tier
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"strata/segment"
 	"strata/tier/format"
+	"strata/tier/objstore"
 )
 
 // compactedLog uploads n batches of one 1 KiB record each in segments of
@@ -152,5 +156,311 @@ func TestProducerSnapshot(t *testing.T) {
 	}
 	if _, err := tr.ProducerSnapshot(ctx, s); !errors.Is(err, segment.ErrCorruptSegment) || !strings.Contains(err.Error(), s.Key) {
 		t.Fatalf("corrupt snapshot: %v", err)
+	}
+}
+
+// closedSegments writes n batches of one 1 KiB record each, batch i
+// stamped ts0+i, into a local log with segments of segBytes, and returns
+// its closed segments.
+func closedSegments(t *testing.T, n int, segBytes int64) []segment.SegmentInfo {
+	t.Helper()
+	l, err := segment.Open(t.TempDir(), segment.Config{SegmentBytes: segBytes, MaxBatchBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	value := make([]byte, 1<<10)
+	for i := range n {
+		binary.BigEndian.PutUint64(value, uint64(i))
+		if _, err := l.Append(timedBatch(ts0+int64(i), value), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs, err := l.ClosedSegments(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return segs
+}
+
+// span is a batch's offsets.
+type span struct{ base, last int64 }
+
+// compactRange builds, from the segments olds (adjacent), one object
+// covering all of their offsets that keeps the batches keep accepts, with
+// the last segment's producer snapshot, written at epoch. It returns the
+// object's entry, its release and the batches kept.
+func compactRange(t *testing.T, tr *Tier, olds []format.RemoteSegment, epoch int32, keep func(h segment.BatchHeader) bool) (format.RemoteSegment, func(), []span) {
+	t.Helper()
+	ctx := context.Background()
+	w := tr.NewSegmentWriter(testTP, olds[0].BaseOffset, epoch)
+	var kept []span
+	for _, s := range olds {
+		err := tr.ReadLog(ctx, s, 4096, func(b []byte) error {
+			h, err := segment.ParseBatchHeader(b)
+			if err != nil || !keep(h) {
+				return err
+			}
+			kept = append(kept, span{h.BaseOffset, h.LastOffset()})
+			return w.Append(b)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := olds[len(olds)-1]
+	snap, err := tr.ProducerSnapshot(ctx, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, release, err := w.Finish(ctx, last.LastOffset, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seg, release, kept
+}
+
+// batchSpans lists the batches of segs as ReadLog hands them over.
+func batchSpans(t *testing.T, tr *Tier, segs []format.RemoteSegment) []span {
+	t.Helper()
+	var out []span
+	for _, s := range segs {
+		if err := tr.ReadLog(context.Background(), s, 0, func(b []byte) error {
+			h, _ := segment.ParseBatchHeader(b)
+			out = append(out, span{h.BaseOffset, h.LastOffset()})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// checkReadsAcrossGaps reads every offset of [from, end) through a tier
+// that has never seen the bucket and checks that each read starts with the
+// first batch of want ending at or after it: an offset compaction removed
+// reads as the next record kept, in its object or a later one.
+func checkReadsAcrossGaps(t *testing.T, tr *Tier, want []span, from, end int64) {
+	t.Helper()
+	ctx := context.Background()
+	for o := from; o < end; o++ {
+		i := 0
+		for i < len(want) && want[i].last < o {
+			i++
+		}
+		b, err := tr.Read(ctx, testTP, nil, o, 1)
+		if i == len(want) {
+			if err != nil || len(b) != 0 {
+				t.Fatalf("read at %d, past the last batch: %d bytes, %v", o, len(b), err)
+			}
+			continue
+		}
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read at %d: %d bytes, %v; want the batch at %d", o, len(b), err, want[i].base)
+		}
+		if got := firstBase(b); got != want[i].base {
+			t.Fatalf("read at %d starts with the batch at %d, want %d", o, got, want[i].base)
+		}
+	}
+}
+
+// TestReplaceCompacted is issue 13's cold-tier swap: two adjacent objects
+// become one holding every third batch (offsets kept, gaps between), and
+// the next object one with no batch at all, in one manifest step that
+// records the compaction state. Every original offset still reads, as
+// the next record kept; the replaced objects stay through the orphan
+// grace and go after it; the new objects are never collected, not even
+// while they are written and not yet named by the manifest.
+func TestReplaceCompacted(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	tr := openTier(t, store, clk.Now)
+	for _, s := range closedSegments(t, 80, 16<<10) {
+		if _, err := tr.Upload(ctx, testTP, s, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := tr.Manifest(ctx, testTP)
+	before := allSegments(t, store, m)
+	if len(before) < 5 {
+		t.Fatalf("%d segments", len(before))
+	}
+	all := batchSpans(t, tr, before)
+	gets0, puts0 := tr.RequestCounts()
+
+	a, releaseA, keptA := compactRange(t, tr, before[1:3], 1, func(h segment.BatchHeader) bool {
+		return h.BaseOffset%3 == 0 && h.LastOffset() != before[2].LastOffset
+	})
+	b, releaseB, keptB := compactRange(t, tr, before[3:4], 1, func(segment.BatchHeader) bool { return false })
+	defer releaseA()
+	defer releaseB()
+	if a.BaseOffset != before[1].BaseOffset || a.LastOffset != before[2].LastOffset || a.RecordCount != int64(len(keptA)) || len(keptB) != 0 || b.Log.Len != 0 || b.RecordCount != 0 {
+		t.Fatalf("compacted objects [%d, %d] of %d records, [%d, %d] of %d bytes of log", a.BaseOffset, a.LastOffset, a.RecordCount, b.BaseOffset, b.LastOffset, b.Log.Len)
+	}
+
+	// Written and held, not yet in the manifest: the collector keeps them
+	// whatever their age.
+	clk.add(3 * time.Hour)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []format.RemoteSegment{a, b} {
+		if _, err := store.Stat(ctx, s.Key); err != nil {
+			t.Fatalf("held object %s collected: %v", s.Key, err)
+		}
+	}
+
+	cleaned := before[3].LastOffset + 1
+	now := clk.Now()
+	root, err := tr.ReplaceCompacted(ctx, testTP, []format.RemoteSegment{a, b}, 1, cleaned, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseA()
+	releaseB()
+	if root.CleanedOffset != cleaned || root.LastCompactionMs != now.UnixMilli() || root.LeaderEpoch != 1 {
+		t.Fatalf("root after compaction: cleaned %d at %d, epoch %d", root.CleanedOffset, root.LastCompactionMs, root.LeaderEpoch)
+	}
+	gets, puts := tr.RequestCounts()
+	// 3 log parts and their snapshots read; 2 objects and the manifest
+	// written.
+	if puts-puts0 < 3 || gets-gets0 < 3 {
+		t.Fatalf("compaction counted %d GETs and %d PUTs", gets-gets0, puts-puts0)
+	}
+	t.Logf("compaction of 3 objects: %d GETs, %d PUTs", gets-gets0, puts-puts0)
+
+	got := checkCovers(t, store, 0, before[len(before)-1].LastOffset+1)
+	if got.CleanedOffset != cleaned {
+		t.Fatalf("the bucket's manifest has cleaned offset %d", got.CleanedOffset)
+	}
+	after := allSegments(t, store, got)
+	if len(after) != len(before)-1 || after[1].Key != a.Key || after[2].Key != b.Key {
+		t.Fatalf("after replacement: %d segments, want %d with the new objects second and third", len(after), len(before)-1)
+	}
+
+	var want []span
+	for _, sp := range all {
+		switch {
+		case sp.base < a.BaseOffset || sp.base > b.LastOffset:
+			want = append(want, sp)
+		case sp.base <= a.LastOffset && slices.Contains(keptA, sp):
+			want = append(want, sp)
+		}
+	}
+	fresh := openTier(t, store, clk.Now)
+	checkReadsAcrossGaps(t, fresh, want, 0, got.EndOffset())
+	checkReadsAcrossGaps(t, tr, want, 0, got.EndOffset())
+
+	// The replaced objects stay through the grace, then go; the new ones
+	// stay.
+	clk.add(10 * time.Minute)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range before[1:4] {
+		if _, err := store.Stat(ctx, s.Key); err != nil {
+			t.Fatalf("within the grace, replaced object %s is gone: %v", s.Key, err)
+		}
+	}
+	clk.add(2 * time.Hour)
+	if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range before[1:4] {
+		if _, err := store.Stat(ctx, s.Key); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("after the grace, replaced object %s: %v", s.Key, err)
+		}
+	}
+	checkCovers(t, store, 0, got.EndOffset())
+	checkReadsAcrossGaps(t, openTier(t, store, clk.Now), want, 0, got.EndOffset())
+}
+
+// TestReplaceCompactedRaces: an upload or a merge of small segments may
+// change the manifest between the compacted objects' PUT and their swap,
+// in this tier or through another writer of the bucket (whose manifest
+// this tier learns of only when its publication collides). An upload
+// leaves the range alone: the swap goes through and the upload stays. A
+// merge that took the range fails the swap cleanly: the manifest keeps
+// every record, and the compacted objects are orphans the collector
+// removes after the grace.
+func TestReplaceCompactedRaces(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		other   bool // the change comes from another Tier on the bucket
+		merge   bool
+		swapped bool
+	}{
+		{"upload here", false, false, true},
+		{"upload by another writer", true, false, true},
+		{"merge here", false, true, false},
+		{"merge by another writer", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := newClock()
+			store := newHookStore(newDirStore(t), clk)
+			tr := openTier(t, store, clk.Now)
+			local := closedSegments(t, 80, 16<<10)
+			for _, s := range local[:len(local)-1] {
+				if _, err := tr.Upload(ctx, testTP, s, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, _ := tr.Manifest(ctx, testTP)
+			before := allSegments(t, store, m)
+			all := batchSpans(t, tr, before)
+			a, release, kept := compactRange(t, tr, before[1:3], 1, func(h segment.BatchHeader) bool { return h.BaseOffset%2 == 0 })
+
+			writer := tr
+			if tc.other {
+				writer = openTier(t, store, clk.Now)
+			}
+			if tc.merge {
+				if n, err := writer.MergeSmall(ctx, testTP, Merge{SegmentBytes: 1 << 20, LeaderEpoch: 1, Max: 1}); err != nil || n != 1 {
+					t.Fatalf("merge: %d, %v", n, err)
+				}
+			} else if _, err := writer.Upload(ctx, testTP, local[len(local)-1], 1); err != nil {
+				t.Fatal(err)
+			}
+			end := before[len(before)-1].LastOffset + 1
+			if !tc.merge {
+				end = local[len(local)-1].EndOffset
+			}
+
+			_, err := tr.ReplaceCompacted(ctx, testTP, []format.RemoteSegment{a}, 1, a.LastOffset+1, clk.Now())
+			release()
+			if tc.swapped != (err == nil) {
+				t.Fatalf("swap after the race: %v", err)
+			}
+			got := checkCovers(t, store, 0, end)
+			checkEveryManifestComplete(t, store)
+			segs := allSegments(t, store, got)
+			listed := slices.ContainsFunc(segs, func(s format.RemoteSegment) bool { return s.Key == a.Key })
+			if listed != tc.swapped || (got.CleanedOffset != 0) != tc.swapped {
+				t.Fatalf("compacted object listed %v, cleaned offset %d", listed, got.CleanedOffset)
+			}
+			want := all
+			if tc.swapped {
+				want = nil
+				for _, sp := range all {
+					if sp.base < a.BaseOffset || sp.base > a.LastOffset || slices.Contains(kept, sp) {
+						want = append(want, sp)
+					}
+				}
+				// The upload's batches follow.
+				want = append(want, batchSpans(t, tr, segs[len(segs)-1:])...)
+			}
+			checkReadsAcrossGaps(t, openTier(t, store, clk.Now), want, 0, end)
+
+			clk.add(2 * time.Hour)
+			if _, err := tr.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Stat(ctx, a.Key); tc.swapped != (err == nil) {
+				t.Fatalf("compacted object after the grace: %v", err)
+			}
+			checkCovers(t, store, 0, end)
+		})
 	}
 }

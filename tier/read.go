@@ -26,7 +26,9 @@ const minReadWindow = 64 << 10
 // Read appends to dst whole batches from the bucket, starting with the
 // batch that contains offset, and stops before exceeding maxBytes except
 // that the first batch is returned whole (KIP-74). Like a local read it
-// stays within one segment. Every batch's CRC-32C is checked; a batch that
+// stays within one segment, the first holding a batch at or after offset:
+// compaction may leave a segment with none (a gap at its end, or no batch
+// at all), and the read then goes on in the next. Every batch's CRC-32C is checked; a batch that
 // fails it ends the read (the batches before it are returned, or
 // segment.ErrCorruptSegment when there are none). An offset the bucket does
 // not hold is segment.ErrOffsetOutOfRange. Read is for a consumer's fetch:
@@ -47,13 +49,28 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	if offset < m.LogStartOffset || offset >= m.EndOffset() {
 		return dst, fmt.Errorf("%w: offset %d, bucket holds [%d, %d)", segment.ErrOffsetOutOfRange, offset, m.LogStartOffset, m.EndOffset())
 	}
-	rs, ok, err := m.Find(ctx, t.pages, offset)
-	if err != nil {
-		return dst, fmt.Errorf("read %s-%d at %d: %w", tp.Topic, tp.Partition, offset, err)
+	for {
+		rs, ok, err := m.Find(ctx, t.pages, offset)
+		if err != nil {
+			return dst, fmt.Errorf("read %s-%d at %d: %w", tp.Topic, tp.Partition, offset, err)
+		}
+		if !ok {
+			return dst, fmt.Errorf("%w: offset %d not in the manifest", segment.ErrOffsetOutOfRange, offset)
+		}
+		n := len(dst)
+		dst, err = t.readSegment(ctx, tp, m, rs, dst, offset, maxBytes, sequential)
+		if err != nil || len(dst) > n || rs.LastOffset+1 >= m.EndOffset() {
+			return dst, err
+		}
+		// Compaction left no batch at or after offset in rs (a gap at its
+		// end, or an object with no batch at all): the next record kept is
+		// in a later object.
+		offset = rs.LastOffset + 1
 	}
-	if !ok {
-		return dst, fmt.Errorf("%w: offset %d not in the manifest", segment.ErrOffsetOutOfRange, offset)
-	}
+}
+
+// readSegment is read within rs, the segment of m holding offset.
+func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *format.Root, rs format.RemoteSegment, dst []byte, offset int64, maxBytes int, sequential bool) ([]byte, error) {
 	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index)
 	if err != nil {
 		if errors.Is(err, segment.ErrCorruptSegment) {

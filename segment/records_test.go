@@ -3,6 +3,7 @@ package segment
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -214,5 +215,96 @@ func TestReadAcrossEmptiedSegment(t *testing.T) {
 	}
 	if got := readAll(t, l, 1<<20); !bytes.Equal(got, want) {
 		t.Fatal("reading the whole log across the emptied segment")
+	}
+}
+
+// lastOffsetsOf is what the producer state should say about batches: the
+// last offset of each producer's last data batch.
+func lastOffsetsOf(t *testing.T, batches []byte) map[int64]int64 {
+	t.Helper()
+	want := map[int64]int64{}
+	for _, b := range batchesOf(t, batches) {
+		if h := decodeHeader(b); h.ProducerID >= 0 && !h.IsControl() {
+			want[h.ProducerID] = h.LastOffset()
+		}
+	}
+	return want
+}
+
+// Compaction keeps the last batch of each producer; the log and its
+// snapshots say which batch that is.
+func TestProducerLastOffsets(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, smallCfg(clock))
+	if got := l.ProducerLastOffsets(); len(got) != 0 {
+		t.Fatalf("empty log: %v", got)
+	}
+	seq := map[int64]int32{}
+	for i := range 200 {
+		pid := int64(1 + i%3)
+		n := 1 + i%4
+		if i%5 == 4 {
+			mustAppend(t, l, encodeBatch(t, batchSpec{values: values(n, 100, byte(i)), firstTs: clock.Millis()}), 0)
+			continue
+		}
+		mustAppend(t, l, idemBatch(t, clock, pid, 0, seq[pid], n), 0)
+		seq[pid] += int32(n)
+	}
+	all := readAll(t, l, 1<<20)
+	if got, want := l.ProducerLastOffsets(), lastOffsetsOf(t, all); !maps.Equal(got, want) {
+		t.Fatalf("ProducerLastOffsets %v, want %v", got, want)
+	}
+
+	// Each roll's snapshot holds the state as of the segment's end.
+	segs := l.mu.segs
+	if len(segs) < 3 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	for _, s := range segs[1:] {
+		snap, err := os.ReadFile(offsetName(dir, s.base, snapshotSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before []byte
+		for _, b := range batchesOf(t, all) {
+			if decodeHeader(b).BaseOffset < s.base {
+				before = append(before, b...)
+			}
+		}
+		if got, err := SnapshotLastOffsets(snap); err != nil || !maps.Equal(got, lastOffsetsOf(t, before)) {
+			t.Fatalf("snapshot at %d: %v, %v; want %v", s.base, got, err, lastOffsetsOf(t, before))
+		}
+		bad := bytes.Clone(snap)
+		bad[len(bad)-1] ^= 1
+		if _, err := SnapshotLastOffsets(bad); err == nil {
+			t.Fatal("a damaged snapshot was read")
+		}
+	}
+	for _, b := range [][]byte{nil, {0, 1}, make([]byte, snapshotHeaderSize)} {
+		if _, err := SnapshotLastOffsets(b); err == nil {
+			t.Fatalf("snapshot %v was read", b)
+		}
+	}
+	l.Close()
+
+	// A follower of a compacted leader: the emptied batch is producer
+	// 2's last, and it stays so across a restart.
+	c := newCompactedLeader(t, clock)
+	fdir := t.TempDir()
+	f := mustOpen(t, fdir, Config{Now: clock.Now})
+	compacted := slices.Concat(c.batches...)
+	if _, err := f.AppendReplica(compacted); err != nil {
+		t.Fatal(err)
+	}
+	want := lastOffsetsOf(t, compacted)
+	if got := f.ProducerLastOffsets(); !maps.Equal(got, want) || got[2] != 14 {
+		t.Fatalf("follower: %v, want %v", got, want)
+	}
+	crash(f)
+	f = mustOpen(t, fdir, Config{Now: clock.Now})
+	defer f.Close()
+	if got := f.ProducerLastOffsets(); !maps.Equal(got, want) {
+		t.Fatalf("after recovery: %v, want %v", got, want)
 	}
 }

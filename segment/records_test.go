@@ -340,3 +340,49 @@ func TestOffsetForTimestampSkipsRemovedRecords(t *testing.T) {
 		}
 	}
 }
+
+// A compacted leader may have removed more offsets in a row than one
+// segment can index: the follower starts a segment where the batches are.
+func TestAppendReplicaGapBeyondSegmentSpan(t *testing.T) {
+	t.Run("after a batch", func(t *testing.T) { testGapBeyondSegmentSpan(t, true) })
+	t.Run("into an empty log", func(t *testing.T) { testGapBeyondSegmentSpan(t, false) })
+}
+
+func testGapBeyondSegmentSpan(t *testing.T, withFirst bool) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Config{Now: clock.Now})
+	var first []byte
+	if withFirst {
+		first = compactedBatch(t, batchSpec{firstTs: clock.Millis()}, 0, 0, keyed(3))
+	}
+	far := int64(5) << 30
+	next := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far, 0, keyed(4))
+	for _, b := range slices.DeleteFunc([][]byte{first, next}, func(b []byte) bool { return b == nil }) {
+		if _, err := l.AppendReplica(b); err != nil {
+			t.Fatalf("AppendReplica at %d: %v", decodeHeader(b).BaseOffset, err)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		if l.EndOffset() != far+4 {
+			t.Fatalf("end offset %d, want %d", l.EndOffset(), far+4)
+		}
+		if got := readAll(t, l, 1<<20); !bytes.Equal(got, slices.Concat(first, next)) {
+			t.Fatal("stored bytes differ")
+		}
+		got, err := l.Read(nil, 1<<31, l.EndOffset(), 1)
+		if err != nil || !bytes.Equal(got, next) {
+			t.Fatalf("Read in the gap: %d bytes, %v", len(got), err)
+		}
+	}
+	check(l)
+	crash(l)
+	l = mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
+	check(l)
+	more := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far+4, 0, keyed(2))
+	if _, err := l.AppendReplica(more); err != nil || l.EndOffset() != far+6 {
+		t.Fatalf("appending after the gap: %v, end %d", err, l.EndOffset())
+	}
+}

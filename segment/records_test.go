@@ -107,10 +107,15 @@ func TestAppendReplicaAcceptsCompactedBatches(t *testing.T) {
 
 	crash(l) // no clean-shutdown marker: the active segment is re-validated
 	l = mustOpen(t, dir, Config{Now: clock.Now})
-	defer l.Close()
 	if l.EndOffset() != 28 {
 		t.Fatalf("end offset %d after recovery, want 28", l.EndOffset())
 	}
+	check(l)
+	if err := l.Close(); err != nil { // and through a clean shutdown
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
 	check(l)
 
 	// The empty batch still carries producer 2's sequence range: its
@@ -306,5 +311,78 @@ func TestProducerLastOffsets(t *testing.T) {
 	defer f.Close()
 	if got := f.ProducerLastOffsets(); !maps.Equal(got, want) {
 		t.Fatalf("after recovery: %v, want %v", got, want)
+	}
+}
+
+// ListOffsets by timestamp names a record that is there: in a compacted
+// LogAppendTime batch, the first kept record, and never an empty batch.
+func TestOffsetForTimestampSkipsRemovedRecords(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	at := clock.Millis()
+	lat := func(base int64, keep ...int64) []byte {
+		b := compactedBatch(t, batchSpec{attrs: attrLogAppendTime, maxTs: i64(at + base), firstTs: at}, base, 0, keyed(4))
+		out, _, err := FilterBatch(nil, b, keepOffsets(keep...), FilterOptions{RetainEmpty: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// [0,3]: empty; [4,7]: only 6 and 7 left; [8,11]: all there.
+	if _, err := l.AppendReplica(slices.Concat(lat(0), lat(4, 6, 7), lat(8, 8, 9, 10, 11))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ ts, want int64 }{{at, 6}, {at + 4, 6}, {at + 5, 8}} {
+		off, _, ok, err := l.OffsetForTimestamp(tc.ts)
+		if err != nil || !ok || off != tc.want {
+			t.Fatalf("OffsetForTimestamp(%d): %d, %v, %v; want %d", tc.ts-at, off, ok, err, tc.want)
+		}
+	}
+}
+
+// A compacted leader may have removed more offsets in a row than one
+// segment can index: the follower starts a segment where the batches are.
+func TestAppendReplicaGapBeyondSegmentSpan(t *testing.T) {
+	t.Run("after a batch", func(t *testing.T) { testGapBeyondSegmentSpan(t, true) })
+	t.Run("into an empty log", func(t *testing.T) { testGapBeyondSegmentSpan(t, false) })
+}
+
+func testGapBeyondSegmentSpan(t *testing.T, withFirst bool) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Config{Now: clock.Now})
+	var first []byte
+	if withFirst {
+		first = compactedBatch(t, batchSpec{firstTs: clock.Millis()}, 0, 0, keyed(3))
+	}
+	far := int64(5) << 30
+	next := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far, 0, keyed(4))
+	for _, b := range slices.DeleteFunc([][]byte{first, next}, func(b []byte) bool { return b == nil }) {
+		if _, err := l.AppendReplica(b); err != nil {
+			t.Fatalf("AppendReplica at %d: %v", decodeHeader(b).BaseOffset, err)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		if l.EndOffset() != far+4 {
+			t.Fatalf("end offset %d, want %d", l.EndOffset(), far+4)
+		}
+		if got := readAll(t, l, 1<<20); !bytes.Equal(got, slices.Concat(first, next)) {
+			t.Fatal("stored bytes differ")
+		}
+		got, err := l.Read(nil, 1<<31, l.EndOffset(), 1)
+		if err != nil || !bytes.Equal(got, next) {
+			t.Fatalf("Read in the gap: %d bytes, %v", len(got), err)
+		}
+	}
+	check(l)
+	crash(l)
+	l = mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
+	check(l)
+	more := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far+4, 0, keyed(2))
+	if _, err := l.AppendReplica(more); err != nil || l.EndOffset() != far+6 {
+		t.Fatalf("appending after the gap: %v, end %d", err, l.EndOffset())
 	}
 }

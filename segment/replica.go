@@ -95,8 +95,16 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 	now := l.now()
 
 	seg := l.active()
-	if l.shouldRollLocked(seg, int64(used), next-1, now) {
-		if err := l.rollLocked(); err != nil {
+	rollAt := l.mu.end
+	if first := hdrs[0].BaseOffset; first > rollAt && next-1-seg.base > math.MaxInt32 {
+		// A gap longer than a segment's relative offsets reach, left by
+		// the leader's compaction: the new segment starts where the
+		// batches do, as Kafka's follower rolls at the append's first
+		// offset. Even an empty active segment rolls, left behind empty.
+		rollAt = first
+	}
+	if rollAt != l.mu.end || l.shouldRollLocked(seg, int64(used), next-1, now) {
+		if err := l.rollAtLocked(rollAt); err != nil {
 			return AppendInfo{}, err
 		}
 		seg = l.active()

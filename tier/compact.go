@@ -428,6 +428,16 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	ps := t.state(tp)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	// A pass takes minutes, and leadership may move meanwhile. A deposed
+	// leader's version would sort below the new leader's anyway, but its
+	// swap would look done: reading the bucket first (one LIST and one GET
+	// a pass) fences it here, unless the new leader publishes within the
+	// instant between this read and the swap.
+	cur, err := t.loadManifest(ctx, tp)
+	if err != nil {
+		return nil, fmt.Errorf("replace compacted segments %d..%d of %s-%d: %w", first, last, tp.Topic, tp.Partition, err)
+	}
+	ps.advance(cur)
 	next, err := t.updateLocked(ctx, tp, ps, epoch, func(m *format.Root) (*format.Change, error) {
 		ch, err := m.Replace(ctx, t.pages, segs, epoch, t.cfg.Paging)
 		if err != nil {

@@ -609,3 +609,66 @@ func TestReadsAcrossCompactedBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceCompactedFencedByNewLeader is issue 13 item 5: leadership
+// moves while a compaction pass runs. The deposed leader's swap, at its
+// old epoch, is refused with ErrFenced, whether or not its tier has seen
+// the new leader's manifest yet, and the bucket's manifest stays the new
+// leader's, complete; the compacted object is an orphan the new leader's
+// collector removes after the grace.
+func TestReplaceCompactedFencedByNewLeader(t *testing.T) {
+	for _, seen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("seen=%v", seen), func(t *testing.T) {
+			ctx := context.Background()
+			clk := newClock()
+			store := newHookStore(newDirStore(t), clk)
+			old := openTier(t, store, clk.Now)
+			local := closedSegments(t, 80, 16<<10)
+			for _, s := range local[:len(local)-1] {
+				if _, err := old.Upload(ctx, testTP, s, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, _ := old.Manifest(ctx, testTP)
+			before := allSegments(t, store, m)
+			all := batchSpans(t, old, before)
+			a, release, _ := compactRange(t, old, before[1:3], 1, func(h segment.BatchHeader) bool { return h.BaseOffset%2 == 0 })
+
+			// The new leader, at epoch 2, uploads the next segment.
+			cur := openTier(t, store, clk.Now)
+			if _, err := cur.Refresh(ctx, testTP); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cur.Upload(ctx, testTP, local[len(local)-1], 2); err != nil {
+				t.Fatal(err)
+			}
+			if seen {
+				if _, err := old.Refresh(ctx, testTP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := old.ReplaceCompacted(ctx, testTP, []format.RemoteSegment{a}, 1, a.LastOffset+1, clk.Now())
+			release()
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("swap by the deposed leader: %v", err)
+			}
+			end := local[len(local)-1].EndOffset
+			got := checkCovers(t, store, 0, end)
+			checkEveryManifestComplete(t, store)
+			if got.LeaderEpoch != 2 || got.CleanedOffset != 0 || got.LastCompactionMs != 0 {
+				t.Fatalf("the bucket's manifest: epoch %d, cleaned %d at %d", got.LeaderEpoch, got.CleanedOffset, got.LastCompactionMs)
+			}
+			want := append(all, batchSpans(t, cur, allSegments(t, store, got)[len(before):])...)
+			checkReadsAcrossGaps(t, openTier(t, store, clk.Now), want, 0, end)
+
+			clk.add(2 * time.Hour)
+			if _, err := cur.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Stat(ctx, a.Key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("the deposed leader's compacted object after the grace: %v", err)
+			}
+			checkCovers(t, store, 0, end)
+		})
+	}
+}

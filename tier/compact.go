@@ -350,14 +350,15 @@ func (w *SegmentWriter) Discard() {
 // snapshot is the producer snapshot part to carry (nil for none). The key
 // stays held from the collector until release is called: call it once
 // the manifest names the object (ReplaceCompacted returned) or the attempt
-// is abandoned. The writer is done with after Finish, whatever its outcome.
+// is abandoned. The writer is done with after Finish, whatever its outcome;
+// release is never nil, and a no-op after a failure.
 func (w *SegmentWriter) Finish(ctx context.Context, lastOffset int64, snapshot []byte) (seg format.RemoteSegment, release func(), err error) {
 	defer w.Discard()
 	if w.err != nil {
-		return format.RemoteSegment{}, nil, w.err
+		return format.RemoteSegment{}, func() {}, w.err
 	}
 	fail := func(err error) (format.RemoteSegment, func(), error) {
-		return format.RemoteSegment{}, nil, fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+		return format.RemoteSegment{}, func() {}, fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
 	}
 	if lastOffset < max(w.prevLast, w.base) || lastOffset-w.base > maxRelOffset {
 		return fail(fmt.Errorf("last offset %d, batches up to %d", lastOffset, w.prevLast))

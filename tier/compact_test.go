@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -670,5 +671,71 @@ func TestReplaceCompactedFencedByNewLeader(t *testing.T) {
 			}
 			checkCovers(t, store, 0, end)
 		})
+	}
+}
+
+// TestSegmentWriterRejects: a writer refuses what would make a wrong
+// object (batches out of order, of a later leader epoch than the writer's,
+// a last offset below the last batch), leaves no temporary file behind
+// whether finished or discarded, and its release is always safe to call.
+func TestSegmentWriterRejects(t *testing.T) {
+	ctx := context.Background()
+	tr := openTier(t, newDirStore(t), time.Now)
+	b := func(base int64, epoch int32) []byte {
+		raw := compactedBatch(base, 1, 0, ts0, ts0, rec{0, ts0})
+		binary.BigEndian.PutUint32(raw[12:], uint32(epoch))
+		binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+		return raw
+	}
+	w := tr.NewSegmentWriter(testTP, 100, 3)
+	if err := w.Append(b(100, 2)); err != nil {
+		t.Fatal(err)
+	}
+	for name, batch := range map[string][]byte{
+		"overlapping":    b(101, 2),
+		"below the base": b(98, 2),
+		"later epoch":    b(110, 4),
+		"earlier epoch":  b(110, 1),
+		"cut":            b(110, 2)[:70],
+	} {
+		if err := w.Append(batch); err == nil {
+			t.Errorf("%s batch accepted", name)
+		}
+	}
+	if err := w.Append(b(110, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if w.Bytes() != int64(len(b(100, 2))+len(b(110, 3))) {
+		t.Fatalf("%d bytes appended", w.Bytes())
+	}
+	_, release, err := w.Finish(ctx, 110, nil)
+	if err == nil {
+		t.Fatal("finished with the last offset inside the last batch")
+	}
+	release()
+	if _, _, err := w.Finish(ctx, 200, nil); err == nil {
+		t.Fatal("finished twice")
+	}
+
+	w = tr.NewSegmentWriter(testTP, 200, 3)
+	if err := w.Append(b(200, 3)); err != nil {
+		t.Fatal(err)
+	}
+	w.Discard()
+	w = tr.NewSegmentWriter(testTP, 300, 3)
+	if err := w.Append(b(305, 3)); err != nil {
+		t.Fatal(err)
+	}
+	seg, release, err := w.Finish(ctx, 320, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if seg.LeaderEpochs[0] != (format.EpochStart{Epoch: 3, StartOffset: 300}) || seg.RecordCount != 1 || seg.LastOffset != 320 {
+		t.Fatalf("object %+v", seg)
+	}
+	left, err := filepath.Glob(filepath.Join(tr.cfg.CacheDir, ".compact-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("temporary files left: %v %v", left, err)
 	}
 }

@@ -92,10 +92,11 @@ func rewriteWith(t testing.TB, l *Log, from, to int64, plan rewritePlan, cutByte
 }
 
 // firstAtOrAfter finds, by walking every record of log, the first record
-// with timestamp >= ts: what OffsetForTimestamp must answer.
-func firstAtOrAfter(t testing.TB, log []byte, ts int64) (int64, int64, bool) {
+// at or after start with timestamp >= ts: what OffsetForTimestamp must
+// answer.
+func firstAtOrAfter(t testing.TB, log []byte, ts, start int64) (int64, int64, bool) {
 	for _, b := range batchesOf(t, log) {
-		off, rts, ok, err := firstRecordAtOrAfter(b, ts, 0)
+		off, rts, ok, err := firstRecordAtOrAfter(b, ts, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +151,7 @@ func checkLogHolds(t testing.TB, l *Log, want []byte, start, end int64) {
 		maxTs = max(maxTs, h.MaxTimestamp)
 	}
 	for ts := minTs - 1; ts <= maxTs+1; ts += max(1, (maxTs-minTs)/23) {
-		wantOff, wantTs, wantOK := firstAtOrAfter(t, want, ts)
+		wantOff, wantTs, wantOK := firstAtOrAfter(t, want, ts, start)
 		off, rts, ok, err := l.OffsetForTimestamp(ts)
 		if err != nil || ok != wantOK || (ok && (off != wantOff || rts != wantTs)) {
 			t.Fatalf("OffsetForTimestamp(%d) = %d, %d, %v, %v; want %d, %d, %v", ts, off, rts, ok, err, wantOff, wantTs, wantOK)
@@ -395,6 +396,172 @@ func TestRewriteCrashSafe(t *testing.T) {
 			}
 			if !sawOld || !sawNew {
 				t.Fatalf("crash points saw old %v new %v: %v", sawOld, sawNew, points)
+			}
+		})
+	}
+}
+
+// within runs op and fails the test if it has not returned after a
+// generous bound: a call that waits for a rewrite would never return.
+func within(t *testing.T, what string, op func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s blocked behind a rewrite in progress", what)
+		return nil
+	}
+}
+
+// A rewrite never holds up truncation, retention, DeleteRecords, Close or
+// Delete; when one of them touched a source, Commit swaps nothing, says
+// ErrRewriteConflict and leaves the log as that operation left it. Changes
+// that leave the sources alone do not stop the swap.
+func TestRewriteConflicts(t *testing.T) {
+	clock := newClock()
+	type env struct {
+		l        *Log
+		old      []byte
+		bases    []int64
+		from, to int64
+	}
+	for _, tt := range []struct {
+		name     string
+		op       func(t *testing.T, e env) error
+		conflict bool
+	}{
+		{"truncation into a source", func(t *testing.T, e env) error {
+			_, err := e.l.TruncateTo(e.bases[4] + 1)
+			return err
+		}, true},
+		{"truncation below the sources", func(t *testing.T, e env) error {
+			_, err := e.l.TruncateTo(e.bases[1] + 1)
+			return err
+		}, true},
+		{"truncation into a source, then the same batches again", func(t *testing.T, e env) error {
+			newEnd, err := e.l.TruncateTo(e.bases[4] + 1)
+			if err != nil {
+				return err
+			}
+			_, err = e.l.AppendReplica(e.old[len(keptBatches(t, e.old, newEnd)):])
+			return err
+		}, true},
+		{"retention", func(t *testing.T, e env) error {
+			e.l.SetConfig(Config{SegmentBytes: 8 << 10, IndexIntervalBytes: 512, RetentionBytes: 1})
+			return e.l.Maintain()
+		}, true},
+		{"DeleteRecords past a source", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.bases[3] + 1)
+			return err
+		}, true},
+		{"restart", func(t *testing.T, e env) error { return e.l.TruncateFullyAndStartAt(e.bases[3]) }, true},
+		{"Close", func(t *testing.T, e env) error { return e.l.Close() }, true},
+		{"Delete", func(t *testing.T, e env) error { return e.l.Delete() }, true},
+		{"truncation to the end of the sources", func(t *testing.T, e env) error {
+			if _, err := e.l.TruncateTo(e.to); err != nil {
+				return err
+			}
+			appendRandom(t, e.l, rand.New(rand.NewPCG(9, 9)), 3, clock, 7)
+			return nil
+		}, false},
+		{"DeleteRecords inside the first source", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.from + 1)
+			return err
+		}, false},
+		{"retention of segments before the sources", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.from)
+			return err
+		}, false},
+		{"appends and rolls", func(t *testing.T, e env) error {
+			appendRandom(t, e.l, rand.New(rand.NewPCG(9, 9)), 40, clock, 7)
+			return nil
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := leaderLog(t, dir, clock, 150)
+			defer l.Close()
+			e := env{l: l, old: readAll(t, l, 1<<20), bases: segmentBases(l)}
+			e.from, e.to = e.bases[2], e.bases[6]
+
+			rw, err := l.BeginRewrite(e.from, e.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rw.Abort()
+			// Half the work before the change, half after.
+			mid := e.bases[4]
+			copyBatch := func(b []byte) error {
+				if keep, empty := thinOut(decodeHeader(b)); keep && empty {
+					return rw.Append(emptied(b))
+				} else if keep {
+					return rw.Append(bytes.Clone(b))
+				}
+				return nil
+			}
+			if err := rw.Scan(e.from, func(b []byte) error {
+				if decodeHeader(b).BaseOffset >= mid {
+					return ErrStopScan
+				}
+				return copyBatch(b)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, tt.name, func() error { return tt.op(t, e) }); err != nil {
+				t.Fatal(err)
+			}
+			closed := tt.name == "Close" || tt.name == "Delete"
+			var before []byte
+			var start, end int64
+			if !closed {
+				before, start, end = readAll(t, l, 1<<20), l.StartOffset(), l.EndOffset()
+			}
+			err = rw.Scan(mid, copyBatch)
+			if err != nil && !(tt.conflict && errors.Is(err, ErrRewriteConflict)) {
+				t.Fatalf("Scan after the change: %v", err)
+			}
+			if err == nil {
+				err = rw.Commit(e.to)
+			} else {
+				rw.Abort() // as a caller does when Scan fails
+			}
+			if !tt.conflict {
+				if err != nil {
+					t.Fatalf("Commit: %v", err)
+				}
+				want := applyPlan(t, before, e.from, e.to, thinOut)
+				checkLogHolds(t, l, want, start, end)
+				noRewriteFiles(t, dir)
+				return
+			}
+			if !errors.Is(err, ErrRewriteConflict) {
+				t.Fatalf("Commit after the change = %v, want ErrRewriteConflict", err)
+			}
+			if tt.name == "Delete" {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("the deleted log's directory is back: %v", err)
+				}
+				return
+			}
+			noRewriteFiles(t, dir)
+			if closed {
+				l = mustOpen(t, dir, smallCfg(clock))
+				defer l.Close()
+				before, start, end = e.old, 0, l.EndOffset()
+			}
+			checkLogHolds(t, l, before, start, end)
+			if c, at := l.CleanerCheckpoint(); c != l.StartOffset() || !at.IsZero() {
+				t.Fatalf("CleanerCheckpoint after a conflict = %d, %v", c, at)
+			}
+			// The segments are free for the next rewrite.
+			bases := segmentBases(l)
+			if len(bases) > 2 {
+				if err := rewriteWith(t, l, bases[0], bases[len(bases)-2], thinOut, 1<<30); err != nil {
+					t.Fatalf("rewriting after the conflict: %v", err)
+				}
 			}
 		})
 	}

@@ -566,3 +566,199 @@ func TestRewriteConflicts(t *testing.T) {
 		})
 	}
 }
+
+// Readers running through swaps get, from each Read, whole batches the log
+// held at some point (the old ones or their compacted versions), in offset
+// order, starting at the batch that holds the offset asked for; appends go
+// on meanwhile.
+func TestRewriteConcurrentReaders(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 200)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	// Reopened, the closed segments' indexes are loaded lazily, by the
+	// readers, while their files are being replaced.
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	first, last := bases[1], bases[len(bases)-2]
+	sparse := func(h BatchHeader) (bool, bool) { return h.BaseOffset%7 != 0, false }
+	gen1 := applyPlan(t, old, first, last, thinOut)
+	gen2 := applyPlan(t, gen1, first, last, sparse)
+	valid := map[int64][][]byte{}
+	for _, gen := range [][]byte{old, gen1, gen2} {
+		for _, b := range batchesOf(t, gen) {
+			off := decodeHeader(b).BaseOffset
+			if !slices.ContainsFunc(valid[off], func(v []byte) bool { return bytes.Equal(v, b) }) {
+				valid[off] = append(valid[off], b)
+			}
+		}
+	}
+	oldEnd := l.EndOffset()
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				end := min(l.EndOffset(), oldEnd)
+				off := rng.Int64N(end)
+				out, err := l.Read(nil, off, end, rng.IntN(16<<10))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				prev := off - 1
+				for i, b := range batchesOfErr(out) {
+					h := decodeHeader(b)
+					if !slices.ContainsFunc(valid[h.BaseOffset], func(v []byte) bool { return bytes.Equal(v, b) }) {
+						t.Errorf("Read(%d) got a batch at %d (%d bytes) the log never held", off, h.BaseOffset, len(b))
+						return
+					}
+					if h.LastOffset() <= prev || (i > 0 && h.BaseOffset <= prev) {
+						t.Errorf("Read(%d) got batch [%d, %d] after offset %d", off, h.BaseOffset, h.LastOffset(), prev)
+						return
+					}
+					prev = h.LastOffset()
+				}
+				if rng.IntN(4) == 0 {
+					l.MaxTimestamp()
+					if _, _, _, err := l.OffsetForTimestamp(clock.Millis() + rng.Int64N(200)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	var appended []byte
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(12, 12))
+		for i := 0; i < 60; i++ {
+			b := encodeBatch(t, batchSpec{values: values(1+rng.IntN(5), rng.IntN(400), byte(i)), firstTs: clock.Millis()})
+			info, err := l.Append(b, 6)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			appended = append(appended, stamped(b, info.BaseOffset, 6)...)
+		}
+	}()
+
+	// The first pass in three parts, the second over all of it at once.
+	for i := 1; i+3 <= len(bases)-2; i += 3 {
+		to := bases[min(i+3, len(bases)-2)]
+		if i+6 > len(bases)-2 {
+			to = last
+		}
+		if err := rewriteWith(t, l, bases[i], to, thinOut, 2<<10); err != nil {
+			t.Fatal(err)
+		}
+		if to == last {
+			break
+		}
+	}
+	if err := rewriteWith(t, l, first, last, sparse, 4<<10); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	want := append(bytes.Clone(gen2), appended...)
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+}
+
+// A reader that pinned a source before the swap reads it to the end
+// through its own descriptor, even when the source's index was never
+// loaded and an output now has its file names; letting it go leaves the
+// output's files alone.
+func TestRewritePinnedSourceOutlivesSwap(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 150)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	// One source, one output: the output's index fits the old segment's
+	// range and size, so only knowing it is not the old one's keeps the
+	// old one from using it.
+	from, to := bases[2], bases[3]
+
+	l.mu.RLock()
+	src := l.mu.segs[2]
+	src.pin()
+	size, interval := src.size, l.mu.interval
+	l.mu.RUnlock()
+	src.imu.Lock()
+	loaded := src.ix.loaded
+	src.imu.Unlock()
+	if loaded || src.base != from {
+		t.Fatalf("segment %d: index loaded %v before any read", src.base, loaded)
+	}
+	if err := rewriteWith(t, l, from, to, thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	want := applyPlan(t, old, from, to, thinOut)
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+
+	// Every offset of the old segment, read through the pinned one.
+	srcEnd := to
+	for off := from; off < srcEnd; off++ {
+		got, found, err := src.read(nil, off, srcEnd, 1, size, srcEnd, interval, l.logger)
+		if err != nil || !found {
+			t.Fatalf("pinned source: Read(%d) = %v, %v", off, found, err)
+		}
+		var wantB []byte
+		for _, b := range batchesOf(t, old) {
+			if decodeHeader(b).LastOffset() >= off {
+				wantB = b
+				break
+			}
+		}
+		if !bytes.Equal(got, wantB) {
+			t.Fatalf("pinned source: Read(%d) returned %d bytes, not the old batch holding it", off, len(got))
+		}
+	}
+	if _, _, ok, err := src.findTimestamp(0, from, size, interval, l.logger); err != nil || !ok {
+		t.Fatalf("pinned source: timestamp lookup %v, %v", ok, err)
+	}
+	if err := src.remove(); err != nil {
+		t.Fatal(err)
+	}
+	src.unpin()
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if !fileExists(offsetName(dir, from, suffix)) {
+			t.Fatalf("dropping the old segment removed the new %s", suffix)
+		}
+	}
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+}

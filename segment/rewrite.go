@@ -351,7 +351,8 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 		rw.Abort()
 		return fmt.Errorf("segment: log %s failed earlier: %w", l.dir, l.w.failed)
 	}
-	in := swapIntent{mark: cleanerMark{cleanedTo: cleanedTo, at: l.now()}}
+	// The time as the checkpoint file keeps it, so a restart reads the same.
+	in := swapIntent{mark: cleanerMark{cleanedTo: cleanedTo, at: time.UnixMilli(l.now().UnixMilli())}}
 	for _, s := range rw.srcs {
 		in.srcs = append(in.srcs, s.base)
 	}

@@ -763,3 +763,54 @@ func TestRewritePinnedSourceOutlivesSwap(t *testing.T) {
 	l = mustOpen(t, dir, smallCfg(clock))
 	checkLogHolds(t, l, want, 0, l.EndOffset())
 }
+
+// Truncation below the cleaner checkpoint lowers it, as Kafka's log
+// manager does: the batches a follower writes there again are not
+// compacted, and a checkpoint left above them would say they were.
+func TestCleanerCheckpointFollowsTruncation(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 150)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	if err := rewriteWith(t, l, bases[1], bases[5], thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	newEnd, err := l.TruncateTo(bases[3] + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := l.CleanerCheckpoint(); c > newEnd {
+		t.Fatalf("CleanerCheckpoint %d after truncating to %d", c, newEnd)
+	}
+	// The follower copies the leader's uncompacted batches again.
+	var again []byte
+	for _, b := range batchesOf(t, old) {
+		if decodeHeader(b).BaseOffset >= newEnd {
+			again = append(again, b...)
+		}
+	}
+	if _, err := l.AppendReplica(again); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	if c, _ := l.CleanerCheckpoint(); c > newEnd {
+		t.Fatalf("CleanerCheckpoint %d after reopening, truncated to %d", c, newEnd)
+	}
+	// A restart below it starts the log clean of any claim.
+	bases = segmentBases(l)
+	if err := rewriteWith(t, l, bases[0], bases[len(bases)-1], thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	restart := bases[len(bases)-1] - 1
+	if err := l.TruncateFullyAndStartAt(restart); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	if c, _ := l.CleanerCheckpoint(); c != restart {
+		t.Fatalf("CleanerCheckpoint %d after restarting the log at %d", c, restart)
+	}
+}

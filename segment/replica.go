@@ -234,6 +234,9 @@ func (l *Log) TruncateTo(offset int64) (newEnd int64, err error) {
 	if err != nil {
 		return end, err
 	}
+	if err := l.lowerCleanerLocked(newEnd); err != nil {
+		return end, fmt.Errorf("segment: truncating %s: %w", l.dir, err)
+	}
 
 	// 1. Snapshots above the new end describe batches about to go; one left
 	// behind would be trusted once new batches reach its offset again.
@@ -449,6 +452,9 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 				return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
 			}
 		}
+	}
+	if err := l.lowerCleanerLocked(offset); err != nil {
+		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
 	}
 	intent := filepath.Join(l.dir, restartName)
 	if err := writeFileAtomic(intent, encodeRestart(offset)); err != nil {

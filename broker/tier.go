@@ -475,7 +475,12 @@ func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int
 	}
 	out, err := p.log.Read(dst, offset, hw, maxBytes)
 	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
-		return b.readRemote(p, dst, offset, maxBytes)
+		out, err = b.readRemote(p, dst, offset, maxBytes)
+		if err == nil && len(out) == len(dst) {
+			// Compaction left nothing in the bucket from offset on: the
+			// next record is the first one on local disk.
+			return p.log.Read(dst, p.log.StartOffset(), hw, maxBytes)
+		}
 	}
 	return out, err
 }

@@ -814,3 +814,46 @@ func TestCleanerCheckpointFollowsTruncation(t *testing.T) {
 		t.Fatalf("CleanerCheckpoint %d after restarting the log at %d", c, restart)
 	}
 }
+
+// A swap record whose new segment has vanished stops Open rather than let
+// it delete the old segments: the old data is all there is.
+func TestRewriteSwapMissingOutput(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 100)
+	bases := segmentBases(l)
+	from, to := bases[1], bases[4]
+	var crashDir string
+	l.testHook = func(point string) {
+		if point == "swap recorded" {
+			crashDir = copyDir(t, dir)
+		}
+	}
+	if err := rewriteWith(t, l, from, to, thinOut, 2<<10); err != nil {
+		t.Fatal(err)
+	}
+	// An output at a base no old segment had: its .log.cleaned is all
+	// there is of it.
+	lost := int64(-1)
+	for _, base := range segmentBases(l) {
+		if base > from && base < to && !slices.Contains(bases, base) {
+			lost = base
+			break
+		}
+	}
+	l.Close()
+	if lost < 0 {
+		t.Fatal("no output at a new base")
+	}
+	if err := os.Remove(cleanedName(crashDir, lost, logSuffix)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(crashDir, smallCfg(clock)); err == nil {
+		t.Fatal("Open finished a swap whose new segment is gone")
+	}
+	for _, base := range bases[2:4] {
+		if !fileExists(offsetName(crashDir, base, logSuffix)) {
+			t.Fatalf("the old segment %d was deleted", base)
+		}
+	}
+}

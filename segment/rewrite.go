@@ -278,7 +278,11 @@ func (rw *Rewrite) seal() error {
 	rw.open = false
 	s.ix.maybeAddTime()
 	dir := rw.l.dir
-	err := s.f.Sync()
+	// A failed write may have left bytes past the last whole batch.
+	err := s.f.Truncate(s.size)
+	if err == nil {
+		err = s.f.Sync()
+	}
 	if err == nil {
 		err = writeFileAtomic(cleanedName(dir, s.base, indexSuffix), encodeOffsets(nil, s.ix.offsets))
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,19 +150,18 @@ func (b *Broker) remoteEnabled(p *partition) bool {
 }
 
 // tiers reports whether a topic with these configs goes to the cold tier:
-// remote.storage.enable, and a delete-only cleanup policy. Compacted topics
-// (and the internal ones, which are compacted) stay local until
-// compaction runs on the cold tier: their readers, the group coordinator
-// among them, need every live key, not a retention window.
+// whenever remote.storage.enable is set, whatever its cleanup policy.
+// Compacted topics tier like the others (unlike in Apache Kafka): offsets
+// never change, so the bucket keeps every batch where it was, and a reader
+// below the local log start finds every live key there, across the gaps
+// compaction leaves. The internal topics stay local for now: the group
+// coordinator reads only its local log.
 func (b *Broker) tiers(configs map[string]string, internal bool) bool {
 	if b.tier == nil || internal {
 		return false
 	}
-	if v, _ := b.topicConfigValue(configs, "remote.storage.enable"); v != "true" {
-		return false
-	}
-	policy, _ := b.topicConfigValue(configs, "cleanup.policy")
-	return !strings.Contains(policy, "compact")
+	v, _ := b.topicConfigValue(configs, "remote.storage.enable")
+	return v == "true"
 }
 
 // tierLoop uploads closed segments of the partitions this broker leads,

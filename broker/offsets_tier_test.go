@@ -266,3 +266,69 @@ func TestCoordinatorRetriesLoadAfterBucketOutage(t *testing.T) {
 	})
 	wantCommitted(t, adm, "early", "orders", 0, 5, "before the outage")
 }
+
+// TestClusterCoordinatorFailoverLoadsFromTheBucket: in a 3-node cluster
+// sharing a bucket, every replica of the offsets partition keeps only its
+// recent part locally; after the coordinator dies, the new one loads a
+// commit that only the bucket still holds.
+func TestClusterCoordinatorFailoverLoadsFromTheBucket(t *testing.T) {
+	store := tierStores[0].open(t)
+	c := testCluster(t, 3, func(cfg *Config) {
+		cfg.OffsetsPartitions = 1
+		cfg.Tier = TierConfig{Store: store, UploadInterval: 20 * time.Millisecond}
+	})
+	c.waitFor("the offsets topic on every node", 30*time.Second, func() bool { return c.allKnow(offsetsTopic) })
+	c.createTopic("g", 1, 3, nil)
+	adm := kadm.NewClient(c.client())
+	smallOffsetsSegments(t, adm)
+	c.waitFor("the offsets partition's three replicas in sync", 30*time.Second, func() bool {
+		return len(c.partitionState(offsetsTopic, 0).ISR) == 3
+	})
+
+	commitOne(t, adm, "early", "g", 0, 7, "before the failover")
+	coord := c.partitionState(offsetsTopic, 0).Leader
+	early := c.node(coord).partition(offsetsTopic, 0).log.EndOffset()
+	for i := range 2000 {
+		commitOne(t, adm, "busy", "g", 0, int64(i), "")
+	}
+	c.waitFor("the early commit only in the bucket on every replica", time.Minute, func() bool {
+		for id := int32(1); id <= 3; id++ {
+			p := c.node(id).partition(offsetsTopic, 0)
+			if p == nil || p.log.StartOffset() < early || p.remoteEnd.Load() < p.log.StartOffset() {
+				return false
+			}
+		}
+		return true
+	})
+
+	c.stop(coord)
+	c.waitFor("a new coordinator", 20*time.Second, func() bool {
+		l := c.partitionState(offsetsTopic, 0).Leader
+		return l >= 1 && l != coord
+	})
+	next := c.partitionState(offsetsTopic, 0).Leader
+	if start := c.node(next).partition(offsetsTopic, 0).log.StartOffset(); start < early {
+		t.Fatalf("the new coordinator's local log starts at %d, the early commit is below %d", start, early)
+	}
+	c.waitFor("the early group's offsets from the new coordinator", 30*time.Second, func() bool {
+		// A fresh client each time: kgo keeps a dead coordinator cached
+		// while its dials fail.
+		adm := kadm.NewClient(c.client())
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, err := adm.FetchOffsets(ctx, "early")
+		if err == nil {
+			err = got.Error()
+		}
+		if err != nil {
+			t.Logf("fetch offsets: %v", err)
+			return false
+		}
+		o, ok := got.Lookup("g", 0)
+		if !ok || o.At != 7 || o.Metadata != "before the failover" {
+			t.Fatalf("early g-0 from the new coordinator: %+v (found %v)", o, ok)
+		}
+		return true
+	})
+}

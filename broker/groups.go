@@ -50,8 +50,10 @@ func (b *Broker) startGroups(ctx context.Context) error {
 		// in Kafka: changing it would move every group.
 		partitions = int32(len(t.Partitions))
 		if !b.clustered() {
+			// Not fatal: the topic works as it is, only without the
+			// settings (tiering) this version adds.
 			if err := b.upgradeOffsetsTopic(ctx, t); err != nil {
-				return err
+				b.log.Warn("upgrade offsets topic", "err", err)
 			}
 		} else {
 			b.goFunc(b.offsetsTopicLoop)

@@ -1,0 +1,312 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"strata/compactor"
+)
+
+// The done-when tests of log compaction (docs/compaction.md): what a user
+// of a compacted topic checks by reading it from the start with an
+// ordinary client. After compaction each key's latest value is there, and
+// only it; offsets only grow; a deleted key shows its tombstone for
+// delete.retention.ms and then nothing.
+
+// compactEvery is the compactor interval of these tests: short, so that a
+// pass follows soon after a segment closes.
+const compactEvery = 100 * time.Millisecond
+
+// compactingBroker is testBroker with the compactor checking every
+// compactEvery and its metrics in reg.
+func compactingBroker(t *testing.T, dir string, reg *prometheus.Registry, mutate ...func(*Config)) *Broker {
+	t.Helper()
+	return testBroker(t, dir, append([]func(*Config){func(c *Config) {
+		c.Compactor = compactor.Config{Interval: compactEvery}
+		if reg != nil {
+			c.Registerer, c.Gatherer = reg, reg
+		}
+	}}, mutate...)...)
+}
+
+// tableKey and tableValue name the records of the tables the tests write.
+func tableKey(k int) string { return fmt.Sprintf("key-%06d", k) }
+
+func tableValue(i, k int) []byte { return fmt.Appendf(nil, "update %d of key %d", i, k) }
+
+// table is what a compacted topic must show once compacted: the latest
+// value of every key, nil for a deleted key.
+type table map[string][]byte
+
+// produceTable writes n updates over keys keys to partition 0 of topic
+// (every key once, in order, then keys drawn at random), then a
+// tombstone for each of the keys deleted (drawn at random), and returns
+// the table the topic must show. It produces the way a bulk loader
+// would: asynchronously, with linger and large batches, and a final
+// flush; every record must be acknowledged.
+func produceTable(t *testing.T, b *Broker, topic string, n, keys, deleted int, seed uint64) table {
+	t.Helper()
+	if n < keys || deleted > keys {
+		t.Fatalf("produceTable: %d updates, %d keys, %d deleted", n, keys, deleted)
+	}
+	rng := rand.New(rand.NewPCG(seed, 13))
+	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(128<<10), kgo.MaxBufferedRecords(64<<10))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var perr error
+	done := func(_ *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			perr = cmpErr(perr, err)
+			mu.Unlock()
+		}
+	}
+	want := table{}
+	for i := range n {
+		k := i
+		if i >= keys {
+			k = rng.IntN(keys)
+		}
+		v := tableValue(i, k)
+		want[tableKey(k)] = v
+		cl.Produce(ctx, &kgo.Record{Key: []byte(tableKey(k)), Value: v}, done)
+	}
+	for _, k := range rng.Perm(keys)[:deleted] {
+		want[tableKey(k)] = nil
+		cl.Produce(ctx, &kgo.Record{Key: []byte(tableKey(k))}, done)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if perr != nil {
+		t.Fatalf("produce: %v", perr)
+	}
+	cl.Close()
+	return want
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// produceFiller writes about size bytes of records under one key of its
+// own, so that the segments holding what came before close: the active
+// segment is never compacted. The values are random: the client
+// compresses (snappy), and a repeated byte would take no room.
+func produceFiller(t *testing.T, b *Broker, topic string, size int) {
+	t.Helper()
+	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var perr error
+	for range size / 1024 {
+		v := make([]byte, 1024)
+		for i := range v {
+			v[i] = byte(rand.Uint32())
+		}
+		cl.Produce(ctx, &kgo.Record{Key: []byte("filler"), Value: v}, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			perr = cmpErr(perr, err)
+			mu.Unlock()
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("flush filler: %v", err)
+	}
+	if perr != nil {
+		t.Fatalf("produce filler: %v", perr)
+	}
+	cl.Close()
+}
+
+// readLog consumes partition 0 of topic from the earliest offset up to
+// its end offset, as a client rebuilding the table would. The last
+// record before the end is never compacted away (it is in the active
+// segment), so reading stops there.
+func readLog(t *testing.T, b *Broker, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ends, err := testAdmin(t, b).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(topic, 0)
+	if end.Err != nil {
+		t.Fatal(end.Err)
+	}
+	cl := testClient(t, b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxBytes(16<<20))
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(out) == 0 || out[len(out)-1].Offset < end.Offset-1 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s to its end %d: got %d records, timed out", topic, end.Offset, len(out))
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("fetch %s-%d: %v", topic, p, err) })
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// checkTable checks what a consumer read from the start of a compacted
+// topic against want: offsets strictly increasing; each key of want
+// exactly once, with its latest value; a deleted key's tombstone exactly
+// once while tombstones are kept, and nothing of it after. Records of
+// other keys (filler) are not looked at.
+func checkTable(t *testing.T, recs []*kgo.Record, want table, tombstones bool) {
+	t.Helper()
+	seen := map[string]int{}
+	prev := int64(-1)
+	bad := 0
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if bad++; bad > 10 {
+			t.Fatalf("more errors follow; first ones above")
+		}
+		t.Errorf(format, args...)
+	}
+	for _, r := range recs {
+		if r.Offset <= prev {
+			fail("offset %d after %d", r.Offset, prev)
+		}
+		prev = r.Offset
+		k := string(r.Key)
+		v, ok := want[k]
+		if !ok {
+			continue
+		}
+		if seen[k]++; seen[k] > 1 {
+			fail("%s again at offset %d", k, r.Offset)
+		}
+		switch {
+		case v == nil && !tombstones:
+			fail("%s: deleted, still there at offset %d (value %q)", k, r.Offset, r.Value)
+		case v == nil && r.Value != nil:
+			fail("%s: deleted, read %q at offset %d, want its tombstone", k, r.Value, r.Offset)
+		case v != nil && !bytes.Equal(r.Value, v):
+			fail("%s: read %q at offset %d, want its latest value %q", k, r.Value, r.Offset, v)
+		}
+	}
+	var missing []string
+	for k, v := range want {
+		if seen[k] == 0 && (v != nil || tombstones) {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		t.Errorf("%d keys missing, e.g. %v", len(missing), missing[:min(5, len(missing))])
+	}
+}
+
+// liveAndDeleted counts want's live and deleted keys.
+func (w table) liveAndDeleted() (live, deleted int) {
+	for _, v := range w {
+		if v == nil {
+			deleted++
+		} else {
+			live++
+		}
+	}
+	return live, deleted
+}
+
+// counterValue sums the series of counter name in reg whose labels
+// include labels.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// lastOffset is the offset of the last record read.
+func lastOffset(recs []*kgo.Record) int64 { return recs[len(recs)-1].Offset }
+
+// TestCompactionDoneWhen is the promise of cleanup.policy=compact (Kafka's
+// log cleaner guarantees): a topic fed a million updates over ten
+// thousand keys, then a thousand deletions, reads back from the start as
+// exactly the latest value of each live key, at increasing offsets, with
+// a tombstone for each deleted key; once delete.retention.ms has passed
+// and another pass ran, the tombstones are gone and the live keys still
+// exactly right.
+func TestCompactionDoneWhen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million records: not under -short")
+	}
+	const (
+		updates, keys, deleted = 1_000_000, 10_000, 1_000
+		segBytes               = 256 << 10
+		retention              = 8 * time.Second
+	)
+	reg := prometheus.NewRegistry()
+	b := compactingBroker(t, "", reg)
+	createTopic(t, testAdmin(t, b), "table", 1, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+		"delete.retention.ms":       ptr(fmt.Sprint(retention.Milliseconds())),
+	})
+	start := time.Now()
+	want := produceTable(t, b, "table", updates, keys, deleted, 1)
+	tableEnd := b.partition("table", 0).log.EndOffset()
+	t.Logf("produced %d records in %s", tableEnd, time.Since(start))
+	produceFiller(t, b, "table", 2*segBytes)
+
+	p := b.partition("table", 0)
+	waitFor(t, 3*time.Minute, "compaction past the tombstones", func() bool {
+		cleaned, _ := p.log.CleanerCheckpoint()
+		return cleaned >= tableEnd
+	})
+	recs := readLog(t, b, "table")
+	t.Logf("compacted in %s: %d records of %d read back, %d bytes on disk", time.Since(start), len(recs), lastOffset(recs)+1, p.log.Size())
+	checkTable(t, recs, want, true)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	_, dels := want.liveAndDeleted()
+	waitFor(t, retention+2*time.Minute, "the tombstones removed", func() bool {
+		return counterValue(t, reg, "strata_compactor_tombstones_removed_total", map[string]string{"tier": "local"}) >= float64(dels)
+	})
+	checkTable(t, readLog(t, b, "table"), want, false)
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/compactor"
@@ -309,4 +310,66 @@ func TestCompactionDoneWhen(t *testing.T) {
 		return counterValue(t, reg, "strata_compactor_tombstones_removed_total", map[string]string{"tier": "local"}) >= float64(dels)
 	})
 	checkTable(t, readLog(t, b, "table"), want, false)
+}
+
+// alterTopic sets one config of topic, as kafka-configs --alter does.
+func alterTopic(t *testing.T, b *Broker, topic, name, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	resps, err := testAdmin(t, b).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: name, Value: &value}}, topic)
+	if err == nil {
+		_, err = resps.On(topic, nil)
+	}
+	if err == nil {
+		err = resps[0].Err
+	}
+	if err != nil {
+		t.Fatalf("alter %s %s=%s: %v", topic, name, value, err)
+	}
+}
+
+// TestCompactionSmallKeyBudget: with the smallest key map the compactor
+// takes (1 MiB, about 35,000 keys a pass) a history of 100,000 distinct
+// keys is still compacted exactly, in several passes, each mapping what
+// fits and the next going on from where it stopped.
+func TestCompactionSmallKeyBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200,000 records: not under -short")
+	}
+	const (
+		updates, keys = 200_000, 100_000
+		segBytes      = 256 << 10
+	)
+	reg := prometheus.NewRegistry()
+	b := compactingBroker(t, "", reg, func(c *Config) { c.Compactor.MemoryBytes = 1 << 20 })
+	// Nothing is compacted while the history is written (a day of
+	// min.compaction.lag.ms), so that the passes counted below are the
+	// ones that compact it all.
+	createTopic(t, testAdmin(t, b), "wide", 1, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+		"min.compaction.lag.ms":     ptr("86400000"),
+	})
+	want := produceTable(t, b, "wide", updates, keys, 0, 2)
+	p := b.partition("wide", 0)
+	tableEnd := p.log.EndOffset()
+	produceFiller(t, b, "wide", 2*segBytes)
+
+	passes := func() float64 {
+		return counterValue(t, reg, "strata_compactor_passes_total", map[string]string{"tier": "local", "result": "ok"})
+	}
+	before := passes()
+	alterTopic(t, b, "wide", "min.compaction.lag.ms", "0")
+	waitFor(t, 3*time.Minute, "compaction of the whole history", func() bool {
+		cleaned, _ := p.log.CleanerCheckpoint()
+		return cleaned >= tableEnd
+	})
+	n := passes() - before
+	t.Logf("%d passes", int(n))
+	if n < 2 {
+		t.Errorf("%v passes compacted %d keys with a 1 MiB key map; want several", n, keys)
+	}
+	checkTable(t, readLog(t, b, "wide"), want, true)
 }

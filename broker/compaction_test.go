@@ -3,8 +3,12 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -12,7 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/compactor"
 )
@@ -372,4 +378,135 @@ func TestCompactionSmallKeyBudget(t *testing.T) {
 		t.Errorf("%v passes compacted %d keys with a 1 MiB key map; want several", n, keys)
 	}
 	checkTable(t, readLog(t, b, "wide"), want, true)
+}
+
+// keyedBatch is rawBatch with a key on each record, kvs being keys and
+// values in turn: a compacted topic refuses records without a key.
+func keyedBatch(pid int64, epoch int16, seq int32, ts int64, kvs ...string) []byte {
+	n := len(kvs) / 2
+	rb := kmsg.RecordBatch{
+		Magic:                2,
+		LastOffsetDelta:      int32(n - 1),
+		FirstTimestamp:       ts,
+		MaxTimestamp:         ts,
+		ProducerID:           pid,
+		ProducerEpoch:        epoch,
+		FirstSequence:        seq,
+		NumRecords:           int32(n),
+		PartitionLeaderEpoch: -1,
+	}
+	for i := range n {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: []byte(kvs[2*i]), Value: []byte(kvs[2*i+1])}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		rb.Records = r.AppendTo(rb.Records)
+	}
+	raw := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+// TestIdempotentRetryAfterCompaction: compaction keeps each producer's
+// last batch (empty if none of its records survive, Kafka's
+// RETAIN_EMPTY), so a producer whose earlier batches were compacted away
+// and which retries its last batch gets it acknowledged as a duplicate at
+// its original offset, with nothing appended; after a restart too, and
+// its next sequence number is still the one expected.
+func TestIdempotentRetryAfterCompaction(t *testing.T) {
+	dir := t.TempDir()
+	b := compactingBroker(t, dir, nil)
+	cl := testClient(t, b)
+	const segBytes = 4096
+	createTopic(t, kadmFor(cl), "idem", 1, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+	})
+	now := time.Now().UnixMilli()
+	// Producer a writes key a five times, one batch each: its last batch
+	// keeps the latest a. Producer b writes key b five times, then a
+	// plain producer overwrites b: b's last batch loses its only record.
+	type producer struct {
+		key  string
+		pid  int64
+		last []byte // its last batch, as sent
+		at   int64  // the offset it was written at
+	}
+	ps := []*producer{{key: "a", pid: initProducerID(t, cl)}, {key: "b", pid: initProducerID(t, cl)}}
+	for _, p := range ps {
+		for seq := range int32(5) {
+			batch := keyedBatch(p.pid, 0, seq, now, p.key, fmt.Sprintf("%s%d", p.key, seq))
+			resp := produceRaw(t, cl, "idem", batch)
+			if resp.ErrorCode != 0 {
+				t.Fatalf("%s seq %d: %v", p.key, seq, kerr.ErrorForCode(resp.ErrorCode))
+			}
+			p.last, p.at = batch, resp.BaseOffset
+		}
+	}
+	if resp := produceRaw(t, cl, "idem", keyedBatch(-1, -1, -1, now, "b", "b-final")); resp.ErrorCode != 0 {
+		t.Fatalf("overwrite b: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	written := listOffset(t, cl, "idem", -1)
+	produceFiller(t, b, "idem", 2*segBytes)
+	waitFor(t, time.Minute, "compaction of the producers' batches", func() bool {
+		cleaned, _ := b.partition("idem", 0).log.CleanerCheckpoint()
+		return cleaned >= written
+	})
+	// Only the latest a and b are left: the producers' earlier batches
+	// are gone.
+	checkTable(t, readLog(t, b, "idem"), table{"a": []byte("a4"), "b": []byte("b-final")}, true)
+
+	retry := func(cl *kgo.Client, when string) {
+		t.Helper()
+		end := listOffset(t, cl, "idem", -1)
+		for _, p := range ps {
+			resp := produceRaw(t, cl, "idem", p.last)
+			if resp.ErrorCode != 0 || resp.BaseOffset != p.at {
+				t.Errorf("%s: producer %s's last batch again: %v at offset %d, want a duplicate at %d",
+					when, p.key, kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset, p.at)
+			}
+		}
+		if got := listOffset(t, cl, "idem", -1); got != end {
+			t.Errorf("%s: log end %d after the retries, was %d: a duplicate was appended", when, got, end)
+		}
+	}
+	retry(cl, "after compaction")
+
+	cl.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = compactingBroker(t, dir, nil)
+	cl = testClient(t, b)
+	retry(cl, "after a restart")
+
+	// Damaged producer snapshots are ignored at start-up and the state
+	// is rebuilt from the log itself: what compaction left of it must
+	// still name each producer's last batch.
+	logDir := filepath.Join(b.logsDir, partitionDir("idem", b.partition("idem", 0).topicID, 0))
+	cl.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := filepath.Glob(filepath.Join(logDir, "*.snapshot"))
+	if err != nil || len(snaps) == 0 {
+		t.Fatalf("producer snapshots in %s: %v, %v", logDir, snaps, err)
+	}
+	for _, s := range snaps {
+		if err := os.Truncate(s, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b = compactingBroker(t, dir, nil)
+	cl = testClient(t, b)
+	retry(cl, "after a restart without producer snapshots")
+
+	for _, p := range ps {
+		end := listOffset(t, cl, "idem", -1)
+		resp := produceRaw(t, cl, "idem", keyedBatch(p.pid, 0, 5, now, p.key, p.key+"5"))
+		if resp.ErrorCode != 0 || resp.BaseOffset != end {
+			t.Errorf("producer %s's next batch (sequence 5): %v at offset %d, want it appended at %d",
+				p.key, kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset, end)
+		}
+	}
 }

@@ -47,6 +47,9 @@ func (c *Compactor) coldPlan(ctx context.Context, p *ColdPartition, now time.Tim
 		return plan{}, nil, nil
 	}
 	pl := plan{start: segs[0].BaseOffset, firstDirty: max(root.LogStartOffset, root.CleanedOffset, segs[0].BaseOffset)}
+	if root.LastCompactionMs > 0 {
+		pl.lastPass = time.UnixMilli(root.LastCompactionMs)
+	}
 	pl.cleanEnd = pl.start
 	n := 0
 	for i, s := range segs {

@@ -48,8 +48,7 @@ type Compactor struct {
 		// due is when a kept tombstone's delete horizon passes, per
 		// partition: a pass is due then, dirty or not.
 		due map[string]int64
-		// seen marks partitions checked since start: a partition never
-		// seen gets one pass if its last one may have left tombstones.
+		// seen marks partitions checked since start.
 		seen map[string]bool
 		last map[string]Status
 	}
@@ -191,17 +190,21 @@ func (c *Compactor) due(key string, p *Policy, pl plan, now time.Time) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	seen := c.mu.seen[key]
-	c.mu.seen[key] = true
+	if !c.mu.seen[key] {
+		c.mu.seen[key] = true
+		// After a restart nobody knows whether the last pass kept
+		// tombstones; any it kept expire by its time plus
+		// delete.retention.ms (a horizon is stamped at pass time), when
+		// one pass finds out and notes the real horizon.
+		if pl.clean > 0 && !pl.lastPass.IsZero() {
+			c.mu.due[key] = pl.lastPass.Add(p.DeleteRetention).UnixMilli()
+		}
+	}
 	if pl.dirty > 0 && (pl.ratio() >= p.MinDirtyRatio || pl.overdue) {
 		return true
 	}
-	if d := c.mu.due[key]; d > 0 && now.UnixMilli() >= d {
-		return true
-	}
-	// After a restart nobody knows whether the last pass kept
-	// tombstones: one pass finds out (and notes their horizon).
-	return !seen && pl.clean > 0
+	d := c.mu.due[key]
+	return d > 0 && now.UnixMilli() >= d
 }
 
 func (c *Compactor) noteTombstones(key string, due int64) {

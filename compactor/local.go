@@ -39,6 +39,9 @@ type plan struct {
 	clean, dirty int64 // bytes
 	// overdue is set when a dirty record is older than max.compaction.lag.
 	overdue bool
+	// lastPass is when the last pass was recorded (cleaner checkpoint or
+	// manifest), zero if never.
+	lastPass time.Time
 }
 
 func (p plan) ratio() float64 {
@@ -55,8 +58,8 @@ func localPlan(p *LocalPartition, now time.Time) (plan, []segment.SegmentInfo, e
 	if err != nil || len(segs) == 0 {
 		return plan{}, nil, err
 	}
-	cleaned, _ := log.CleanerCheckpoint()
-	pl := plan{start: segs[0].BaseOffset, firstDirty: max(cleaned, log.StartOffset(), segs[0].BaseOffset)}
+	cleaned, at := log.CleanerCheckpoint()
+	pl := plan{start: segs[0].BaseOffset, firstDirty: max(cleaned, log.StartOffset(), segs[0].BaseOffset), lastPass: at}
 	pl.cleanEnd = pl.start
 	end := min(log.ActiveBase(), p.HighWatermark())
 	if p.Tiered {

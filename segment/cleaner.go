@@ -88,3 +88,21 @@ func (l *Log) CleanerCheckpoint() (cleanedTo int64, at time.Time) {
 	}
 	return max(m.cleanedTo, start), m.at
 }
+
+// lowerCleanerLocked brings the cleaner checkpoint down to offset when it
+// is above: truncation and restarts call it before they change any data,
+// so that the batches written there again are never taken for compacted
+// ones (a crash after it leaves only a lower checkpoint: more work, no
+// harm). Call it with writeMu held.
+func (l *Log) lowerCleanerLocked(offset int64) error {
+	m := l.cleaner.Load()
+	if m == nil || m.cleanedTo <= offset {
+		return nil
+	}
+	lowered := cleanerMark{cleanedTo: offset, at: m.at}
+	if err := writeCleaner(l.dir, lowered); err != nil {
+		return err
+	}
+	l.cleaner.Store(&lowered)
+	return nil
+}

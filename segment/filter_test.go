@@ -394,3 +394,109 @@ func TestFilterBatchRefusesBadBatches(t *testing.T) {
 		})
 	}
 }
+
+// FuzzFilterBatch: arbitrary bytes never panic and fail with a
+// classified error; a valid batch filters to a valid stored batch holding
+// exactly the kept records, at the same offsets with the same timestamps,
+// keys and tombstones, under the same header fields.
+func FuzzFilterBatch(f *testing.F) {
+	for codec := range 5 {
+		f.Add(compactedBatch(f, batchSpec{codec: codec, firstTs: 1_000, withHeader: true}, 10, 2, keyed(6)), uint64(0b101101), int64(0), false, true)
+	}
+	tomb := keyed(4)
+	tomb[1].value = nil
+	f.Add(compactedBatch(f, batchSpec{codec: codecSnappy, xerial: true, firstTs: 5, idem: true, pid: 4, seq: 8}, 0, 0, tomb), uint64(0b0110), int64(99_999), true, true)
+	f.Add(compactedBatch(f, batchSpec{attrs: attrLogAppendTime, maxTs: i64(77)}, 3, 1, keyed(3)), uint64(0), int64(0), true, true)
+	f.Add(compactedBatch(f, batchSpec{attrs: attrControl | attrTransactional, idem: true, pid: 1, seq: -1}, 0, 0,
+		[]testRec{{key: []byte{0, 0, 0, 1}, value: []byte{0, 0, 0, 0, 0, 0}}}), uint64(0), int64(0), false, true)
+	gappy := compactedBatch(f, batchSpec{lastDelta: new(int32(9)), firstTs: 50}, 100, 0, []testRec{{off: 2, key: []byte("a")}, {off: 7, ts: -3, key: []byte("b")}})
+	f.Add(gappy, ^uint64(0), int64(1), false, true)
+	f.Add(appendEmptyBatch(nil, &BatchHeader{BaseOffset: 5, LastOffsetDelta: 3, ProducerID: 2, BaseSequence: 4, MaxTimestamp: 9}), uint64(1), int64(0), true, true)
+	f.Add([]byte{}, uint64(0), int64(0), false, true)
+	f.Fuzz(func(t *testing.T, b []byte, mask uint64, horizon int64, retain, recrc bool) {
+		if recrc && len(b) >= headerSize {
+			// Past the checksum, to reach the records.
+			b = bytes.Clone(b)
+			fixCRC(b)
+		}
+		keepRec := func(i int) bool { return mask>>(uint(i)%64)&1 == 1 }
+		i := 0
+		out, res, err := FilterBatch([]byte("d"), b, func(*Record) bool { k := keepRec(i); i++; return k }, FilterOptions{RetainEmpty: retain, DeleteHorizonMs: horizon})
+		var in []Record
+		walkErr := ForEachRecord(b, func(r *Record) error {
+			c := *r
+			c.Key = bytes.Clone(r.Key)
+			in = append(in, c)
+			return nil
+		})
+		if err != nil {
+			if string(out) != "d" {
+				t.Fatalf("failed, yet changed dst: %v", err)
+			}
+			for _, want := range []error{ErrCorruptMessage, ErrInvalidRecord, ErrUnsupportedMagic, ErrMessageTooLarge} {
+				if errors.Is(err, want) {
+					if walkErr == nil {
+						t.Fatalf("FilterBatch refused what ForEachRecord walks: %v", err)
+					}
+					return
+				}
+			}
+			t.Fatalf("unclassified error: %v", err)
+		}
+		ih := decodeHeader(b)
+		if !ih.IsControl() && walkErr != nil {
+			t.Fatalf("FilterBatch accepted what ForEachRecord refuses: %v", walkErr)
+		}
+		if !ih.IsControl() && res.Kept+res.Removed != len(in) {
+			t.Fatalf("kept %d + removed %d of %d records", res.Kept, res.Removed, len(in))
+		}
+		nb := out[1:]
+		if res.Dropped {
+			if len(nb) != 0 || res.Kept != 0 || retain {
+				t.Fatalf("dropped: %+v, %d bytes appended", res, len(nb))
+			}
+			return
+		}
+		h, err := checkStoredBatch(nb)
+		if err != nil {
+			t.Fatalf("output is not a valid stored batch: %v", err)
+		}
+		if h.BaseOffset != ih.BaseOffset || h.LastOffsetDelta != ih.LastOffsetDelta || h.LeaderEpoch != ih.LeaderEpoch ||
+			h.ProducerID != ih.ProducerID || h.ProducerEpoch != ih.ProducerEpoch || h.BaseSequence != ih.BaseSequence ||
+			h.IsControl() != ih.IsControl() || h.IsTransactional() != ih.IsTransactional() ||
+			h.Attributes&attrLogAppendTime != ih.Attributes&attrLogAppendTime || int(h.NumRecords) != res.Kept {
+			t.Fatalf("header %+v from %+v (%+v)", h, ih, res)
+		}
+		if !res.Rewritten && !bytes.Equal(nb, b) {
+			t.Fatal("not rewritten, yet not the input's bytes")
+		}
+		if ih.IsControl() {
+			return
+		}
+		var got []Record
+		if err := ForEachRecord(nb, func(r *Record) error {
+			c := *r
+			c.Key = bytes.Clone(r.Key)
+			got = append(got, c)
+			return nil
+		}); err != nil {
+			t.Fatalf("output records: %v", err)
+		}
+		var want []Record
+		for j, r := range in {
+			if keepRec(j) {
+				want = append(want, r)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d records out, want %d", len(got), len(want))
+		}
+		for j := range want {
+			g, w := got[j], want[j]
+			if g.Offset != w.Offset || g.Timestamp != w.Timestamp || g.Tombstone != w.Tombstone ||
+				!bytes.Equal(g.Key, w.Key) || (g.Key == nil) != (w.Key == nil) {
+				t.Fatalf("record %d: %+v, want %+v", j, g, w)
+			}
+		}
+	})
+}

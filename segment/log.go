@@ -428,9 +428,12 @@ func (l *Log) sealLocked(s *segment) error {
 
 // rollLocked closes the active segment and starts a new one at the log end
 // offset (docs/format.md §8).
-func (l *Log) rollLocked() error {
+func (l *Log) rollLocked() error { return l.rollAtLocked(l.mu.end) }
+
+// rollAtLocked is rollLocked starting the new segment at newBase >= the
+// log end offset: above it when replicated batches begin past a gap.
+func (l *Log) rollAtLocked(newBase int64) error {
 	old := l.active()
-	newBase := l.mu.end
 	if err := l.sealLocked(old); err != nil {
 		return err
 	}

@@ -191,3 +191,39 @@ func decodeSnapshot(b []byte, offset int64) (map[int64]*producerEntry, error) {
 	}
 	return m, nil
 }
+
+// ProducerLastOffsets returns, for each producer in the log's current
+// state, the last offset of its last batch: compaction keeps that batch,
+// emptied if need be (FilterOptions.RetainEmpty), so that the producer's
+// sequence numbers are still found after a restart (Kafka's
+// BatchRetention.RETAIN_EMPTY). A producer whose state holds no data batch
+// (only transaction markers since its epoch began) is left out.
+func (l *Log) ProducerLastOffsets() map[int64]int64 {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	return lastOffsets(l.w.producers)
+}
+
+// SnapshotLastOffsets is ProducerLastOffsets for an encoded producer
+// snapshot (a .snapshot file, or the producer-snapshot part of a bucket
+// object): the state as of the offset the snapshot was taken at.
+func SnapshotLastOffsets(snapshot []byte) (map[int64]int64, error) {
+	if len(snapshot) < snapshotHeaderSize {
+		return nil, fmt.Errorf("segment: %w: %d bytes", errBadSnapshot, len(snapshot))
+	}
+	m, err := decodeSnapshot(snapshot, int64(binary.BigEndian.Uint64(snapshot[6:])))
+	if err != nil {
+		return nil, fmt.Errorf("segment: %w", err)
+	}
+	return lastOffsets(m), nil
+}
+
+func lastOffsets(producers map[int64]*producerEntry) map[int64]int64 {
+	out := make(map[int64]int64, len(producers))
+	for id, e := range producers {
+		if e.n > 0 {
+			out[id] = e.batches[e.n-1].lastOffset
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package segment
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -106,10 +107,15 @@ func TestAppendReplicaAcceptsCompactedBatches(t *testing.T) {
 
 	crash(l) // no clean-shutdown marker: the active segment is re-validated
 	l = mustOpen(t, dir, Config{Now: clock.Now})
-	defer l.Close()
 	if l.EndOffset() != 28 {
 		t.Fatalf("end offset %d after recovery, want 28", l.EndOffset())
 	}
+	check(l)
+	if err := l.Close(); err != nil { // and through a clean shutdown
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
 	check(l)
 
 	// The empty batch still carries producer 2's sequence range: its
@@ -214,5 +220,169 @@ func TestReadAcrossEmptiedSegment(t *testing.T) {
 	}
 	if got := readAll(t, l, 1<<20); !bytes.Equal(got, want) {
 		t.Fatal("reading the whole log across the emptied segment")
+	}
+}
+
+// lastOffsetsOf is what the producer state should say about batches: the
+// last offset of each producer's last data batch.
+func lastOffsetsOf(t *testing.T, batches []byte) map[int64]int64 {
+	t.Helper()
+	want := map[int64]int64{}
+	for _, b := range batchesOf(t, batches) {
+		if h := decodeHeader(b); h.ProducerID >= 0 && !h.IsControl() {
+			want[h.ProducerID] = h.LastOffset()
+		}
+	}
+	return want
+}
+
+// Compaction keeps the last batch of each producer; the log and its
+// snapshots say which batch that is.
+func TestProducerLastOffsets(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, smallCfg(clock))
+	if got := l.ProducerLastOffsets(); len(got) != 0 {
+		t.Fatalf("empty log: %v", got)
+	}
+	seq := map[int64]int32{}
+	for i := range 200 {
+		pid := int64(1 + i%3)
+		n := 1 + i%4
+		if i%5 == 4 {
+			mustAppend(t, l, encodeBatch(t, batchSpec{values: values(n, 100, byte(i)), firstTs: clock.Millis()}), 0)
+			continue
+		}
+		mustAppend(t, l, idemBatch(t, clock, pid, 0, seq[pid], n), 0)
+		seq[pid] += int32(n)
+	}
+	all := readAll(t, l, 1<<20)
+	if got, want := l.ProducerLastOffsets(), lastOffsetsOf(t, all); !maps.Equal(got, want) {
+		t.Fatalf("ProducerLastOffsets %v, want %v", got, want)
+	}
+
+	// Each roll's snapshot holds the state as of the segment's end.
+	segs := l.mu.segs
+	if len(segs) < 3 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	for _, s := range segs[1:] {
+		snap, err := os.ReadFile(offsetName(dir, s.base, snapshotSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before []byte
+		for _, b := range batchesOf(t, all) {
+			if decodeHeader(b).BaseOffset < s.base {
+				before = append(before, b...)
+			}
+		}
+		if got, err := SnapshotLastOffsets(snap); err != nil || !maps.Equal(got, lastOffsetsOf(t, before)) {
+			t.Fatalf("snapshot at %d: %v, %v; want %v", s.base, got, err, lastOffsetsOf(t, before))
+		}
+		bad := bytes.Clone(snap)
+		bad[len(bad)-1] ^= 1
+		if _, err := SnapshotLastOffsets(bad); err == nil {
+			t.Fatal("a damaged snapshot was read")
+		}
+	}
+	for _, b := range [][]byte{nil, {0, 1}, make([]byte, snapshotHeaderSize)} {
+		if _, err := SnapshotLastOffsets(b); err == nil {
+			t.Fatalf("snapshot %v was read", b)
+		}
+	}
+	l.Close()
+
+	// A follower of a compacted leader: the emptied batch is producer
+	// 2's last, and it stays so across a restart.
+	c := newCompactedLeader(t, clock)
+	fdir := t.TempDir()
+	f := mustOpen(t, fdir, Config{Now: clock.Now})
+	compacted := slices.Concat(c.batches...)
+	if _, err := f.AppendReplica(compacted); err != nil {
+		t.Fatal(err)
+	}
+	want := lastOffsetsOf(t, compacted)
+	if got := f.ProducerLastOffsets(); !maps.Equal(got, want) || got[2] != 14 {
+		t.Fatalf("follower: %v, want %v", got, want)
+	}
+	crash(f)
+	f = mustOpen(t, fdir, Config{Now: clock.Now})
+	defer f.Close()
+	if got := f.ProducerLastOffsets(); !maps.Equal(got, want) {
+		t.Fatalf("after recovery: %v, want %v", got, want)
+	}
+}
+
+// ListOffsets by timestamp names a record that is there: in a compacted
+// LogAppendTime batch, the first kept record, and never an empty batch.
+func TestOffsetForTimestampSkipsRemovedRecords(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	at := clock.Millis()
+	lat := func(base int64, keep ...int64) []byte {
+		b := compactedBatch(t, batchSpec{attrs: attrLogAppendTime, maxTs: i64(at + base), firstTs: at}, base, 0, keyed(4))
+		out, _, err := FilterBatch(nil, b, keepOffsets(keep...), FilterOptions{RetainEmpty: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// [0,3]: empty; [4,7]: only 6 and 7 left; [8,11]: all there.
+	if _, err := l.AppendReplica(slices.Concat(lat(0), lat(4, 6, 7), lat(8, 8, 9, 10, 11))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ ts, want int64 }{{at, 6}, {at + 4, 6}, {at + 5, 8}} {
+		off, _, ok, err := l.OffsetForTimestamp(tc.ts)
+		if err != nil || !ok || off != tc.want {
+			t.Fatalf("OffsetForTimestamp(%d): %d, %v, %v; want %d", tc.ts-at, off, ok, err, tc.want)
+		}
+	}
+}
+
+// A compacted leader may have removed more offsets in a row than one
+// segment can index: the follower starts a segment where the batches are.
+func TestAppendReplicaGapBeyondSegmentSpan(t *testing.T) {
+	t.Run("after a batch", func(t *testing.T) { testGapBeyondSegmentSpan(t, true) })
+	t.Run("into an empty log", func(t *testing.T) { testGapBeyondSegmentSpan(t, false) })
+}
+
+func testGapBeyondSegmentSpan(t *testing.T, withFirst bool) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Config{Now: clock.Now})
+	var first []byte
+	if withFirst {
+		first = compactedBatch(t, batchSpec{firstTs: clock.Millis()}, 0, 0, keyed(3))
+	}
+	far := int64(5) << 30
+	next := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far, 0, keyed(4))
+	for _, b := range slices.DeleteFunc([][]byte{first, next}, func(b []byte) bool { return b == nil }) {
+		if _, err := l.AppendReplica(b); err != nil {
+			t.Fatalf("AppendReplica at %d: %v", decodeHeader(b).BaseOffset, err)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		if l.EndOffset() != far+4 {
+			t.Fatalf("end offset %d, want %d", l.EndOffset(), far+4)
+		}
+		if got := readAll(t, l, 1<<20); !bytes.Equal(got, slices.Concat(first, next)) {
+			t.Fatal("stored bytes differ")
+		}
+		got, err := l.Read(nil, 1<<31, l.EndOffset(), 1)
+		if err != nil || !bytes.Equal(got, next) {
+			t.Fatalf("Read in the gap: %d bytes, %v", len(got), err)
+		}
+	}
+	check(l)
+	crash(l)
+	l = mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
+	check(l)
+	more := compactedBatch(t, batchSpec{firstTs: clock.Millis()}, far+4, 0, keyed(2))
+	if _, err := l.AppendReplica(more); err != nil || l.EndOffset() != far+6 {
+		t.Fatalf("appending after the gap: %v, end %d", err, l.EndOffset())
 	}
 }

@@ -95,8 +95,16 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 	now := l.now()
 
 	seg := l.active()
-	if l.shouldRollLocked(seg, int64(used), next-1, now) {
-		if err := l.rollLocked(); err != nil {
+	rollAt := l.mu.end
+	if first := hdrs[0].BaseOffset; first > rollAt && next-1-seg.base > math.MaxInt32 {
+		// A gap longer than a segment's relative offsets reach, left by
+		// the leader's compaction: the new segment starts where the
+		// batches do, as Kafka's follower rolls at the append's first
+		// offset. Even an empty active segment rolls, left behind empty.
+		rollAt = first
+	}
+	if rollAt != l.mu.end || l.shouldRollLocked(seg, int64(used), next-1, now) {
+		if err := l.rollAtLocked(rollAt); err != nil {
 			return AppendInfo{}, err
 		}
 		seg = l.active()
@@ -225,6 +233,9 @@ func (l *Log) TruncateTo(offset int64) (newEnd int64, err error) {
 	cut, newEnd, err := l.cutPointLocked(s, offset)
 	if err != nil {
 		return end, err
+	}
+	if err := l.lowerCleanerLocked(newEnd); err != nil {
+		return end, fmt.Errorf("segment: truncating %s: %w", l.dir, err)
 	}
 
 	// 1. Snapshots above the new end describe batches about to go; one left
@@ -441,6 +452,9 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 				return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
 			}
 		}
+	}
+	if err := l.lowerCleanerLocked(offset); err != nil {
+		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
 	}
 	intent := filepath.Join(l.dir, restartName)
 	if err := writeFileAtomic(intent, encodeRestart(offset)); err != nil {

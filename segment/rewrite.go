@@ -131,7 +131,7 @@ func (rw *Rewrite) Scan(from int64, fn func(batch []byte) error) error {
 		if from > s.base {
 			p, _, err := s.position(from, rw.sizes[i], rw.interval, rw.l.logger)
 			if err != nil {
-				return rw.scanFailure(err)
+				return rw.explain(err)
 			}
 			pos = p
 		}
@@ -142,11 +142,11 @@ func (rw *Rewrite) Scan(from int64, fn func(batch []byte) error) error {
 				break
 			}
 			if err != nil {
-				return rw.scanFailure(s.scanFailure(err))
+				return rw.explain(s.scanFailure(err))
 			}
 			h := decodeHeader(b)
 			if got := batchCRC(b); got != h.CRC {
-				return rw.scanFailure(s.corrupt(p, "CRC-32C mismatch (stored %08x, computed %08x)", h.CRC, got))
+				return rw.explain(s.corrupt(p, "CRC-32C mismatch (stored %08x, computed %08x)", h.CRC, got))
 			}
 			if h.LastOffset() < from {
 				continue
@@ -162,17 +162,17 @@ func (rw *Rewrite) Scan(from int64, fn func(batch []byte) error) error {
 	return nil
 }
 
-// scanFailure reports a failed read of the sources as a conflict when a
-// source changed under the scan (a truncation cut the file it read), as
-// the error it is otherwise.
-func (rw *Rewrite) scanFailure(err error) error {
+// explain reports a failed read or write as a conflict when a source
+// changed meanwhile (a truncation cut the file a scan read, Delete removed
+// the directory), as the error it is otherwise.
+func (rw *Rewrite) explain(err error) error {
 	rw.l.mu.RLock()
 	cerr := rw.checkLocked()
 	rw.l.mu.RUnlock()
 	if cerr != nil {
-		return fmt.Errorf("%w (reading the sources: %v)", cerr, err)
+		return fmt.Errorf("%w (%v)", cerr, err)
 	}
-	return fmt.Errorf("segment: scanning segments [%d, %d) of %s: %w", rw.from, rw.to, rw.l.dir, err)
+	return fmt.Errorf("segment: rewriting segments [%d, %d) of %s: %w", rw.from, rw.to, rw.l.dir, err)
 }
 
 // Append adds one whole batch (offsets as stored) to the current output
@@ -333,22 +333,11 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 	}
 	l := rw.l
 	// Everything that takes time happens before writeMu: appends go on.
-	if len(rw.outs) == 0 {
-		if _, err := rw.newOutput(rw.from); err != nil {
-			rw.Abort()
-			return err
-		}
-	}
-	if rw.open {
-		if err := rw.seal(); err != nil {
-			rw.Abort()
-			return err
-		}
-	}
-	// The outputs' names are durable before the swap that names them.
-	if err := syncDir(l.dir); err != nil {
+	if err := rw.sealAll(); err != nil {
+		// Delete removing the directory fails the writes: a conflict.
+		err = rw.explain(err)
 		rw.Abort()
-		return fmt.Errorf("segment: rewriting %s: %w", l.dir, err)
+		return err
 	}
 	l.testPoint("outputs written")
 
@@ -362,7 +351,8 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 		rw.Abort()
 		return fmt.Errorf("segment: log %s failed earlier: %w", l.dir, l.w.failed)
 	}
-	in := swapIntent{mark: cleanerMark{cleanedTo: cleanedTo, at: l.now()}}
+	// The time as the checkpoint file keeps it, so a restart reads the same.
+	in := swapIntent{mark: cleanerMark{cleanedTo: cleanedTo, at: time.UnixMilli(l.now().UnixMilli())}}
 	for _, s := range rw.srcs {
 		in.srcs = append(in.srcs, s.base)
 	}
@@ -436,6 +426,23 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 	l.testPoint("done")
 	rw.finish()
 	return nil
+}
+
+// sealAll makes every output durable, creating the first one if the
+// rewrite kept nothing, and their names too.
+func (rw *Rewrite) sealAll() error {
+	if len(rw.outs) == 0 {
+		if _, err := rw.newOutput(rw.from); err != nil {
+			return err
+		}
+	}
+	if rw.open {
+		if err := rw.seal(); err != nil {
+			return err
+		}
+	}
+	// The outputs' names are durable before the swap that names them.
+	return syncDir(rw.l.dir)
 }
 
 // finish lets go of the sources and of outputs the log did not take.

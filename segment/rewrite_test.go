@@ -92,10 +92,11 @@ func rewriteWith(t testing.TB, l *Log, from, to int64, plan rewritePlan, cutByte
 }
 
 // firstAtOrAfter finds, by walking every record of log, the first record
-// with timestamp >= ts: what OffsetForTimestamp must answer.
-func firstAtOrAfter(t testing.TB, log []byte, ts int64) (int64, int64, bool) {
+// at or after start with timestamp >= ts: what OffsetForTimestamp must
+// answer.
+func firstAtOrAfter(t testing.TB, log []byte, ts, start int64) (int64, int64, bool) {
 	for _, b := range batchesOf(t, log) {
-		off, rts, ok, err := firstRecordAtOrAfter(b, ts, 0)
+		off, rts, ok, err := firstRecordAtOrAfter(b, ts, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func checkLogHolds(t testing.TB, l *Log, want []byte, start, end int64) {
 	// A read at any offset starts with the batch holding it or, in a
 	// gap, the next one.
 	batches := batchesOf(t, want)
-	for off := start; off < end; off += 7 {
+	for off := start; off < end; off += 11 {
 		got, err := l.Read(nil, off, end, 1)
 		if err != nil {
 			t.Fatalf("Read(%d): %v", off, err)
@@ -149,8 +150,8 @@ func checkLogHolds(t testing.TB, l *Log, want []byte, start, end int64) {
 		}
 		maxTs = max(maxTs, h.MaxTimestamp)
 	}
-	for ts := minTs - 1; ts <= maxTs+1; ts += max(1, (maxTs-minTs)/23) {
-		wantOff, wantTs, wantOK := firstAtOrAfter(t, want, ts)
+	for ts := minTs - 1; ts <= maxTs+1; ts += max(1, (maxTs-minTs)/11) {
+		wantOff, wantTs, wantOK := firstAtOrAfter(t, want, ts, start)
 		off, rts, ok, err := l.OffsetForTimestamp(ts)
 		if err != nil || ok != wantOK || (ok && (off != wantOff || rts != wantTs)) {
 			t.Fatalf("OffsetForTimestamp(%d) = %d, %d, %v, %v; want %d, %d, %v", ts, off, rts, ok, err, wantOff, wantTs, wantOK)
@@ -337,8 +338,7 @@ func TestRewriteCrashSafe(t *testing.T) {
 		plan     rewritePlan
 		cutBytes int64
 	}{
-		{"thinned into small outputs", thinOut, 1 << 10},
-		{"thinned into one output", thinOut, 1 << 30},
+		{"thinned into small outputs", thinOut, 4 << 10},
 		{"nothing kept", func(BatchHeader) (bool, bool) { return false, false }, 1 << 30},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -390,12 +390,427 @@ func TestRewriteCrashSafe(t *testing.T) {
 				if err := rewriteWith(t, c, from, to, tt.plan, tt.cutBytes); err != nil {
 					t.Fatalf("crash at %q: rewriting again: %v", points[i], err)
 				}
-				checkLogHolds(t, c, want, start, end)
+				if !bytes.Equal(readAll(t, c, 1<<20), want) {
+					t.Fatalf("crash at %q: rewriting again gave another log", points[i])
+				}
 				c.Close()
 			}
 			if !sawOld || !sawNew {
 				t.Fatalf("crash points saw old %v new %v: %v", sawOld, sawNew, points)
 			}
 		})
+	}
+}
+
+// within runs op and fails the test if it has not returned after a
+// generous bound: a call that waits for a rewrite would never return.
+func within(t *testing.T, what string, op func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s blocked behind a rewrite in progress", what)
+		return nil
+	}
+}
+
+// A rewrite never holds up truncation, retention, DeleteRecords, Close or
+// Delete; when one of them touched a source, Commit swaps nothing, says
+// ErrRewriteConflict and leaves the log as that operation left it. Changes
+// that leave the sources alone do not stop the swap.
+func TestRewriteConflicts(t *testing.T) {
+	clock := newClock()
+	type env struct {
+		l        *Log
+		old      []byte
+		bases    []int64
+		from, to int64
+	}
+	for _, tt := range []struct {
+		name     string
+		op       func(t *testing.T, e env) error
+		conflict bool
+	}{
+		{"truncation into a source", func(t *testing.T, e env) error {
+			_, err := e.l.TruncateTo(e.bases[4] + 1)
+			return err
+		}, true},
+		{"truncation below the sources", func(t *testing.T, e env) error {
+			_, err := e.l.TruncateTo(e.bases[1] + 1)
+			return err
+		}, true},
+		{"truncation into a source, then the same batches again", func(t *testing.T, e env) error {
+			newEnd, err := e.l.TruncateTo(e.bases[4] + 1)
+			if err != nil {
+				return err
+			}
+			_, err = e.l.AppendReplica(e.old[len(keptBatches(t, e.old, newEnd)):])
+			return err
+		}, true},
+		{"retention", func(t *testing.T, e env) error {
+			e.l.SetConfig(Config{SegmentBytes: 8 << 10, IndexIntervalBytes: 512, RetentionBytes: 1})
+			return e.l.Maintain()
+		}, true},
+		{"DeleteRecords past a source", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.bases[3] + 1)
+			return err
+		}, true},
+		{"restart", func(t *testing.T, e env) error { return e.l.TruncateFullyAndStartAt(e.bases[3]) }, true},
+		{"Close", func(t *testing.T, e env) error { return e.l.Close() }, true},
+		{"Delete", func(t *testing.T, e env) error { return e.l.Delete() }, true},
+		{"truncation to the end of the sources", func(t *testing.T, e env) error {
+			if _, err := e.l.TruncateTo(e.to); err != nil {
+				return err
+			}
+			appendRandom(t, e.l, rand.New(rand.NewPCG(9, 9)), 3, clock, 7)
+			return nil
+		}, false},
+		{"DeleteRecords inside the first source", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.from + 1)
+			return err
+		}, false},
+		{"retention of segments before the sources", func(t *testing.T, e env) error {
+			_, err := e.l.DeleteRecordsBefore(e.from)
+			return err
+		}, false},
+		{"appends and rolls", func(t *testing.T, e env) error {
+			appendRandom(t, e.l, rand.New(rand.NewPCG(9, 9)), 40, clock, 7)
+			return nil
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := leaderLog(t, dir, clock, 150)
+			defer l.Close()
+			e := env{l: l, old: readAll(t, l, 1<<20), bases: segmentBases(l)}
+			e.from, e.to = e.bases[2], e.bases[6]
+
+			rw, err := l.BeginRewrite(e.from, e.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rw.Abort()
+			// Half the work before the change, half after.
+			mid := e.bases[4]
+			copyBatch := func(b []byte) error {
+				if keep, empty := thinOut(decodeHeader(b)); keep && empty {
+					return rw.Append(emptied(b))
+				} else if keep {
+					return rw.Append(bytes.Clone(b))
+				}
+				return nil
+			}
+			if err := rw.Scan(e.from, func(b []byte) error {
+				if decodeHeader(b).BaseOffset >= mid {
+					return ErrStopScan
+				}
+				return copyBatch(b)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, tt.name, func() error { return tt.op(t, e) }); err != nil {
+				t.Fatal(err)
+			}
+			closed := tt.name == "Close" || tt.name == "Delete"
+			var before []byte
+			var start, end int64
+			if !closed {
+				before, start, end = readAll(t, l, 1<<20), l.StartOffset(), l.EndOffset()
+			}
+			err = rw.Scan(mid, copyBatch)
+			if err != nil && !(tt.conflict && errors.Is(err, ErrRewriteConflict)) {
+				t.Fatalf("Scan after the change: %v", err)
+			}
+			if err == nil {
+				err = rw.Commit(e.to)
+			} else {
+				rw.Abort() // as a caller does when Scan fails
+			}
+			if !tt.conflict {
+				if err != nil {
+					t.Fatalf("Commit: %v", err)
+				}
+				want := applyPlan(t, before, e.from, e.to, thinOut)
+				checkLogHolds(t, l, want, start, end)
+				noRewriteFiles(t, dir)
+				return
+			}
+			if !errors.Is(err, ErrRewriteConflict) {
+				t.Fatalf("Commit after the change = %v, want ErrRewriteConflict", err)
+			}
+			if tt.name == "Delete" {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("the deleted log's directory is back: %v", err)
+				}
+				return
+			}
+			noRewriteFiles(t, dir)
+			if closed {
+				l = mustOpen(t, dir, smallCfg(clock))
+				defer l.Close()
+				before, start, end = e.old, 0, l.EndOffset()
+			}
+			checkLogHolds(t, l, before, start, end)
+			if c, at := l.CleanerCheckpoint(); c != l.StartOffset() || !at.IsZero() {
+				t.Fatalf("CleanerCheckpoint after a conflict = %d, %v", c, at)
+			}
+			// The segments are free for the next rewrite.
+			bases := segmentBases(l)
+			if len(bases) > 2 {
+				if err := rewriteWith(t, l, bases[0], bases[len(bases)-2], thinOut, 1<<30); err != nil {
+					t.Fatalf("rewriting after the conflict: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// Readers running through swaps get, from each Read, whole batches the log
+// held at some point (the old ones or their compacted versions), in offset
+// order, starting at the batch that holds the offset asked for; appends go
+// on meanwhile.
+func TestRewriteConcurrentReaders(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 200)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	// Reopened, the closed segments' indexes are loaded lazily, by the
+	// readers, while their files are being replaced.
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	first, last := bases[1], bases[len(bases)-2]
+	sparse := func(h BatchHeader) (bool, bool) { return h.BaseOffset%7 != 0, false }
+	gen1 := applyPlan(t, old, first, last, thinOut)
+	gen2 := applyPlan(t, gen1, first, last, sparse)
+	valid := map[int64][][]byte{}
+	for _, gen := range [][]byte{old, gen1, gen2} {
+		for _, b := range batchesOf(t, gen) {
+			off := decodeHeader(b).BaseOffset
+			if !slices.ContainsFunc(valid[off], func(v []byte) bool { return bytes.Equal(v, b) }) {
+				valid[off] = append(valid[off], b)
+			}
+		}
+	}
+	oldEnd := l.EndOffset()
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				end := min(l.EndOffset(), oldEnd)
+				off := rng.Int64N(end)
+				out, err := l.Read(nil, off, end, rng.IntN(16<<10))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				prev := off - 1
+				for i, b := range batchesOfErr(out) {
+					h := decodeHeader(b)
+					if !slices.ContainsFunc(valid[h.BaseOffset], func(v []byte) bool { return bytes.Equal(v, b) }) {
+						t.Errorf("Read(%d) got a batch at %d (%d bytes) the log never held", off, h.BaseOffset, len(b))
+						return
+					}
+					if h.LastOffset() <= prev || (i > 0 && h.BaseOffset <= prev) {
+						t.Errorf("Read(%d) got batch [%d, %d] after offset %d", off, h.BaseOffset, h.LastOffset(), prev)
+						return
+					}
+					prev = h.LastOffset()
+				}
+				if rng.IntN(4) == 0 {
+					l.MaxTimestamp()
+					if _, _, _, err := l.OffsetForTimestamp(clock.Millis() + rng.Int64N(200)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	var appended []byte
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(12, 12))
+		for i := 0; i < 60; i++ {
+			b := encodeBatch(t, batchSpec{values: values(1+rng.IntN(5), rng.IntN(400), byte(i)), firstTs: clock.Millis()})
+			info, err := l.Append(b, 6)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			appended = append(appended, stamped(b, info.BaseOffset, 6)...)
+		}
+	}()
+
+	// The first pass in three parts, the second over all of it at once.
+	for i := 1; i+3 <= len(bases)-2; i += 3 {
+		to := bases[min(i+3, len(bases)-2)]
+		if i+6 > len(bases)-2 {
+			to = last
+		}
+		if err := rewriteWith(t, l, bases[i], to, thinOut, 2<<10); err != nil {
+			t.Fatal(err)
+		}
+		if to == last {
+			break
+		}
+	}
+	if err := rewriteWith(t, l, first, last, sparse, 4<<10); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	want := append(bytes.Clone(gen2), appended...)
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+}
+
+// A reader that pinned a source before the swap reads it to the end
+// through its own descriptor, even when the source's index was never
+// loaded and an output now has its file names; letting it go leaves the
+// output's files alone.
+func TestRewritePinnedSourceOutlivesSwap(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 150)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	// One source, one output: the output's index fits the old segment's
+	// range and size, so only knowing it is not the old one's keeps the
+	// old one from using it.
+	from, to := bases[2], bases[3]
+
+	l.mu.RLock()
+	src := l.mu.segs[2]
+	src.pin()
+	size, interval := src.size, l.mu.interval
+	l.mu.RUnlock()
+	src.imu.Lock()
+	loaded := src.ix.loaded
+	src.imu.Unlock()
+	if loaded || src.base != from {
+		t.Fatalf("segment %d: index loaded %v before any read", src.base, loaded)
+	}
+	if err := rewriteWith(t, l, from, to, thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	want := applyPlan(t, old, from, to, thinOut)
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+
+	// Every offset of the old segment, read through the pinned one.
+	srcEnd := to
+	for off := from; off < srcEnd; off++ {
+		got, found, err := src.read(nil, off, srcEnd, 1, size, srcEnd, interval, l.logger)
+		if err != nil || !found {
+			t.Fatalf("pinned source: Read(%d) = %v, %v", off, found, err)
+		}
+		var wantB []byte
+		for _, b := range batchesOf(t, old) {
+			if decodeHeader(b).LastOffset() >= off {
+				wantB = b
+				break
+			}
+		}
+		if !bytes.Equal(got, wantB) {
+			t.Fatalf("pinned source: Read(%d) returned %d bytes, not the old batch holding it", off, len(got))
+		}
+	}
+	if _, _, ok, err := src.findTimestamp(0, from, size, interval, l.logger); err != nil || !ok {
+		t.Fatalf("pinned source: timestamp lookup %v, %v", ok, err)
+	}
+	if err := src.remove(); err != nil {
+		t.Fatal(err)
+	}
+	src.unpin()
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if !fileExists(offsetName(dir, from, suffix)) {
+			t.Fatalf("dropping the old segment removed the new %s", suffix)
+		}
+	}
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	checkLogHolds(t, l, want, 0, l.EndOffset())
+}
+
+// Truncation below the cleaner checkpoint lowers it, as Kafka's log
+// manager does: the batches a follower writes there again are not
+// compacted, and a checkpoint left above them would say they were.
+func TestCleanerCheckpointFollowsTruncation(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 150)
+	old := readAll(t, l, 1<<20)
+	bases := segmentBases(l)
+	if err := rewriteWith(t, l, bases[1], bases[5], thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	newEnd, err := l.TruncateTo(bases[3] + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := l.CleanerCheckpoint(); c > newEnd {
+		t.Fatalf("CleanerCheckpoint %d after truncating to %d", c, newEnd)
+	}
+	// The follower copies the leader's uncompacted batches again.
+	var again []byte
+	for _, b := range batchesOf(t, old) {
+		if decodeHeader(b).BaseOffset >= newEnd {
+			again = append(again, b...)
+		}
+	}
+	if _, err := l.AppendReplica(again); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	if c, _ := l.CleanerCheckpoint(); c > newEnd {
+		t.Fatalf("CleanerCheckpoint %d after reopening, truncated to %d", c, newEnd)
+	}
+	// A restart below it starts the log clean of any claim.
+	bases = segmentBases(l)
+	if err := rewriteWith(t, l, bases[0], bases[len(bases)-1], thinOut, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	restart := bases[len(bases)-1] - 1
+	if err := l.TruncateFullyAndStartAt(restart); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	if c, _ := l.CleanerCheckpoint(); c != restart {
+		t.Fatalf("CleanerCheckpoint %d after restarting the log at %d", c, restart)
 	}
 }

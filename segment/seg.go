@@ -485,10 +485,15 @@ func (s *segment) readBatchAt(buf []byte, pos int64, size int) ([]byte, error) {
 func firstRecordAtOrAfter(b []byte, ts, minOffset int64) (int64, int64, bool, error) {
 	h := decodeHeader(b)
 	if h.Attributes&attrLogAppendTime != 0 {
-		if h.MaxTimestamp < ts || h.LastOffset() < minOffset {
+		if h.MaxTimestamp < ts || h.LastOffset() < minOffset || h.NumRecords == 0 {
 			return 0, 0, false, nil
 		}
-		return max(h.BaseOffset, minOffset), h.MaxTimestamp, true, nil
+		// Every offset of a batch compaction left whole holds a record;
+		// in a compacted one, the first at or after minOffset is found
+		// below.
+		if h.NumRecords == h.LastOffsetDelta+1 {
+			return max(h.BaseOffset, minOffset), h.MaxTimestamp, true, nil
+		}
 	}
 	recs := b[headerSize:]
 	if codec := h.Codec(); codec != codecNone {
@@ -505,7 +510,7 @@ func firstRecordAtOrAfter(b []byte, ts, minOffset int64) (int64, int64, bool, er
 		if err != nil {
 			return 0, 0, false, fmt.Errorf("%w: stored batch at offset %d: %v", ErrCorruptSegment, h.BaseOffset, err)
 		}
-		off, rts := h.BaseOffset+r.offsetDelta, h.FirstTimestamp+r.timestampDelta
+		off, rts := h.BaseOffset+r.offsetDelta, recordTimestamp(&h, r.timestampDelta)
 		if rts >= ts && off >= minOffset {
 			return off, rts, true, nil
 		}

@@ -224,6 +224,7 @@ type SegmentWriter struct {
 	maxTs, maxTsLast int64 // largest timestamp so far, and its batch's last offset
 	timeIndexed      int64 // timestamp of the last time-index entry
 	firstTs          int64
+	hasFirstTs       bool
 	records          int64
 	prevLast         int64
 	epochs           []format.EpochStart
@@ -274,9 +275,21 @@ func (w *SegmentWriter) Append(batch []byte) error {
 	}
 	// The local log's indexer: an entry names the last offset of the batch
 	// at its position, and the time index records the running maximum
-	// at each offset-index point.
-	if h.MaxTimestamp > w.maxTs {
-		w.maxTs, w.maxTsLast = h.MaxTimestamp, h.LastOffset()
+	// at each offset-index point. Only batches with records count for
+	// timestamps: an empty batch's header keeps the time of records that
+	// are gone, which no lookup by time may find.
+	if h.NumRecords > 0 {
+		if h.MaxTimestamp > w.maxTs {
+			w.maxTs, w.maxTsLast = h.MaxTimestamp, h.LastOffset()
+		}
+		if !w.hasFirstTs {
+			// A delete horizon (KIP-534) takes the first timestamp's place
+			// in the header; it is no record's time.
+			w.firstTs, w.hasFirstTs = h.FirstTimestamp, true
+			if h.Attributes&deleteHorizonAttr != 0 {
+				w.firstTs = h.MaxTimestamp
+			}
+		}
 	}
 	if w.sinceIndex > segment.DefaultIndexIntervalBytes {
 		w.index = binary.BigEndian.AppendUint32(w.index, uint32(h.LastOffset()-w.base))
@@ -285,9 +298,6 @@ func (w *SegmentWriter) Append(batch []byte) error {
 		w.sinceIndex = 0
 	}
 	w.sinceIndex += int64(len(batch))
-	if w.size == 0 {
-		w.firstTs = h.FirstTimestamp
-	}
 	if n := len(w.epochs); n == 0 {
 		// The history starts at the object's base, as the manifest
 		// requires; nothing below the first batch is in the object.
@@ -300,6 +310,10 @@ func (w *SegmentWriter) Append(batch []byte) error {
 	w.size += int64(len(batch))
 	return nil
 }
+
+// deleteHorizonAttr is the batch attribute bit (6) saying that its first
+// timestamp is the delete horizon of its tombstones (KIP-534).
+const deleteHorizonAttr = 0x40
 
 // maxRelOffset bounds the relative offsets and positions of an object:
 // its indexes hold them in 32 bits.
@@ -336,19 +350,23 @@ func (w *SegmentWriter) Discard() {
 // snapshot is the producer snapshot part to carry (nil for none). The key
 // stays held from the collector until release is called: call it once
 // the manifest names the object (ReplaceCompacted returned) or the attempt
-// is abandoned. The writer is done with after Finish, whatever its outcome.
+// is abandoned. The writer is done with after Finish, whatever its outcome;
+// release is never nil, and a no-op after a failure.
 func (w *SegmentWriter) Finish(ctx context.Context, lastOffset int64, snapshot []byte) (seg format.RemoteSegment, release func(), err error) {
 	defer w.Discard()
 	if w.err != nil {
-		return format.RemoteSegment{}, nil, w.err
+		return format.RemoteSegment{}, func() {}, w.err
 	}
 	fail := func(err error) (format.RemoteSegment, func(), error) {
-		return format.RemoteSegment{}, nil, fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
+		return format.RemoteSegment{}, func() {}, fmt.Errorf("compacted segment %d of %s-%d: %w", w.base, w.tp.Topic, w.tp.Partition, err)
 	}
 	if lastOffset < max(w.prevLast, w.base) || lastOffset-w.base > maxRelOffset {
 		return fail(fmt.Errorf("last offset %d, batches up to %d", lastOffset, w.prevLast))
 	}
 	w.addTime()
+	// The first batch's times may be rewritten (LogAppendTime, a
+	// horizon): the object's first timestamp never exceeds its maximum.
+	w.firstTs = min(w.firstTs, w.maxTs)
 	var log io.ReaderAt = emptyReader{}
 	if w.f != nil {
 		log = w.f
@@ -411,6 +429,16 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	ps := t.state(tp)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	// A pass takes minutes, and leadership may move meanwhile. A deposed
+	// leader's version would sort below the new leader's anyway, but its
+	// swap would look done: reading the bucket first (one LIST and one GET
+	// a pass) fences it here, unless the new leader publishes within the
+	// instant between this read and the swap.
+	cur, err := t.loadManifest(ctx, tp)
+	if err != nil {
+		return nil, fmt.Errorf("replace compacted segments %d..%d of %s-%d: %w", first, last, tp.Topic, tp.Partition, err)
+	}
+	ps.advance(cur)
 	next, err := t.updateLocked(ctx, tp, ps, epoch, func(m *format.Root) (*format.Change, error) {
 		ch, err := m.Replace(ctx, t.pages, segs, epoch, t.cfg.Paging)
 		if err != nil {

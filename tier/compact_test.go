@@ -6,10 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/segment"
 	"strata/tier/format"
@@ -462,5 +466,276 @@ func TestReplaceCompactedRaces(t *testing.T) {
 			}
 			checkCovers(t, store, 0, end)
 		})
+	}
+}
+
+// rec is a record compaction kept: its offset delta and timestamp.
+type rec struct {
+	delta int32
+	ts    int64
+}
+
+// compactedBatch encodes a batch as compaction leaves it: its base offset
+// and lastOffsetDelta unchanged, only the records kept, and the header's
+// timestamps given (firstTs is the delete horizon when attrs has bit 6).
+func compactedBatch(base int64, lastDelta int32, attrs int16, firstTs, maxTs int64, recs ...rec) []byte {
+	rb := kmsg.RecordBatch{FirstOffset: base, Magic: 2, Attributes: attrs, LastOffsetDelta: lastDelta, NumRecords: int32(len(recs)),
+		FirstTimestamp: firstTs, MaxTimestamp: maxTs, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1}
+	for _, r := range recs {
+		kr := kmsg.Record{OffsetDelta: r.delta, TimestampDelta64: r.ts - firstTs, Value: []byte(fmt.Sprint(base + int64(r.delta)))}
+		kr.Length = int32(len(kr.AppendTo(nil)) - 1)
+		rb.Records = kr.AppendTo(rb.Records)
+	}
+	raw := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+// TestReadsAcrossCompactedBatches is issue 13 item 4: what compaction
+// leaves inside objects reads as Kafka serves it. Batches keep their
+// offsets with fewer records than lastOffsetDelta+1, or none (an empty
+// batch, kept as its producer's last); the first carries a delete horizon
+// in its first timestamp; objects end in a gap or hold no batch. Fetches
+// at every offset, a sequential replay, lookups by timestamp and the
+// largest timestamp all find the records kept, and only them.
+func TestReadsAcrossCompactedBatches(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	tr := openTier(t, store, clk.Now)
+	for _, s := range closedSegments(t, 80, 16<<10) {
+		if _, err := tr.Upload(ctx, testTP, s, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := tr.Manifest(ctx, testTP)
+	before := allSegments(t, store, m)
+	b0 := before[1].BaseOffset
+	const (
+		horizon = ts0 + 1_000_000_000 // a tombstone's delete horizon: not a record's time
+		peak    = ts0 + 100_000       // the partition's largest record timestamp
+	)
+	compacted := [][]byte{
+		compactedBatch(b0, 4, 0x40, horizon, peak, rec{1, ts0 + b0 + 1}, rec{3, peak}),
+		// An empty batch keeps its header, and a timestamp no record has.
+		compactedBatch(b0+5, 2, 0, peak+50, peak+50),
+		compactedBatch(b0+8, 0, 0, ts0+b0+8, ts0+b0+8, rec{0, ts0 + b0 + 8}),
+		compactedBatch(b0+9, 5, 0, ts0+b0+9, ts0+b0+14, rec{0, ts0 + b0 + 9}, rec{2, ts0 + b0 + 11}, rec{5, ts0 + b0 + 14}),
+	}
+	w := tr.NewSegmentWriter(testTP, b0, 0)
+	for _, b := range compacted {
+		if err := w.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, releaseA, err := w.Finish(ctx, before[2].LastOffset, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseA()
+	empty, releaseE, err := tr.NewSegmentWriter(testTP, before[3].BaseOffset, 0).Finish(ctx, before[3].LastOffset, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseE()
+	if a.MaxTimestamp != peak || a.FirstTimestamp > a.MaxTimestamp || a.RecordCount != 6 || empty.Log.Len != 0 {
+		t.Fatalf("compacted object: timestamps [%d, %d], %d records; empty object of %d bytes", a.FirstTimestamp, a.MaxTimestamp, a.RecordCount, empty.Log.Len)
+	}
+	if _, err := tr.ReplaceCompacted(ctx, testTP, []format.RemoteSegment{a, empty}, 0, before[3].LastOffset+1, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	// What should read: the batches and records outside the compacted
+	// range as uploaded, and inside it the compacted ones.
+	var want []span
+	type record struct{ offset, ts int64 }
+	var records []record
+	for _, sp := range batchSpans(t, tr, before) {
+		if sp.base < b0 {
+			want = append(want, sp)
+			records = append(records, record{sp.base, ts0 + sp.base})
+		}
+	}
+	for _, b := range compacted {
+		h, _ := segment.ParseBatchHeader(b)
+		want = append(want, span{h.BaseOffset, h.LastOffset()})
+	}
+	records = append(records, record{b0 + 1, ts0 + b0 + 1}, record{b0 + 3, peak}, record{b0 + 8, ts0 + b0 + 8},
+		record{b0 + 9, ts0 + b0 + 9}, record{b0 + 11, ts0 + b0 + 11}, record{b0 + 14, ts0 + b0 + 14})
+	for _, sp := range batchSpans(t, tr, before[4:]) {
+		want = append(want, sp)
+		records = append(records, record{sp.base, ts0 + sp.base})
+	}
+	end := before[len(before)-1].LastOffset + 1
+
+	for _, rd := range []*Tier{tr, openTier(t, store, clk.Now)} {
+		checkReadsAcrossGaps(t, rd, want, 0, end)
+
+		// A consumer replaying the partition from the start, in fetches of
+		// a few batches, sees every batch once, in order.
+		var got []span
+		for o := int64(0); o < end; {
+			b, err := rd.Read(ctx, testTP, nil, o, 5000)
+			if err != nil || len(b) == 0 {
+				t.Fatalf("replay at %d: %d bytes, %v", o, len(b), err)
+			}
+			for p := 0; p < len(b); {
+				h, _ := segment.ParseBatchHeader(b[p:])
+				got = append(got, span{h.BaseOffset, h.LastOffset()})
+				p += h.Size()
+				o = h.LastOffset() + 1
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("replay: %d batches, want %d:\n%v\n%v", len(got), len(want), got, want)
+		}
+
+		for _, ts := range []int64{ts0, ts0 + b0 - 1, ts0 + b0, ts0 + b0 + 1, ts0 + b0 + 2, ts0 + b0 + 5, ts0 + b0 + 9, ts0 + b0 + 10, ts0 + b0 + 14, ts0 + b0 + 15, ts0 + 79, ts0 + 80, peak, peak + 1} {
+			wantOff, wantOK := int64(-1), false
+			for _, r := range records {
+				if r.ts >= ts {
+					wantOff, wantOK = r.offset, true
+					break
+				}
+			}
+			off, _, ok, err := rd.OffsetForTimestamp(ctx, testTP, ts)
+			if err != nil || ok != wantOK || ok && off != wantOff {
+				t.Fatalf("offset for timestamp %d: %d %v %v, want %d %v", ts-ts0, off, ok, err, wantOff, wantOK)
+			}
+		}
+		ts, off, ok, err := rd.MaxTimestamp(ctx, testTP)
+		if err != nil || !ok || ts != peak || off != b0+3 {
+			t.Fatalf("largest timestamp: %d at %d, %v %v; want %d at %d", ts, off, ok, err, peak, b0+3)
+		}
+	}
+}
+
+// TestReplaceCompactedFencedByNewLeader is issue 13 item 5: leadership
+// moves while a compaction pass runs. The deposed leader's swap, at its
+// old epoch, is refused with ErrFenced, whether or not its tier has seen
+// the new leader's manifest yet, and the bucket's manifest stays the new
+// leader's, complete; the compacted object is an orphan the new leader's
+// collector removes after the grace.
+func TestReplaceCompactedFencedByNewLeader(t *testing.T) {
+	for _, seen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("seen=%v", seen), func(t *testing.T) {
+			ctx := context.Background()
+			clk := newClock()
+			store := newHookStore(newDirStore(t), clk)
+			old := openTier(t, store, clk.Now)
+			local := closedSegments(t, 80, 16<<10)
+			for _, s := range local[:len(local)-1] {
+				if _, err := old.Upload(ctx, testTP, s, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, _ := old.Manifest(ctx, testTP)
+			before := allSegments(t, store, m)
+			all := batchSpans(t, old, before)
+			a, release, _ := compactRange(t, old, before[1:3], 1, func(h segment.BatchHeader) bool { return h.BaseOffset%2 == 0 })
+
+			// The new leader, at epoch 2, uploads the next segment.
+			cur := openTier(t, store, clk.Now)
+			if _, err := cur.Refresh(ctx, testTP); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cur.Upload(ctx, testTP, local[len(local)-1], 2); err != nil {
+				t.Fatal(err)
+			}
+			if seen {
+				if _, err := old.Refresh(ctx, testTP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := old.ReplaceCompacted(ctx, testTP, []format.RemoteSegment{a}, 1, a.LastOffset+1, clk.Now())
+			release()
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("swap by the deposed leader: %v", err)
+			}
+			end := local[len(local)-1].EndOffset
+			got := checkCovers(t, store, 0, end)
+			checkEveryManifestComplete(t, store)
+			if got.LeaderEpoch != 2 || got.CleanedOffset != 0 || got.LastCompactionMs != 0 {
+				t.Fatalf("the bucket's manifest: epoch %d, cleaned %d at %d", got.LeaderEpoch, got.CleanedOffset, got.LastCompactionMs)
+			}
+			want := append(all, batchSpans(t, cur, allSegments(t, store, got)[len(before):])...)
+			checkReadsAcrossGaps(t, openTier(t, store, clk.Now), want, 0, end)
+
+			clk.add(2 * time.Hour)
+			if _, err := cur.CollectOrphans(ctx, testTP, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Stat(ctx, a.Key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("the deposed leader's compacted object after the grace: %v", err)
+			}
+			checkCovers(t, store, 0, end)
+		})
+	}
+}
+
+// TestSegmentWriterRejects: a writer refuses what would make a wrong
+// object (batches out of order, of a later leader epoch than the writer's,
+// a last offset below the last batch), leaves no temporary file behind
+// whether finished or discarded, and its release is always safe to call.
+func TestSegmentWriterRejects(t *testing.T) {
+	ctx := context.Background()
+	tr := openTier(t, newDirStore(t), time.Now)
+	b := func(base int64, epoch int32) []byte {
+		raw := compactedBatch(base, 1, 0, ts0, ts0, rec{0, ts0})
+		binary.BigEndian.PutUint32(raw[12:], uint32(epoch))
+		binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+		return raw
+	}
+	w := tr.NewSegmentWriter(testTP, 100, 3)
+	if err := w.Append(b(100, 2)); err != nil {
+		t.Fatal(err)
+	}
+	for name, batch := range map[string][]byte{
+		"overlapping":    b(101, 2),
+		"below the base": b(98, 2),
+		"later epoch":    b(110, 4),
+		"earlier epoch":  b(110, 1),
+		"cut":            b(110, 2)[:70],
+	} {
+		if err := w.Append(batch); err == nil {
+			t.Errorf("%s batch accepted", name)
+		}
+	}
+	if err := w.Append(b(110, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if w.Bytes() != int64(len(b(100, 2))+len(b(110, 3))) {
+		t.Fatalf("%d bytes appended", w.Bytes())
+	}
+	_, release, err := w.Finish(ctx, 110, nil)
+	if err == nil {
+		t.Fatal("finished with the last offset inside the last batch")
+	}
+	release()
+	if _, _, err := w.Finish(ctx, 200, nil); err == nil {
+		t.Fatal("finished twice")
+	}
+
+	w = tr.NewSegmentWriter(testTP, 200, 3)
+	if err := w.Append(b(200, 3)); err != nil {
+		t.Fatal(err)
+	}
+	w.Discard()
+	w = tr.NewSegmentWriter(testTP, 300, 3)
+	if err := w.Append(b(305, 3)); err != nil {
+		t.Fatal(err)
+	}
+	seg, release, err := w.Finish(ctx, 320, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if seg.LeaderEpochs[0] != (format.EpochStart{Epoch: 3, StartOffset: 300}) || seg.RecordCount != 1 || seg.LastOffset != 320 {
+		t.Fatalf("object %+v", seg)
+	}
+	left, err := filepath.Glob(filepath.Join(tr.cfg.CacheDir, ".compact-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("temporary files left: %v %v", left, err)
 	}
 }

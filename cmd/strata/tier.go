@@ -89,9 +89,28 @@ type partitionStatus struct {
 	Segments    int    `json:"segments"`
 	Bytes       int64  `json:"bytes"`
 	UploadLag   *int64 `json:"upload_lag"`
-	Error       string `json:"error,omitempty"`
+	// The cold tier's compaction, from the manifest: Cleaned holds only
+	// the latest record per key, Dirty is not compacted yet, and
+	// LastCompaction is when the last pass was published ("never").
+	Cleaned        *offsetRange `json:"cleaned"`
+	Dirty          *offsetRange `json:"dirty"`
+	LastCompaction string       `json:"last_compaction,omitempty"`
+	Error          string       `json:"error,omitempty"`
 
 	id [16]byte
+}
+
+// offsetRange is the offsets [Start, End).
+type offsetRange struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
+
+func (r *offsetRange) String() string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("[%d, %d)", r.Start, r.End)
 }
 
 func newTierStatusCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
@@ -103,6 +122,9 @@ func newTierStatusCmd(a *admin, b *bucket, stdout io.Writer) *cobra.Command {
 and latest), the bucket's start and end (earliest, and latest-tiered + 1),
 the segments and bytes the partition's manifest lists, and the upload lag:
 records at or above the remote end (the whole log when nothing is uploaded).
+For the bucket's compaction: the cleaned range (from the remote start to
+where the last cold-tier compaction stopped), the dirty range after it, and
+when the last compaction was published ("never" if none).
 Topics that never tier (internal, compacted or remote.storage.enable=false)
 show as local-only. Without topics, every topic but the internal ones.
 
@@ -150,7 +172,7 @@ every partition it holds a manifest of.`,
 				return writeJSON(stdout, rows)
 			}
 			tw := newTable(stdout)
-			fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOCAL-START\tLOCAL-END\tREMOTE-START\tREMOTE-END\tSEGMENTS\tBYTES\tUPLOAD-LAG")
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tLOCAL-START\tLOCAL-END\tREMOTE-START\tREMOTE-END\tSEGMENTS\tBYTES\tCLEANED\tDIRTY\tLAST-COMPACTION\tUPLOAD-LAG")
 			for _, r := range rows {
 				if r.Error != "" {
 					fmt.Fprintf(tw, "%s\t%d\terror: %s\n", r.Topic, r.Partition, r.Error)
@@ -160,8 +182,12 @@ every partition it holds a manifest of.`,
 				if r.LocalOnly {
 					lag = "local-only"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Topic, r.Partition, optOffset(r.LocalStart), optOffset(r.LocalEnd),
-					optOffset(r.RemoteStart), optOffset(r.RemoteEnd), r.Segments, humanBytes(r.Bytes), lag)
+				last := r.LastCompaction
+				if last == "" {
+					last = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Topic, r.Partition, optOffset(r.LocalStart), optOffset(r.LocalEnd),
+					optOffset(r.RemoteStart), optOffset(r.RemoteEnd), r.Segments, humanBytes(r.Bytes), r.Cleaned, r.Dirty, last, lag)
 			}
 			return tw.Flush()
 		},
@@ -176,6 +202,15 @@ func (r *partitionStatus) addManifest(m *format.Root) {
 	tot := m.Totals()
 	r.Segments = int(tot.Segments)
 	r.Bytes = tot.Bytes
+	// Retention moves the log start on its own: what it passed is no
+	// longer cleaned, it is gone.
+	cleaned := m.CleanedEnd()
+	r.Cleaned = &offsetRange{m.LogStartOffset, cleaned}
+	r.Dirty = &offsetRange{cleaned, max(cleaned, m.EndOffset())}
+	r.LastCompaction = "never"
+	if m.LastCompactionMs > 0 {
+		r.LastCompaction = timestamp(m.LastCompactionMs)
+	}
 }
 
 // bucketPartitions is `tier status` without a broker: a row per partition

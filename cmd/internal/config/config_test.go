@@ -85,6 +85,11 @@ tier:
   orphan_grace: 2h
   collect_interval: 30m
   local_disk_limit: 100GB
+compactor:
+  memory_bytes: 32MiB
+  workers: 2
+  io_bytes_per_sec: 50MB
+  interval: 30s
 logging:
   level: debug
   format: json
@@ -115,7 +120,8 @@ func TestFileSetsEverySetting(t *testing.T) {
 			UploadInterval: 5 * time.Second, IdleUpload: time.Minute, OrphanGrace: 2 * time.Hour,
 			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
 		},
-		Logging: Logging{Level: slog.LevelDebug, Format: "json"},
+		Compactor: Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
+		Logging:   Logging{Level: slog.LevelDebug, Format: "json"},
 	}
 	if !equal(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)

@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/compactor"
+	"strata/tier/format"
+	"strata/tier/objstore"
 )
 
 // The done-when tests of log compaction (docs/compaction.md): what a user
@@ -509,4 +513,144 @@ func TestIdempotentRetryAfterCompaction(t *testing.T) {
 				p.key, kerr.ErrorForCode(resp.ErrorCode), resp.BaseOffset, end)
 		}
 	}
+}
+
+// segmentObjects lists the segment objects of topic in store, key to
+// size.
+func segmentObjects(t *testing.T, store objstore.Store, topic string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	err := store.List(context.Background(), "", func(a objstore.Attrs) error {
+		if strings.Contains(a.Key, "/"+topic+"-") && strings.Contains(a.Key, "/segments/") {
+			out[a.Key] = a.Size
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func totalSize(objs map[string]int64) (n int64) {
+	for _, s := range objs {
+		n += s
+	}
+	return n
+}
+
+// TestColdCompactionDoneWhen is TestCompactionDoneWhen for a history that
+// is only in the bucket (remote.storage.enable, one byte of local
+// retention): the manifest records a cleaned offset, its objects are
+// replaced by new ones, the old ones are collected after the orphan
+// grace and the bucket shrinks; a consumer from the start reads exactly
+// the latest values, the tombstones until delete.retention.ms and not
+// after.
+func TestColdCompactionDoneWhen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200,000 records through the bucket: not under -short")
+	}
+	const (
+		updates, keys, deleted = 200_000, 10_000, 1_000
+		segBytes               = 128 << 10
+		retention              = 8 * time.Second
+	)
+	reg := prometheus.NewRegistry()
+	store := tierStores[0].open(t)
+	b := compactingBroker(t, "", reg, func(c *Config) {
+		c.Tier = TierConfig{Store: store, UploadInterval: 20 * time.Millisecond, ChunkBytes: 1 << 20, CacheBytes: 8 << 20,
+			OrphanGrace: time.Second, CollectInterval: 200 * time.Millisecond}
+	})
+	// A day of min.compaction.lag.ms holds compaction off until the whole
+	// history is in the bucket, so that "before" is the uncompacted one.
+	createTopic(t, testAdmin(t, b), "cold", 1, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"remote.storage.enable":     ptr("true"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"local.retention.bytes":     ptr("1"),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+		"delete.retention.ms":       ptr(fmt.Sprint(retention.Milliseconds())),
+		"min.compaction.lag.ms":     ptr("86400000"),
+	})
+	want := produceTable(t, b, "cold", updates, keys, deleted, 3)
+	p := b.partition("cold", 0)
+	tableEnd := p.log.EndOffset()
+	produceFiller(t, b, "cold", 2*segBytes)
+	waitUploaded(t, b, "cold", 1)
+	if p.remoteEnd.Load() < tableEnd {
+		t.Fatalf("bucket ends at %d, before the tombstones' end %d", p.remoteEnd.Load(), tableEnd)
+	}
+	tp := p.bucketName()
+	ctx := context.Background()
+	manifest := func() (*format.Root, []format.RemoteSegment) {
+		t.Helper()
+		m, err := b.tier.Manifest(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, remoteSegments(t, b.tier, m)
+	}
+	root, segs := manifest()
+	if root.CleanedOffset != 0 {
+		t.Fatalf("cleaned offset %d before compaction", root.CleanedOffset)
+	}
+	oldKeys := map[string]bool{}
+	for _, s := range segs {
+		oldKeys[s.Key] = true
+	}
+	before := segmentObjects(t, store, "cold")
+
+	alterTopic(t, b, "cold", "min.compaction.lag.ms", "0")
+	waitFor(t, 3*time.Minute, "the bucket's history compacted past the tombstones", func() bool {
+		m, err := b.tier.Manifest(ctx, tp)
+		return err == nil && m.CleanedOffset >= tableEnd
+	})
+	checkTable(t, readLog(t, b, "cold"), want, true)
+
+	root, segs = manifest()
+	if root.LastCompactionMs <= 0 {
+		t.Errorf("manifest's last compaction %d, want when it ran", root.LastCompactionMs)
+	}
+	for _, s := range segs {
+		if s.BaseOffset < tableEnd && oldKeys[s.Key] {
+			t.Errorf("segment %s [%d, %d] is still the uncompacted object", s.Key, s.BaseOffset, s.LastOffset)
+		}
+	}
+	// Once the orphan grace has passed no object of the uncompacted
+	// history is left, and every object the manifest names is there.
+	var after map[string]int64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		after = segmentObjects(t, store, "cold")
+		left := 0
+		for k := range after {
+			if oldKeys[k] && !slices.ContainsFunc(segs, func(s format.RemoteSegment) bool { return s.Key == k }) {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d objects of the uncompacted history still in the bucket a minute after compaction (orphan grace 1s)", left)
+			break
+		}
+	}
+	for _, s := range segs {
+		if _, ok := after[s.Key]; !ok {
+			t.Errorf("manifest names %s, which is not in the bucket", s.Key)
+		}
+	}
+	// 200,000 records over 10,000 keys keep 10,000 (a twentieth), with
+	// their batch headers and index entries shrinking alongside: a fifth
+	// of the bytes leaves room for the objects' fixed parts.
+	t.Logf("bucket: %d objects, %d bytes before; %d objects, %d bytes after", len(before), totalSize(before), len(after), totalSize(after))
+	if totalSize(after)*5 > totalSize(before) {
+		t.Errorf("bucket holds %d bytes after compaction, %d before: want less than a fifth", totalSize(after), totalSize(before))
+	}
+
+	_, dels := want.liveAndDeleted()
+	waitFor(t, retention+2*time.Minute, "the tombstones removed from the bucket", func() bool {
+		return counterValue(t, reg, "strata_compactor_tombstones_removed_total", map[string]string{"tier": "cold"}) >= float64(dels)
+	})
+	checkTable(t, readLog(t, b, "cold"), want, false)
 }

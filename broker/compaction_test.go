@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/compactor"
+	"strata/segment"
 	"strata/tier/format"
 	"strata/tier/objstore"
 )
@@ -66,12 +67,23 @@ type table map[string][]byte
 // flush; every record must be acknowledged.
 func produceTable(t *testing.T, b *Broker, topic string, n, keys, deleted int, seed uint64) table {
 	t.Helper()
+	return produceTableWith(t, testClient(t, b, tableProducer(topic)...), n, keys, deleted, seed)
+}
+
+// tableProducer is how produceTable's client produces.
+func tableProducer(topic string) []kgo.Opt {
+	return []kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5 * time.Millisecond), kgo.ProducerBatchMaxBytes(128 << 10), kgo.MaxBufferedRecords(64 << 10)}
+}
+
+// produceTableWith is produceTable through cl (made with tableProducer),
+// which it closes.
+func produceTableWith(t *testing.T, cl *kgo.Client, n, keys, deleted int, seed uint64) table {
+	t.Helper()
 	if n < keys || deleted > keys {
 		t.Fatalf("produceTable: %d updates, %d keys, %d deleted", n, keys, deleted)
 	}
 	rng := rand.New(rand.NewPCG(seed, 13))
-	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(128<<10), kgo.MaxBufferedRecords(64<<10))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
@@ -120,8 +132,13 @@ func cmpErr(first, err error) error {
 // compresses (snappy), and a repeated byte would take no room.
 func produceFiller(t *testing.T, b *Broker, topic string, size int) {
 	t.Helper()
-	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(time.Millisecond))
+	produceFillerWith(t, testClient(t, b, tableProducer(topic)...), size)
+}
+
+// produceFillerWith is produceFiller through cl (made with
+// tableProducer), which it closes.
+func produceFillerWith(t *testing.T, cl *kgo.Client, size int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var mu sync.Mutex
@@ -653,4 +670,165 @@ func TestColdCompactionDoneWhen(t *testing.T) {
 		return counterValue(t, reg, "strata_compactor_tombstones_removed_total", map[string]string{"tier": "cold"}) >= float64(dels)
 	})
 	checkTable(t, readLog(t, b, "cold"), want, false)
+}
+
+// TestCompactionMetrics: the strata_compactor_* series an operator
+// watches (docs/compaction.md, "Watching it") move when passes run: a
+// pass counted as ok, with its duration; bytes read and fewer written;
+// keys seen and fewer kept; the tombstones removed once their delete
+// horizon passed; the partition's dirty ratio. They are on /metrics.
+func TestCompactionMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := compactingBroker(t, "", reg, func(c *Config) { c.HTTPListen = "127.0.0.1:0" })
+	const segBytes = 16 << 10
+	createTopic(t, testAdmin(t, b), "watched", 1, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+		"delete.retention.ms":       ptr("0"),
+	})
+	const deleted = 20
+	produceTable(t, b, "watched", 5_000, 200, deleted, 4)
+	produceFiller(t, b, "watched", 2*segBytes)
+	local := map[string]string{"tier": "local"}
+	value := func(name string) float64 { return counterValue(t, reg, name, local) }
+	waitFor(t, time.Minute, "the tombstones removed", func() bool {
+		return value("strata_compactor_tombstones_removed_total") >= deleted
+	})
+	if n := counterValue(t, reg, "strata_compactor_passes_total", map[string]string{"tier": "local", "result": "ok"}); n < 2 {
+		t.Errorf("%v passes ok; want at least two (one to stamp the tombstones, one to remove them)", n)
+	}
+	read, written := value("strata_compactor_bytes_read_total"), value("strata_compactor_bytes_written_total")
+	if written <= 0 || written >= read {
+		t.Errorf("bytes read %v, written %v: want some written, less than read", read, written)
+	}
+	seen, kept := value("strata_compactor_keys_seen_total"), value("strata_compactor_keys_kept_total")
+	if kept <= 0 || kept >= seen {
+		t.Errorf("keys seen %v, kept %v: want some kept, fewer than seen", seen, kept)
+	}
+	if _, ok := gaugeValue(t, reg, "strata_compactor_dirty_ratio", map[string]string{"tier": "local", "topic": "watched", "partition": "0"}); !ok {
+		t.Errorf("no strata_compactor_dirty_ratio for watched-0")
+	}
+	page := scrape(t, b)
+	for _, series := range []string{`strata_compactor_passes_total{result="ok",tier="local"}`, `strata_compactor_pass_seconds_count{tier="local"}`} {
+		if !strings.Contains(page, series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+}
+
+// localRecords reads p's local log from its start to its end, as
+// (offset, key, tombstone) triples keyed by record key: what this
+// replica itself holds.
+type localRecord struct {
+	offset    int64
+	tombstone bool
+	count     int
+}
+
+func localRecords(t *testing.T, p *partition) map[string]localRecord {
+	t.Helper()
+	out := map[string]localRecord{}
+	var buf []byte
+	for off := p.log.StartOffset(); off < p.log.EndOffset(); {
+		data, err := p.log.Read(buf[:0], off, p.log.EndOffset(), 1<<20)
+		if err != nil {
+			t.Fatalf("read local log at %d: %v", off, err)
+		}
+		if len(data) == 0 {
+			t.Fatalf("read local log at %d: nothing below its end %d", off, p.log.EndOffset())
+		}
+		buf = data
+		for len(data) >= 12 {
+			n := 12 + int(binary.BigEndian.Uint32(data[8:]))
+			batch := data[:n]
+			data = data[n:]
+			h, err := segment.ParseBatchHeader(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = segment.ForEachRecord(batch, func(r *segment.Record) error {
+				k := string(r.Key)
+				out[k] = localRecord{offset: r.Offset, tombstone: r.Tombstone, count: out[k].count + 1}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			off = h.LastOffset() + 1
+		}
+	}
+	return out
+}
+
+// TestCompactionOnFollowers: every replica compacts its own log (as in
+// Kafka). A follower that was down while the leader compacted catches up
+// by fetching compacted batches (gaps between and inside them), compacts
+// too, and each replica ends up with the same live set at the same
+// offsets; a consumer still reads exactly the latest values after the
+// leader dies.
+func TestCompactionOnFollowers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three brokers and 40,000 records: not under -short")
+	}
+	c := testCluster(t, 3, func(cfg *Config) { cfg.Compactor = compactor.Config{Interval: compactEvery} })
+	const segBytes = 32 << 10
+	c.createTopic("replicated", 1, 3, map[string]*string{
+		"cleanup.policy":            ptr("compact"),
+		"segment.bytes":             ptr(fmt.Sprint(segBytes)),
+		"min.cleanable.dirty.ratio": ptr("0.01"),
+	})
+	st := c.partitionState("replicated", 0)
+	late := c.followerNotController(st)
+	c.stop(late)
+
+	want := produceTableWith(t, c.client(tableProducer("replicated")...), 40_000, 2_000, 200, 5)
+	leader := c.node(st.Leader).partition("replicated", 0)
+	tableEnd := leader.log.EndOffset()
+	produceFillerWith(t, c.client(tableProducer("replicated")...), 2*segBytes)
+	c.waitFor("the leader's compaction past the table", time.Minute, func() bool {
+		cleaned, _ := leader.log.CleanerCheckpoint()
+		return cleaned >= tableEnd
+	})
+
+	c.restart(late)
+	c.waitFor("every replica caught up and compacted", 2*time.Minute, func() bool {
+		for id := int32(1); id <= 3; id++ {
+			p := c.node(id).partition("replicated", 0)
+			if p == nil || p.log.EndOffset() < leader.log.EndOffset() {
+				return false
+			}
+			if cleaned, _ := p.log.CleanerCheckpoint(); cleaned < tableEnd {
+				return false
+			}
+		}
+		return true
+	})
+
+	recs := readAll(t, c, "replicated", 0)
+	checkTable(t, recs, want, true)
+	at := map[string]int64{}
+	for _, r := range recs {
+		at[string(r.Key)] = r.Offset
+	}
+	for id := int32(1); id <= 3; id++ {
+		got := localRecords(t, c.node(id).partition("replicated", 0))
+		bad := 0
+		for k, v := range want {
+			r := got[k]
+			if r.count != 1 || r.offset != at[k] || r.tombstone != (v == nil) {
+				if bad++; bad <= 5 {
+					t.Errorf("node %d: %s %d times, last at %d (tombstone %v); the leader serves it once at %d (tombstone %v)",
+						id, k, r.count, r.offset, r.tombstone, at[k], v == nil)
+				}
+			}
+		}
+	}
+
+	c.stop(st.Leader)
+	c.waitFor("a new leader", 30*time.Second, func() bool {
+		l := c.partitionState("replicated", 0).Leader
+		return l >= 0 && l != st.Leader
+	})
+	checkTable(t, readAll(t, c, "replicated", 0), want, true)
 }

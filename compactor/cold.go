@@ -146,6 +146,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		}
 	}()
 	w := c.tier.NewSegmentWriter(p.TP, segs[0].BaseOffset, p.LeaderEpoch)
+	defer func() { w.Discard() }() // after Finish, a no-op
 	emit := func(batch []byte) error {
 		out, err := cl.filter(batch)
 		if err != nil || len(out) == 0 {

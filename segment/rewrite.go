@@ -278,7 +278,11 @@ func (rw *Rewrite) seal() error {
 	rw.open = false
 	s.ix.maybeAddTime()
 	dir := rw.l.dir
-	err := s.f.Sync()
+	// A failed write may have left bytes past the last whole batch.
+	err := s.f.Truncate(s.size)
+	if err == nil {
+		err = s.f.Sync()
+	}
 	if err == nil {
 		err = writeFileAtomic(cleanedName(dir, s.base, indexSuffix), encodeOffsets(nil, s.ix.offsets))
 	}
@@ -362,8 +366,16 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 
 	// 1. The swap is recorded: from here Open finishes it.
 	if err := writeFileAtomic(swapName(l.dir, rw.from), in.encode()); err != nil {
+		err = fmt.Errorf("segment: rewriting %s: recording the swap: %w", l.dir, err)
+		// The record may have reached the disk (a failed directory fsync):
+		// the outputs it names go only once it is surely gone.
+		if rerr := errors.Join(removeIfExists(swapName(l.dir, rw.from)), syncDir(l.dir)); rerr != nil {
+			l.w.failed = errors.Join(err, rerr)
+			rw.finish()
+			return err
+		}
 		rw.Abort()
-		return fmt.Errorf("segment: rewriting %s: recording the swap: %w", l.dir, err)
+		return err
 	}
 	l.testPoint("swap recorded")
 
@@ -562,7 +574,14 @@ func (in *swapIntent) rollForward(dir string, point func(string)) error {
 			point("output renamed")
 		}
 	}
-	// Sources out, but those an output took the place of.
+	// Sources out, but those an output took the place of, and only once
+	// every output is surely in: a swap that lost an output (damage, or an
+	// outside hand) must not take the old data with it.
+	for _, base := range in.outs {
+		if !fileExists(offsetName(dir, base, logSuffix)) {
+			return fmt.Errorf("the swap's new segment %d is missing: remove the partition directory or restore the file", base)
+		}
+	}
 	for _, base := range in.srcs {
 		if slices.Contains(in.outs, base) {
 			continue

@@ -304,7 +304,7 @@ func TestCompactionDoneWhen(t *testing.T) {
 	const (
 		updates, keys, deleted = 1_000_000, 10_000, 1_000
 		segBytes               = 256 << 10
-		retention              = 8 * time.Second
+		retention              = 15 * time.Second
 	)
 	reg := prometheus.NewRegistry()
 	b := compactingBroker(t, "", reg)
@@ -570,7 +570,7 @@ func TestColdCompactionDoneWhen(t *testing.T) {
 	const (
 		updates, keys, deleted = 200_000, 10_000, 1_000
 		segBytes               = 128 << 10
-		retention              = 8 * time.Second
+		retention              = 15 * time.Second
 	)
 	reg := prometheus.NewRegistry()
 	store := tierStores[0].open(t)

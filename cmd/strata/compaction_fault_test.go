@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	be "encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -348,6 +349,16 @@ func TestCompactionCrash(t *testing.T) {
 			checkCompacted(t, c.proc.bootstrap, "crash", latest)
 			if !cold {
 				return
+			}
+			// The operator's view of the same: tier status shows the
+			// bucket compacted past the history.
+			var rows []partitionStatus
+			out := cliOK(t, nil, "tier", "status", "crash", "--json", "--bootstrap", c.proc.bootstrap, "--bucket-dir", c.bucketDir)
+			if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+				t.Fatalf("tier status --json: %v\n%s", err, out)
+			}
+			if r := rows[0]; r.Cleaned == nil || r.Cleaned.End < end || r.LastCompaction == "" || r.LastCompaction == "never" {
+				t.Errorf("tier status: cleaned %v, last compaction %q; want cleaned up to at least %d and a time", r.Cleaned, r.LastCompaction, end)
 			}
 			deadline = time.Now().Add(time.Minute)
 			for {

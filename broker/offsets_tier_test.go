@@ -332,3 +332,50 @@ func TestClusterCoordinatorFailoverLoadsFromTheBucket(t *testing.T) {
 		return true
 	})
 }
+
+// TestClusterUpgradesOffsetsTopicSettings: in a cluster whose offsets
+// topic an older version created, a rolling restart into this version
+// gives the topic the settings it lacks, whichever node is the controller.
+func TestClusterUpgradesOffsetsTopicSettings(t *testing.T) {
+	store := tierStores[0].open(t)
+	c := testCluster(t, 3, func(cfg *Config) {
+		cfg.Tier = TierConfig{Store: store, UploadInterval: 20 * time.Millisecond}
+	})
+	c.waitFor("the offsets topic on every node", 30*time.Second, func() bool { return c.allKnow(offsetsTopic) })
+	// The loops that created the topic end on their next tick (250ms):
+	// the downgrade below must come after, or they would undo it.
+	time.Sleep(time.Second)
+	old := map[string]string{"cleanup.policy": "compact", "segment.bytes": "104857600"}
+	c.waitFor("the older version's settings", 20*time.Second, func() bool {
+		for id := int32(1); id <= 3; id++ {
+			b := c.node(id)
+			if !b.meta.IsLeader() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return b.meta.AlterConfigs(ctx, offsetsTopic, old, nil, true) == nil
+		}
+		return false
+	})
+	for id := int32(1); id <= 3; id++ {
+		c.stop(id)
+		c.restart(id)
+	}
+	c.waitFor("the offsets topic's settings on every node", 30*time.Second, func() bool {
+		for id := int32(1); id <= 3; id++ {
+			t, ok := c.node(id).topicByName(offsetsTopic)
+			if !ok || len(missingOffsetsConfigs(t)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for id := int32(1); id <= 3; id++ {
+		for _, p := range c.node(id).partitionList() {
+			if p.topic == offsetsTopic && !p.settings.Load().log.Tiered {
+				t.Errorf("node %d: %s-%d does not tier", id, offsetsTopic, p.index)
+			}
+		}
+	}
+}

@@ -333,7 +333,10 @@ const mergesPerPass = 4
 // segment.bytes, as idle uploads make them) into objects of up to
 // segment.bytes, and returns the manifest after.
 func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
-	if m.Empty() {
+	if compact, _ := b.cleanupPolicy(p.settings.Load().configs); m.Empty() || compact {
+		// Compaction writes its objects up to segment.bytes, merging the
+		// small ones on the way; a merge under a pass would only make the
+		// pass's replacement fail.
 		return m, nil
 	}
 	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: epoch, Max: mergesPerPass}

@@ -195,14 +195,24 @@ func (rw *Rewrite) Append(batch []byte) error {
 		return fmt.Errorf("%w: rewriting [%d, %d) of %s: batch offsets [%d, %d] after offset %d", ErrInvalidRecord, rw.from, rw.to, rw.l.dir, h.BaseOffset, h.LastOffset(), rw.nextOff-1)
 	}
 	s := rw.current()
-	// A merged output may not outgrow what a segment can index.
-	if s != nil && s.size > 0 && (s.size+int64(len(batch)) > maxSegmentBytes || h.LastOffset()-s.base > math.MaxInt32) {
-		if err := rw.Cut(); err != nil {
+	// A merged output may not outgrow what a segment can index: its size,
+	// and offsets up to 2^31 past its base (an empty output too, which
+	// then stays to cover the gap before the batch).
+	if s != nil && ((s.size > 0 && s.size+int64(len(batch)) > maxSegmentBytes) || h.LastOffset()-s.base > math.MaxInt32) {
+		if err := rw.seal(); err != nil {
 			return err
 		}
 		s = nil
 	}
 	if s == nil {
+		if len(rw.outs) == 0 && h.LastOffset()-rw.from > math.MaxInt32 {
+			if _, err := rw.newOutput(rw.from); err != nil {
+				return err
+			}
+			if err := rw.seal(); err != nil {
+				return err
+			}
+		}
 		base := h.BaseOffset
 		if len(rw.outs) == 0 {
 			base = rw.from // the outputs cover the sources' range with no hole

@@ -11,6 +11,7 @@ import (
 	rtmetrics "runtime/metrics"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func BenchmarkCompaction(b *testing.B) {
 			l := openLog(b, dir, cfg.segment, clk.now)
 			p := localPartition(l, Policy{SegmentBytes: cfg.segment})
 			c := newTestCompactor(b, &fakeHost{}, clk, Config{MemoryBytes: cfg.memory})
-			mem = mem.max(measureHeap(func() {
+			mem = mem.add(measureHeap(func() {
 				b.StartTimer()
 				m := newKeyMap(cfg.memory)
 				for {
@@ -114,7 +115,7 @@ func BenchmarkCompaction(b *testing.B) {
 				b.Fatal(err)
 			}
 			p := &host.cold[0]
-			mem = mem.max(measureHeap(func() {
+			mem = mem.add(measureHeap(func() {
 				b.StartTimer()
 				m := newKeyMap(cfg.memory)
 				for {
@@ -332,6 +333,10 @@ func copyDir(b *testing.B, src, dst string) {
 // heapUse is what measureHeap found.
 type heapUse struct {
 	peakInUse, peakLive uint64 // above the baseline
+	// user and sys are the CPU time the process spent meanwhile: on a
+	// machine whose cores are shared, the pass's cost, which wall time
+	// alone does not show.
+	user, sys time.Duration
 }
 
 var heapSamples = []string{
@@ -354,6 +359,8 @@ func measureHeap(fn func()) heapUse {
 	runtime.GC()
 	runtime.GC() // the second publishes the first's live heap
 	baseInUse, baseLive := read()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	var peakInUse, peakLive uint64
 	sample := func() {
 		inUse, live := read()
@@ -376,6 +383,7 @@ func measureHeap(fn func()) heapUse {
 		}
 	}()
 	fn()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	close(stop)
 	wg.Wait()
 	sample()
@@ -385,7 +393,8 @@ func measureHeap(fn func()) heapUse {
 		}
 		return peak - base
 	}
-	return heapUse{peakInUse: above(peakInUse, baseInUse), peakLive: above(peakLive, baseLive)}
+	return heapUse{peakInUse: above(peakInUse, baseInUse), peakLive: above(peakLive, baseLive),
+		user: time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano()), sys: time.Duration(ru1.Stime.Nano() - ru0.Stime.Nano())}
 }
 
 func logPass(b *testing.B, tier string, st Stats) {
@@ -393,16 +402,20 @@ func logPass(b *testing.B, tier string, st Stats) {
 		tier, st.CleanedTo, st.BytesRead, st.BytesWritten, st.KeysMapped, st.KeysKept, st.KeysSeen, st.Gets, st.Puts)
 }
 
-func (u heapUse) max(v heapUse) heapUse {
-	return heapUse{peakInUse: max(u.peakInUse, v.peakInUse), peakLive: max(u.peakLive, v.peakLive)}
+// add combines two measurements: the peaks' maximum, the CPU times' sum.
+func (u heapUse) add(v heapUse) heapUse {
+	return heapUse{peakInUse: max(u.peakInUse, v.peakInUse), peakLive: max(u.peakLive, v.peakLive),
+		user: u.user + v.user, sys: u.sys + v.sys}
 }
 
-// report records the figures of b.N full compactions: throughput over the
-// timed passes only, peaks over all of them.
+// report records the figures of b.N full compactions: throughput and CPU
+// time over the timed passes only, peaks over all of them.
 func report(b *testing.B, inputBytes, budget int64, passes int, mem heapUse) {
 	b.ReportMetric(float64(b.N)*float64(inputBytes)/1e6/b.Elapsed().Seconds(), "MB/s")
 	b.ReportMetric(float64(mem.peakInUse), "peak-heap-B")
 	b.ReportMetric(float64(mem.peakLive), "peak-live-B")
 	b.ReportMetric(float64(budget), "budget-B")
 	b.ReportMetric(float64(passes)/float64(b.N), "passes")
+	b.ReportMetric(mem.user.Seconds()/float64(b.N), "user-s")
+	b.ReportMetric(mem.sys.Seconds()/float64(b.N), "sys-s")
 }

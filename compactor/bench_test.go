@@ -1,3 +1,5 @@
+//go:build unix
+
 package compactor
 
 import (
@@ -44,8 +46,9 @@ import (
 // bytes a MB), peak-heap-B (the most heap in use above the baseline taken
 // before the pass, sampled every 10 ms: live data and garbage not yet
 // collected), peak-live-B (the most live heap above the baseline, as the
-// collector measured it at each cycle), budget-B, passes, and for cold the
-// GETs and PUTs of the passes.
+// collector measured it at each cycle), budget-B, passes, user-s and
+// sys-s (the process's CPU time during the passes), and for cold the GETs
+// and PUTs of the passes.
 func BenchmarkCompaction(b *testing.B) {
 	cfg := benchConfig{
 		bytes:   benchEnv(b, "STRATA_BENCH_COMPACT_BYTES", 64<<20),
@@ -63,7 +66,7 @@ func BenchmarkCompaction(b *testing.B) {
 
 	b.Run("local", func(b *testing.B) {
 		var passes int
-		var mem heapUse
+		var mem passUsage
 		for range b.N {
 			b.StopTimer()
 			dir := b.TempDir()
@@ -71,7 +74,7 @@ func BenchmarkCompaction(b *testing.B) {
 			l := openLog(b, dir, cfg.segment, clk.now)
 			p := localPartition(l, Policy{SegmentBytes: cfg.segment})
 			c := newTestCompactor(b, &fakeHost{}, clk, Config{MemoryBytes: cfg.memory})
-			mem = mem.add(measureHeap(func() {
+			mem = mem.add(measurePass(func() {
 				b.StartTimer()
 				m := newKeyMap(cfg.memory)
 				for {
@@ -105,7 +108,7 @@ func BenchmarkCompaction(b *testing.B) {
 		ctx := context.Background()
 		var passes int
 		var gets, puts int64
-		var mem heapUse
+		var mem passUsage
 		for range b.N {
 			b.StopTimer()
 			tr := uploadBenchHistory(b, hist, clk)
@@ -115,7 +118,7 @@ func BenchmarkCompaction(b *testing.B) {
 				b.Fatal(err)
 			}
 			p := &host.cold[0]
-			mem = mem.add(measureHeap(func() {
+			mem = mem.add(measurePass(func() {
 				b.StartTimer()
 				m := newKeyMap(cfg.memory)
 				for {
@@ -330,8 +333,8 @@ func copyDir(b *testing.B, src, dst string) {
 	}
 }
 
-// heapUse is what measureHeap found.
-type heapUse struct {
+// passUsage is what measurePass found.
+type passUsage struct {
 	peakInUse, peakLive uint64 // above the baseline
 	// user and sys are the CPU time the process spent meanwhile: on a
 	// machine whose cores are shared, the pass's cost, which wall time
@@ -345,9 +348,10 @@ var heapSamples = []string{
 	"/gc/heap/live:bytes",                // live at the last cycle
 }
 
-// measureHeap runs fn while sampling the heap every 10 ms, and returns
-// the most it held above what it held before, after a collection.
-func measureHeap(fn func()) heapUse {
+// measurePass runs fn while sampling the heap every 10 ms, and returns
+// the most it held above what it held before, after a collection, and
+// the CPU time spent meanwhile.
+func measurePass(fn func()) passUsage {
 	s := make([]rtmetrics.Sample, len(heapSamples))
 	for i, name := range heapSamples {
 		s[i].Name = name
@@ -371,6 +375,10 @@ func measureHeap(fn func()) heapUse {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// Deferred, so that the sampler also stops when fn ends the
+	// benchmark (b.Fatal).
+	stopSampler := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopSampler()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -387,8 +395,7 @@ func measureHeap(fn func()) heapUse {
 	}()
 	fn()
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	close(stop)
-	wg.Wait()
+	stopSampler()
 	sample()
 	above := func(peak, base uint64) uint64 {
 		if peak < base {
@@ -396,7 +403,7 @@ func measureHeap(fn func()) heapUse {
 		}
 		return peak - base
 	}
-	return heapUse{peakInUse: above(peakInUse, baseInUse), peakLive: above(peakLive, baseLive),
+	return passUsage{peakInUse: above(peakInUse, baseInUse), peakLive: above(peakLive, baseLive),
 		user: time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano()), sys: time.Duration(ru1.Stime.Nano() - ru0.Stime.Nano())}
 }
 
@@ -406,14 +413,14 @@ func logPass(b *testing.B, tier string, st Stats) {
 }
 
 // add combines two measurements: the peaks' maximum, the CPU times' sum.
-func (u heapUse) add(v heapUse) heapUse {
-	return heapUse{peakInUse: max(u.peakInUse, v.peakInUse), peakLive: max(u.peakLive, v.peakLive),
+func (u passUsage) add(v passUsage) passUsage {
+	return passUsage{peakInUse: max(u.peakInUse, v.peakInUse), peakLive: max(u.peakLive, v.peakLive),
 		user: u.user + v.user, sys: u.sys + v.sys}
 }
 
 // report records the figures of b.N full compactions: throughput and CPU
 // time over the timed passes only, peaks over all of them.
-func report(b *testing.B, inputBytes, budget int64, passes int, mem heapUse) {
+func report(b *testing.B, inputBytes, budget int64, passes int, mem passUsage) {
 	b.ReportMetric(float64(b.N)*float64(inputBytes)/1e6/b.Elapsed().Seconds(), "MB/s")
 	b.ReportMetric(float64(mem.peakInUse), "peak-heap-B")
 	b.ReportMetric(float64(mem.peakLive), "peak-live-B")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"strata/compactor"
+	"strata/tier/format"
 )
 
 // startCompactor starts compacting this node's compacted partitions in
@@ -16,6 +17,14 @@ func (b *Broker) startCompactor() error {
 	cfg := b.cfg.Compactor
 	cfg.Logger = b.log.With("component", "compactor")
 	cfg.SpoolDir = filepath.Join(b.cfg.DataDir, "compactor")
+	if b.cfg.Tier.ChunkBytes > 0 {
+		cfg.ChunkBytes = b.cfg.Tier.ChunkBytes
+	}
+	if b.tier != nil {
+		// The objects a pass replaced are orphans now: the collector
+		// visits the partition after the grace.
+		cfg.OnReplaced = func(tp format.TopicPartition) { b.collector.dropped(tp, b.cfg.Tier.Now()) }
+	}
 	// Spool files are unlinked as they are made; a crash leaves none, but
 	// an older version's might linger.
 	if err := os.RemoveAll(cfg.SpoolDir); err != nil {

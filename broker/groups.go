@@ -20,12 +20,19 @@ import (
 // offsetsTopic holds committed offsets and group metadata as records.
 const offsetsTopic = "__consumer_offsets"
 
-// offsetsTopicConfigs are Kafka's settings for the offsets topic: compacted
-// (only the latest commit per group and partition matters) with 100 MiB
-// segments (offsets.topic.segment.bytes).
+// offsetsTopicConfigs are the offsets topic's own settings. Kafka's:
+// compacted (only the latest commit per group and partition matters) with
+// 100 MiB segments (offsets.topic.segment.bytes). Strata's: it tiers like
+// any other topic, whatever the broker's default for remote.storage.enable,
+// so that the bucket alone holds a cluster's group state, and the local log
+// keeps two segments and a day, enough for the coordinator to load recent
+// history from disk while the rest comes from the bucket.
 var offsetsTopicConfigs = map[string]string{
-	"cleanup.policy": "compact",
-	"segment.bytes":  "104857600",
+	"cleanup.policy":        "compact",
+	"segment.bytes":         "104857600",
+	"remote.storage.enable": "true",
+	"local.retention.bytes": "209715200",
+	"local.retention.ms":    "86400000",
 }
 
 // startGroups starts the group coordinator, loads the offsets partitions
@@ -42,6 +49,15 @@ func (b *Broker) startGroups(ctx context.Context) error {
 		// The existing topic's partition count wins over the setting, as
 		// in Kafka: changing it would move every group.
 		partitions = int32(len(t.Partitions))
+		if !b.clustered() {
+			// Not fatal: the topic works as it is, only without the
+			// settings (tiering) this version adds.
+			if err := b.upgradeOffsetsTopic(ctx, t); err != nil {
+				b.log.Warn("upgrade offsets topic", "err", err)
+			}
+		} else {
+			b.goFunc(b.offsetsTopicLoop)
+		}
 	case !b.clustered():
 		t, err := b.createOffsetsTopic(ctx, 1)
 		if err != nil {
@@ -103,21 +119,59 @@ func (b *Broker) createOffsetsTopic(ctx context.Context, rf int16) (*meta.Topic,
 	return t, nil
 }
 
+// missingOffsetsConfigs lists the keys of offsetsTopicConfigs that t does
+// not set: an offsets topic an older version created lacks those added
+// since (tiering, the local bound).
+func missingOffsetsConfigs(t *meta.Topic) map[string]string {
+	missing := make(map[string]string)
+	for k, v := range offsetsTopicConfigs {
+		if _, ok := t.Configs[k]; !ok {
+			missing[k] = v
+		}
+	}
+	return missing
+}
+
+// upgradeOffsetsTopic gives an offsets topic an older version created the
+// settings of offsetsTopicConfigs it lacks, leaving every key it sets (an
+// operator's choice) as it is, and applies them to the open partitions
+// before the coordinator loads them. Only the controller writes metadata.
+func (b *Broker) upgradeOffsetsTopic(ctx context.Context, t *meta.Topic) error {
+	missing := missingOffsetsConfigs(t)
+	if len(missing) == 0 || !b.meta.IsLeader() {
+		return nil
+	}
+	if err := b.meta.AlterConfigs(ctx, offsetsTopic, missing, nil, false); err != nil {
+		return fmt.Errorf("add settings to %s: %w", offsetsTopic, err)
+	}
+	b.log.Info("offsets topic given this version's settings", "configs", missing)
+	return b.reconcile()
+}
+
 // offsetsTopicLoop creates __consumer_offsets in a cluster, on whichever
 // node is the controller, with replication factor 3 once three brokers are
 // alive; a cluster of fewer brokers (voters and registered broker-only
 // nodes) gets them all after ten seconds, and after a minute the topic is
 // created with whatever brokers are alive, so that a cluster missing a
-// node still gets its groups.
+// node still gets its groups. An existing topic that lacks settings of
+// offsetsTopicConfigs gets them from the controller (upgradeOffsetsTopic);
+// the loop ends once the topic has them all.
 func (b *Broker) offsetsTopicLoop() {
 	begun := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, ok := b.topicByName(offsetsTopic); ok {
-			return
-		}
-		if b.meta.IsLeader() {
+		if t, ok := b.topicByName(offsetsTopic); ok {
+			if len(missingOffsetsConfigs(t)) == 0 {
+				return
+			}
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			err := b.upgradeOffsetsTopic(ctx, t)
+			cancel()
+			if err != nil && b.ctx.Err() == nil {
+				b.log.Warn("upgrade offsets topic", "err", err)
+			}
+		} else if b.meta.IsLeader() {
 			st := b.meta.State()
 			alive := 0
 			for id := range st.Brokers {
@@ -148,18 +202,23 @@ func (b *Broker) offsetsTopicLoop() {
 }
 
 // syncCoordinator loads the offsets partitions this node leads and unloads
-// those it no longer leads, so coordinators move with leadership.
+// those it no longer leads, so coordinators move with leadership. It runs
+// on metadata changes and, to retry loads that failed, on the groups
+// loop's tick; the two may overlap, so a partition whose leadership moved
+// while it loaded is unloaded again.
 func (b *Broker) syncCoordinator(ctx context.Context) {
 	t, ok := b.topicByName(offsetsTopic)
 	if !ok {
 		return
 	}
 	for _, p := range t.Partitions {
-		leads := p.Leader == b.cfg.NodeID && b.partition(offsetsTopic, p.Index) != nil
+		leads := b.leadsOffsets(p.Index)
 		switch {
 		case leads && !b.groups.Leads(p.Index):
 			if err := b.groups.Load(ctx, p.Index); err != nil {
 				b.log.Error("load offsets partition", "partition", p.Index, "err", err)
+			} else if !b.leadsOffsets(p.Index) {
+				b.groups.Unload(p.Index)
 			}
 		case !leads && b.groups.Leads(p.Index):
 			b.groups.Unload(p.Index)
@@ -167,8 +226,21 @@ func (b *Broker) syncCoordinator(ctx context.Context) {
 	}
 }
 
-// groupsLoop expires offsets. (Coordinators follow metadata changes in
-// the reconcile loop, after the partitions they load are opened.)
+// leadsOffsets reports whether, by the metadata, this node leads offsets
+// partition index and has it open.
+func (b *Broker) leadsOffsets(index int32) bool {
+	t, ok := b.topicByName(offsetsTopic)
+	if !ok || int(index) >= len(t.Partitions) {
+		return false
+	}
+	return t.Partitions[index].Leader == b.cfg.NodeID && b.partition(offsetsTopic, index) != nil
+}
+
+// groupsLoop expires offsets, and retries the loads of offsets partitions
+// that failed: a load reads the bucket, which may be down for a while,
+// and no metadata change may come to retry it. (Coordinators follow
+// metadata changes in the reconcile loop, after the partitions they load
+// are opened.)
 func (b *Broker) groupsLoop() {
 	tick := time.NewTicker(b.cfg.MaintenanceInterval)
 	defer tick.Stop()
@@ -177,6 +249,7 @@ func (b *Broker) groupsLoop() {
 		case <-b.ctx.Done():
 			return
 		case <-tick.C:
+			b.syncCoordinator(b.ctx)
 			b.groups.ExpireOffsets(b.ctx)
 		}
 	}
@@ -212,16 +285,69 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 	return info.BaseOffset, nil
 }
 
+// Read reads the partition's history from the log start, which for a
+// tiered offsets topic is in the bucket: what local retention deleted is
+// read there, as a consumer's fetch is (readAt). Compaction leaves gaps
+// between and inside batches; a read at an offset that no longer exists
+// returns the next batch there is, and the loader goes on after its last
+// offset.
 func (l offsetsLog) Read(dst []byte, partition int32, offset int64) ([]byte, error) {
-	p := l.b.partition(offsetsTopic, partition)
+	b := l.b
+	p := b.partition(offsetsTopic, partition)
 	if p == nil {
 		return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
+	}
+	if offset < p.log.StartOffset() && b.remoteEnabled(p) && !p.remoteKnown.Load() {
+		// At start-up the manifests load in the background, and the
+		// coordinator loads its partitions before they are all in: the
+		// bucket's log start must be known, or the history below the
+		// local one would be silently skipped.
+		b.loadRemote(p)
+		if err := b.checkRemoteKnown(p); err != nil {
+			return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
+		}
 	}
 	// To the log end, not the high watermark, as Kafka's loader does: a
 	// new leader's high watermark may trail commits that are already in
 	// its log, and that it will commit once its followers fetch them.
-	offset = max(offset, p.log.StartOffset())
-	return p.log.Read(dst, offset, p.log.EndOffset(), 1<<20)
+	end := p.log.EndOffset()
+	offset = max(offset, p.logStartOffset())
+	for {
+		out, err := b.readAt(p, dst, offset, end, 1<<20)
+		if err != nil {
+			return out, fmt.Errorf("%s-%d at %d: %w", offsetsTopic, partition, offset, err)
+		}
+		// Nothing read means "the end" to the loader. The local log reads
+		// across its segments up to its end, so there that is the truth.
+		if len(out) > len(dst) || offset >= end || offset >= p.log.StartOffset() {
+			return out, nil
+		}
+		// A read from the bucket stays within one segment, whose tail
+		// compaction may have emptied: go on with the next one.
+		if offset, err = l.afterRemoteSegment(p, offset); err != nil {
+			return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
+		}
+	}
+}
+
+// afterRemoteSegment returns the offset after the bucket's segment of p
+// that holds offset.
+func (l offsetsLog) afterRemoteSegment(p *partition, offset int64) (int64, error) {
+	b := l.b
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	m, err := b.tier.Manifest(ctx, p.bucketName())
+	if err != nil {
+		return 0, storageError(err)
+	}
+	seg, ok, err := m.Find(ctx, b.tier.Pages(), offset)
+	if err != nil {
+		return 0, storageError(err)
+	}
+	if !ok || seg.LastOffset < offset {
+		return 0, fmt.Errorf("%w: nothing read at %d, and the bucket has no segment holding it", segment.ErrOffsetOutOfRange, offset)
+	}
+	return seg.LastOffset + 1, nil
 }
 
 // clientHost is what DescribeGroups shows as a member's host, in Kafka's

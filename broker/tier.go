@@ -7,7 +7,6 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,19 +150,21 @@ func (b *Broker) remoteEnabled(p *partition) bool {
 }
 
 // tiers reports whether a topic with these configs goes to the cold tier:
-// remote.storage.enable, and a delete-only cleanup policy. Compacted topics
-// (and the internal ones, which are compacted) stay local until
-// compaction runs on the cold tier: their readers, the group coordinator
-// among them, need every live key, not a retention window.
-func (b *Broker) tiers(configs map[string]string, internal bool) bool {
-	if b.tier == nil || internal {
+// whenever remote.storage.enable is set, whatever its cleanup policy.
+// Compacted topics tier like the others (unlike in Apache Kafka): offsets
+// never change, so the bucket keeps every batch where it was, and a reader
+// below the local log start finds every live key there, across the gaps
+// compaction leaves. The internal topics are no exception: the group
+// coordinator loads what is no longer local from the bucket (offsetsLog),
+// and __consumer_offsets is created with the setting on
+// (offsetsTopicConfigs), so that a bucket alone holds a cluster's group
+// state and the local disk only its recent part.
+func (b *Broker) tiers(configs map[string]string) bool {
+	if b.tier == nil {
 		return false
 	}
-	if v, _ := b.topicConfigValue(configs, "remote.storage.enable"); v != "true" {
-		return false
-	}
-	policy, _ := b.topicConfigValue(configs, "cleanup.policy")
-	return !strings.Contains(policy, "compact")
+	v, _ := b.topicConfigValue(configs, "remote.storage.enable")
+	return v == "true"
 }
 
 // tierLoop uploads closed segments of the partitions this broker leads,
@@ -332,7 +333,10 @@ const mergesPerPass = 4
 // segment.bytes, as idle uploads make them) into objects of up to
 // segment.bytes, and returns the manifest after.
 func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
-	if m.Empty() {
+	if compact, _ := b.cleanupPolicy(p.settings.Load().configs); m.Empty() || compact {
+		// Compaction writes its objects up to segment.bytes, merging the
+		// small ones on the way; a merge under a pass would only make the
+		// pass's replacement fail.
 		return m, nil
 	}
 	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: epoch, Max: mergesPerPass}
@@ -475,16 +479,22 @@ func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int
 	}
 	out, err := p.log.Read(dst, offset, hw, maxBytes)
 	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
-		return b.readRemote(p, dst, offset, maxBytes)
+		out, err = b.readRemote(p, dst, offset, maxBytes)
+		if err == nil && len(out) == len(dst) {
+			// Compaction left nothing in the bucket from offset on: the
+			// next record is the first one on local disk.
+			return p.log.Read(dst, p.log.StartOffset(), hw, maxBytes)
+		}
 	}
 	return out, err
 }
 
 // tierSegmentConfig adds the tiering settings of a topic to its log
 // config: a tiered log deletes locally only what is uploaded, bounded by
-// local.retention.* (-2: follow retention.*).
-func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string, internal bool) segment.Config {
-	if !b.tiers(configs, internal) {
+// local.retention.* (-2: follow retention.*). Internal topics follow the
+// same rule as the others (see tiers).
+func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string, _ bool) segment.Config {
+	if !b.tiers(configs) {
 		return cfg
 	}
 	num := func(key string) int64 {

@@ -21,7 +21,7 @@ type topicConfigDef struct {
 }
 
 var topicConfigs = map[string]topicConfigDef{
-	"cleanup.policy":                  {def: "delete", validate: oneOfList("delete", "compact"), doc: "delete or compact (compaction runs on the cold tier)"},
+	"cleanup.policy":                  {def: "delete", validate: oneOfList("delete", "compact"), doc: "delete, compact or both (compact,delete): see docs/compaction.md"},
 	"retention.ms":                    {def: "604800000", validate: longAtLeast(-1), doc: "whole-log time bound, -1 unlimited, 0 keeps no closed segment"},
 	"retention.bytes":                 {def: "-1", validate: longAtLeast(-1), doc: "whole-log size bound per partition, -1 unlimited, 0 keeps no closed segment"},
 	"local.retention.ms":              {def: "-2", validate: longAtLeast(-2), doc: "hot-tier time bound, -2 follows retention.ms"},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -51,6 +52,7 @@ func (c *Compactor) coldPlan(ctx context.Context, p *ColdPartition, now time.Tim
 		pl.lastPass = time.UnixMilli(root.LastCompactionMs)
 	}
 	pl.cleanEnd = pl.start
+	pl.end = root.EndOffset()
 	n := 0
 	for i, s := range segs {
 		if p.Policy.MinLag > 0 && s.MaxTimestamp > now.Add(-p.Policy.MinLag).UnixMilli() {
@@ -82,9 +84,17 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		gets, puts := c.tier.RequestCounts()
 		st.Gets, st.Puts = gets-gets0, puts-puts0
 	}()
+	// The newest object's producer snapshot says which batches are their
+	// producers' last (kept, empty if need be).
 	var producers map[int64]int64
-	if snap, err := c.tier.ProducerSnapshot(ctx, segs[len(segs)-1]); err == nil && len(snap) > 0 {
-		producers, _ = segment.SnapshotLastOffsets(snap)
+	snap, err := c.tier.ProducerSnapshot(ctx, segs[len(segs)-1])
+	if err != nil {
+		return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
+	}
+	if len(snap) > 0 {
+		if producers, err = segment.SnapshotLastOffsets(snap); err != nil {
+			return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
+		}
 	}
 	cl := newCleaning(m, pl.firstDirty, now, p.Policy, producers)
 
@@ -110,6 +120,12 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			if full {
 				return nil
 			}
+			if spool.n >= c.cfg.SpoolBytes {
+				// The spool bounds local disk as the map bounds memory:
+				// the rest waits for the next pass.
+				full = true
+				return nil
+			}
 			if err := cl.mapBatch(batch); err != nil {
 				if !errors.Is(err, errStopMap) {
 					return err
@@ -133,6 +149,9 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		return cl.stats, nil
 	}
 	cl.stats.Doubtful = m.doubtful
+	if segs[last].LastOffset+1 == pl.end {
+		cl.keepLast = pl.end - 1
+	}
 	if err := spool.rewind(); err != nil {
 		return cl.stats, err
 	}
@@ -145,7 +164,19 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			r()
 		}
 	}()
-	w := c.tier.NewSegmentWriter(p.TP, segs[0].BaseOffset, p.LeaderEpoch)
+	w, wBase := c.tier.NewSegmentWriter(p.TP, segs[0].BaseOffset, p.LeaderEpoch), segs[0].BaseOffset
+	defer func() { w.Discard() }() // after Finish, a no-op
+	// finish PUTs the current output, covering offsets up to lastOffset,
+	// and starts the next right after it.
+	finish := func(lastOffset int64, snap []byte) error {
+		seg, release, err := w.Finish(ctx, lastOffset, snap)
+		if err != nil {
+			return err
+		}
+		outs, releases = append(outs, seg), append(releases, release)
+		w, wBase = c.tier.NewSegmentWriter(p.TP, lastOffset+1, p.LeaderEpoch), lastOffset+1
+		return nil
+	}
 	emit := func(batch []byte) error {
 		out, err := cl.filter(batch)
 		if err != nil || len(out) == 0 {
@@ -156,12 +187,16 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			return err
 		}
 		if n := w.Bytes(); n > 0 && n+int64(len(out)) > p.Policy.SegmentBytes {
-			seg, release, err := w.Finish(ctx, h.BaseOffset-1, nil)
-			if err != nil {
+			if err := finish(h.BaseOffset-1, nil); err != nil {
 				return err
 			}
-			outs, releases = append(outs, seg), append(releases, release)
-			w = c.tier.NewSegmentWriter(p.TP, h.BaseOffset, p.LeaderEpoch)
+		}
+		// An object indexes offsets up to 2^31 past its base: a long gap
+		// (a few keys over billions of offsets) takes empty objects.
+		for h.LastOffset()-wBase > math.MaxInt32 {
+			if err := finish(min(h.BaseOffset-1, wBase+math.MaxInt32), nil); err != nil {
+				return err
+			}
 		}
 		return w.Append(out)
 	}
@@ -178,27 +213,35 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
 		}
 	}
-	snap, err := c.tier.ProducerSnapshot(ctx, segs[last])
-	if err != nil {
-		return cl.stats, err
+	end := segs[last].LastOffset
+	for end-wBase > math.MaxInt32 {
+		if err := finish(wBase+math.MaxInt32, nil); err != nil {
+			return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
+		}
 	}
-	seg, release, err := w.Finish(ctx, segs[last].LastOffset, snap)
-	if err != nil {
+	if last != len(segs)-1 {
+		if snap, err = c.tier.ProducerSnapshot(ctx, segs[last]); err != nil {
+			return cl.stats, err
+		}
+	}
+	if err := finish(end, snap); err != nil {
 		return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
 	}
-	outs, releases = append(outs, seg), append(releases, release)
 	if err := c.pause(ctx, "cold.after-put"); err != nil {
 		return cl.stats, err
 	}
 
 	// Step 3: one manifest change swaps them in.
-	if _, err := c.tier.ReplaceCompacted(ctx, p.TP, outs, p.LeaderEpoch, cl.mapEnd, now); err != nil {
+	if _, err := c.tier.ReplaceCompacted(ctx, p.TP, outs, p.LeaderEpoch, cl.cleanedTo(), now); err != nil {
 		return cl.stats, fmt.Errorf("replace compacted segments of %s: %w", p.name(), err)
 	}
 	if err := c.pause(ctx, "cold.after-manifest"); err != nil {
 		return cl.stats, err
 	}
-	cl.stats.CleanedTo = cl.mapEnd
+	cl.stats.CleanedTo = cl.cleanedTo()
+	if c.cfg.OnReplaced != nil {
+		c.cfg.OnReplaced(p.TP)
+	}
 	c.noteTombstones(coldKey(p.TP.Topic, p.TP.Partition), cl.tombstoneDue)
 	return cl.stats, nil
 }
@@ -206,6 +249,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 // spool is a temporary file of whole batches, written in offset order and
 // read back once.
 type spool struct {
+	n int64 // bytes written
 	f *os.File
 	w *bufio.Writer
 	r *bufio.Reader
@@ -226,7 +270,8 @@ func newSpool(dir string) (*spool, error) {
 }
 
 func (s *spool) write(batch []byte) error {
-	_, err := s.w.Write(batch)
+	n, err := s.w.Write(batch)
+	s.n += int64(n)
 	return err
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"strata/tier/format"
 )
 
 // Config holds the compactor's node-wide settings.
@@ -25,6 +27,14 @@ type Config struct {
 	// reads from the bucket is kept there for its second look, so that
 	// each object is fetched once.
 	SpoolDir string
+	// SpoolBytes bounds a cold pass's spool file: once it holds this
+	// much, the key map stops there (a batch boundary) and the rest of the
+	// dirty history waits for the next pass. Disk use is at most this plus
+	// one segment object.
+	SpoolBytes int64
+	// OnReplaced, if set, is called after a cold pass replaced objects in
+	// tp's manifest: the replaced ones are now orphans to collect.
+	OnReplaced func(tp format.TopicPartition)
 	// TestPauseAt, if set, makes passes stop at that point until their
 	// context ends: a crash test kills the process there. Points:
 	// "local.before-commit", "cold.after-put", "cold.after-manifest".
@@ -40,6 +50,7 @@ const (
 	DefaultWorkers     = 1
 	DefaultInterval    = 15 * time.Second
 	DefaultChunkBytes  = 4 << 20
+	DefaultSpoolBytes  = 1 << 30
 	// minMemoryBytes keeps a worker's map large enough for a batch.
 	minMemoryBytes = 1 << 20
 )
@@ -57,6 +68,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = DefaultChunkBytes
+	}
+	if c.SpoolBytes == 0 {
+		c.SpoolBytes = DefaultSpoolBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -78,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("compactor I/O limit %d bytes/s: must not be negative", c.IOBytesPerSec)
 	case c.Interval <= 0:
 		return fmt.Errorf("compactor interval %v: must be positive", c.Interval)
+	case c.SpoolBytes < 0:
+		return fmt.Errorf("compactor spool %d bytes: must not be negative", c.SpoolBytes)
 	case c.ChunkBytes < 64<<10:
 		return fmt.Errorf("compactor chunk %d bytes: must be at least 64 KiB", c.ChunkBytes)
 	}

@@ -3,6 +3,7 @@ package compactor
 import (
 	"errors"
 	"hash/maphash"
+	"math"
 )
 
 // slotBytes is what one key takes in a keyMap: two 64-bit hashes of the
@@ -27,16 +28,24 @@ var errMapFull = errors.New("compactor: key map full")
 // both from maphash under seeds chosen per map. Two keys that share h1 but
 // differ in h2 are a detected collision: the slot is marked doubtful and
 // every record of either key is kept for this pass (keep on doubt), so a
-// collision can cost bytes, never a live key. Only two keys equal in both
-// 64-bit hashes could be confused; under random seeds that no client can
-// know, the chance is about n²/2^129 for n keys in a pass (2^-89 for a
-// billion keys), and the next pass draws new seeds.
+// collision can cost bytes, never a live key. The pass then calls the log
+// compacted only below the collision (firstDoubt), so the next pass, under
+// new seeds, decides those keys again: a tombstone kept on doubt is not
+// left to expire above a value it should have removed. Only two keys
+// equal in both hashes (63 + 64 bits) could be confused; under random
+// seeds that no client can know, the chance is about n²/2^128 for n keys
+// in a pass (2^-68 for a billion keys).
 type keyMap struct {
 	slots    []slot
 	used     int
 	limit    int
 	s1, s2   maphash.Seed
 	doubtful int
+	// firstDoubt is the smallest offset of a key in a doubtful slot (as
+	// of the collision; later offsets of those keys are larger): the pass
+	// may call the log compacted only below it, so that the next pass,
+	// under new seeds, maps those keys again.
+	firstDoubt int64
 	// hash replaces the seeded hashes in tests that need collisions.
 	hash func(key []byte) (h1, h2 uint64)
 }
@@ -62,7 +71,7 @@ func newKeyMap(budget int64) *keyMap {
 // reset empties the map and draws new seeds.
 func (m *keyMap) reset() {
 	clear(m.slots)
-	m.used, m.doubtful = 0, 0
+	m.used, m.doubtful, m.firstDoubt = 0, 0, math.MaxInt64
 	m.s1, m.s2 = maphash.MakeSeed(), maphash.MakeSeed()
 }
 
@@ -104,6 +113,7 @@ func (m *keyMap) add(key []byte, offset int64) error {
 		m.used++
 	case s.off == doubt:
 	case s.h2 != h2:
+		m.firstDoubt = min(m.firstDoubt, s.off, offset)
 		s.off = doubt
 		m.doubtful++
 	default:

@@ -42,6 +42,9 @@ type plan struct {
 	// lastPass is when the last pass was recorded (cleaner checkpoint or
 	// manifest), zero if never.
 	lastPass time.Time
+	// end is where the log's closed section ends: the active segment's
+	// base locally, the manifest's end offset in the bucket.
+	end int64
 }
 
 func (p plan) ratio() float64 {
@@ -61,7 +64,8 @@ func localPlan(p *LocalPartition, now time.Time) (plan, []segment.SegmentInfo, e
 	cleaned, at := log.CleanerCheckpoint()
 	pl := plan{start: segs[0].BaseOffset, firstDirty: max(cleaned, log.StartOffset(), segs[0].BaseOffset), lastPass: at}
 	pl.cleanEnd = pl.start
-	end := min(log.ActiveBase(), p.HighWatermark())
+	pl.end = log.ActiveBase()
+	end := min(pl.end, p.HighWatermark())
 	if p.Tiered {
 		end = min(end, log.TieredOffset())
 	}
@@ -114,6 +118,7 @@ func (c *Compactor) compactLocal(ctx context.Context, m *keyMap, p *LocalPartiti
 	log := p.Log
 	now := c.cfg.Now()
 	cl := newCleaning(m, pl.firstDirty, now, p.Policy, log.ProducerLastOffsets())
+	cl.expire = !p.Tiered
 
 	// Step 1: the key map, from the segment holding firstDirty.
 	mapFrom := pl.start
@@ -160,6 +165,9 @@ func (c *Compactor) compactLocal(ctx context.Context, m *keyMap, p *LocalPartiti
 			break
 		}
 	}
+	if to == pl.end {
+		cl.keepLast = to - 1
+	}
 	rw, err := log.BeginRewrite(pl.start, to)
 	if err != nil {
 		return cl.stats, err
@@ -191,10 +199,10 @@ func (c *Compactor) compactLocal(ctx context.Context, m *keyMap, p *LocalPartiti
 		return cl.stats, err
 	}
 	// Step 3: swap, recording where the next pass's map starts.
-	if err := rw.Commit(cl.mapEnd); err != nil {
+	if err := rw.Commit(cl.cleanedTo()); err != nil {
 		return cl.stats, fmt.Errorf("swap compacted segments of %s: %w", p.name(), err)
 	}
-	cl.stats.CleanedTo = cl.mapEnd
+	cl.stats.CleanedTo = cl.cleanedTo()
 	c.noteTombstones(localKey(p.Topic, p.Partition), cl.tombstoneDue)
 	return cl.stats, nil
 }

@@ -57,8 +57,16 @@ type cleaning struct {
 	// tombstoneDue is the earliest delete horizon of a tombstone the pass
 	// kept (0: none): a pass is due then, dirty or not.
 	tombstoneDue int64
-	stats        Stats
-	buf          []byte
+	// expire lets tombstones past their horizon go. A tiered log's local
+	// pass keeps them: older values of their keys may be in the bucket
+	// only, below the local log, where the cold pass decides.
+	expire bool
+	// keepLast is the last offset of the section being rewritten when it
+	// ends at the active segment: that batch stays, empty if need be, so
+	// that a read below the log end always finds a batch (-1: none).
+	keepLast int64
+	stats    Stats
+	buf      []byte
 }
 
 func newCleaning(m *keyMap, firstDirty int64, now time.Time, p Policy, producers map[int64]int64) *cleaning {
@@ -66,9 +74,13 @@ func newCleaning(m *keyMap, firstDirty int64, now time.Time, p Policy, producers
 	return &cleaning{
 		m: m, firstDirty: firstDirty, mapEnd: firstDirty,
 		nowMs: now.UnixMilli(), horizonMs: now.Add(p.DeleteRetention).UnixMilli(),
-		producers: producers,
+		producers: producers, expire: true, keepLast: -1,
 	}
 }
+
+// cleanedTo is where the pass leaves the log compacted: the map's end, or
+// the first key kept on doubt.
+func (c *cleaning) cleanedTo() int64 { return max(min(c.mapEnd, c.m.firstDoubt), c.firstDirty) }
 
 // errStopMap ends the map's scan: the next batch might not fit.
 var errStopMap = errors.New("compactor: key map full")
@@ -116,7 +128,7 @@ func (c *cleaning) filter(batch []byte) ([]byte, error) {
 		return batch, nil
 	}
 	horizon, hasHorizon := h.DeleteHorizon()
-	expired := hasHorizon && c.nowMs >= horizon
+	expired := c.expire && hasHorizon && c.nowMs >= horizon
 	keptTombstone := false
 	keep := func(r *segment.Record) bool {
 		if r.Offset >= c.mapEnd {
@@ -145,12 +157,15 @@ func (c *cleaning) filter(batch []byte) ([]byte, error) {
 			opts.RetainEmpty = true
 		}
 	}
+	if h.LastOffset() == c.keepLast {
+		opts.RetainEmpty = true
+	}
 	out, _, err := segment.FilterBatch(c.buf[:0], batch, keep, opts)
 	if err != nil {
 		return nil, fmt.Errorf("filter batch at offset %d: %w", h.BaseOffset, err)
 	}
 	c.buf = out[:0]
-	if keptTombstone {
+	if keptTombstone && c.expire {
 		due := c.horizonMs
 		if hasHorizon {
 			due = horizon

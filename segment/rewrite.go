@@ -195,14 +195,24 @@ func (rw *Rewrite) Append(batch []byte) error {
 		return fmt.Errorf("%w: rewriting [%d, %d) of %s: batch offsets [%d, %d] after offset %d", ErrInvalidRecord, rw.from, rw.to, rw.l.dir, h.BaseOffset, h.LastOffset(), rw.nextOff-1)
 	}
 	s := rw.current()
-	// A merged output may not outgrow what a segment can index.
-	if s != nil && s.size > 0 && (s.size+int64(len(batch)) > maxSegmentBytes || h.LastOffset()-s.base > math.MaxInt32) {
-		if err := rw.Cut(); err != nil {
+	// A merged output may not outgrow what a segment can index: its size,
+	// and offsets up to 2^31 past its base (an empty output too, which
+	// then stays to cover the gap before the batch).
+	if s != nil && ((s.size > 0 && s.size+int64(len(batch)) > maxSegmentBytes) || h.LastOffset()-s.base > math.MaxInt32) {
+		if err := rw.seal(); err != nil {
 			return err
 		}
 		s = nil
 	}
 	if s == nil {
+		if len(rw.outs) == 0 && h.LastOffset()-rw.from > math.MaxInt32 {
+			if _, err := rw.newOutput(rw.from); err != nil {
+				return err
+			}
+			if err := rw.seal(); err != nil {
+				return err
+			}
+		}
 		base := h.BaseOffset
 		if len(rw.outs) == 0 {
 			base = rw.from // the outputs cover the sources' range with no hole
@@ -278,7 +288,11 @@ func (rw *Rewrite) seal() error {
 	rw.open = false
 	s.ix.maybeAddTime()
 	dir := rw.l.dir
-	err := s.f.Sync()
+	// A failed write may have left bytes past the last whole batch.
+	err := s.f.Truncate(s.size)
+	if err == nil {
+		err = s.f.Sync()
+	}
 	if err == nil {
 		err = writeFileAtomic(cleanedName(dir, s.base, indexSuffix), encodeOffsets(nil, s.ix.offsets))
 	}
@@ -362,8 +376,16 @@ func (rw *Rewrite) Commit(cleanedTo int64) error {
 
 	// 1. The swap is recorded: from here Open finishes it.
 	if err := writeFileAtomic(swapName(l.dir, rw.from), in.encode()); err != nil {
+		err = fmt.Errorf("segment: rewriting %s: recording the swap: %w", l.dir, err)
+		// The record may have reached the disk (a failed directory fsync):
+		// the outputs it names go only once it is surely gone.
+		if rerr := errors.Join(removeIfExists(swapName(l.dir, rw.from)), syncDir(l.dir)); rerr != nil {
+			l.w.failed = errors.Join(err, rerr)
+			rw.finish()
+			return err
+		}
 		rw.Abort()
-		return fmt.Errorf("segment: rewriting %s: recording the swap: %w", l.dir, err)
+		return err
 	}
 	l.testPoint("swap recorded")
 
@@ -562,7 +584,14 @@ func (in *swapIntent) rollForward(dir string, point func(string)) error {
 			point("output renamed")
 		}
 	}
-	// Sources out, but those an output took the place of.
+	// Sources out, but those an output took the place of, and only once
+	// every output is surely in: a swap that lost an output (damage, or an
+	// outside hand) must not take the old data with it.
+	for _, base := range in.outs {
+		if !fileExists(offsetName(dir, base, logSuffix)) {
+			return fmt.Errorf("the swap's new segment %d is missing: remove the partition directory or restore the file", base)
+		}
+	}
 	for _, base := range in.srcs {
 		if slices.Contains(in.outs, base) {
 			continue

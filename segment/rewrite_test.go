@@ -296,10 +296,16 @@ func TestCleanerCheckpointDamaged(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l = mustOpen(t, dir, smallCfg(clock))
+	var logs syncBuffer
+	cfg := smallCfg(clock)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l = mustOpen(t, dir, cfg)
 	defer l.Close()
 	if c, at := l.CleanerCheckpoint(); c != l.StartOffset() || !at.IsZero() {
 		t.Fatalf("CleanerCheckpoint with a damaged file = %d, %v; want never cleaned", c, at)
+	}
+	if !strings.Contains(logs.String(), "cleaner checkpoint") {
+		t.Fatalf("a damaged cleaner checkpoint went unreported: %q", logs.String())
 	}
 	if _, err := l.BeginRewrite(bases[1], bases[1]); err == nil {
 		t.Fatal("BeginRewrite of an empty range succeeded")
@@ -812,5 +818,84 @@ func TestCleanerCheckpointFollowsTruncation(t *testing.T) {
 	defer l.Close()
 	if c, _ := l.CleanerCheckpoint(); c != restart {
 		t.Fatalf("CleanerCheckpoint %d after restarting the log at %d", c, restart)
+	}
+}
+
+// A swap record whose new segment has vanished stops Open rather than let
+// it delete the old segments: the old data is all there is.
+func TestRewriteSwapMissingOutput(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 100)
+	bases := segmentBases(l)
+	from, to := bases[1], bases[4]
+	var crashDir string
+	l.testHook = func(point string) {
+		if point == "swap recorded" {
+			crashDir = copyDir(t, dir)
+		}
+	}
+	if err := rewriteWith(t, l, from, to, thinOut, 2<<10); err != nil {
+		t.Fatal(err)
+	}
+	// An output at a base no old segment had: its .log.cleaned is all
+	// there is of it.
+	lost := int64(-1)
+	for _, base := range segmentBases(l) {
+		if base > from && base < to && !slices.Contains(bases, base) {
+			lost = base
+			break
+		}
+	}
+	l.Close()
+	if lost < 0 {
+		t.Fatal("no output at a new base")
+	}
+	if err := os.Remove(cleanedName(crashDir, lost, logSuffix)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(crashDir, smallCfg(clock)); err == nil {
+		t.Fatal("Open finished a swap whose new segment is gone")
+	}
+	for _, base := range bases[2:4] {
+		if !fileExists(offsetName(crashDir, base, logSuffix)) {
+			t.Fatalf("the old segment %d was deleted", base)
+		}
+	}
+}
+
+// The swap record decodes to what was encoded, and any damage to it is
+// refused without a panic: Open then stops rather than guess which
+// segments are the log's.
+func TestSwapRecordDamage(t *testing.T) {
+	in := swapIntent{mark: cleanerMark{cleanedTo: 4096, at: time.UnixMilli(1_700_000_000_123)}, srcs: []int64{100, 200, 300}, outs: []int64{100, 250}}
+	b := in.encode()
+	got, ok := decodeSwap(b)
+	if !ok || got.mark != in.mark || !slices.Equal(got.srcs, in.srcs) || !slices.Equal(got.outs, in.outs) {
+		t.Fatalf("decodeSwap(encode(%+v)) = %+v, %v", in, got, ok)
+	}
+	for n := range len(b) {
+		if _, ok := decodeSwap(b[:n]); ok {
+			t.Fatalf("a record cut to %d bytes decodes", n)
+		}
+	}
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x10
+		if _, ok := decodeSwap(c); ok {
+			t.Fatalf("a record with byte %d flipped decodes", i)
+		}
+	}
+
+	clock := newClock()
+	dir := t.TempDir()
+	l := leaderLog(t, dir, clock, 40)
+	l.Close()
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(swapName(dir, 0), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, smallCfg(clock)); err == nil || !strings.Contains(err.Error(), swapSuffix) {
+		t.Fatalf("Open with a damaged swap record: %v", err)
 	}
 }

@@ -43,7 +43,10 @@ const (
 // segment's range, and the whole part against its length and CRC-32C once
 // read (format.Part.Check, streamed). fn's batch is valid only during the
 // call; an error from fn ends the read and is returned as it is. A bad
-// object is segment.ErrCorruptSegment, naming its key.
+// object is segment.ErrCorruptSegment, naming its key. Bytes a batch's CRC
+// does not cover (its base offset and length) are only known good once
+// the whole part's CRC matched, at the end: after an error, discard what
+// fn built from the batches it saw.
 func (t *Tier) ReadLog(ctx context.Context, s format.RemoteSegment, chunk int64, fn func(batch []byte) error) error {
 	if chunk <= 0 {
 		chunk = t.cfg.ChunkBytes

@@ -276,10 +276,16 @@ func checkReadsAcrossGaps(t *testing.T, tr *Tier, want []span, from, end int64) 
 // grace and go after it; the new objects are never collected, not even
 // while they are written and not yet named by the manifest.
 func TestReplaceCompacted(t *testing.T) {
+	t.Run("inline", func(t *testing.T) { checkReplaceCompacted(t, format.Paging{}) })
+	// With pages of two segments, the replaced range straddles pages.
+	t.Run("paged", func(t *testing.T) { checkReplaceCompacted(t, smallPages) })
+}
+
+func checkReplaceCompacted(t *testing.T, pg format.Paging) {
 	ctx := context.Background()
 	clk := newClock()
 	store := newHookStore(newDirStore(t), clk)
-	tr := openTier(t, store, clk.Now)
+	tr := openTierWith(t, store, clk.Now, pg)
 	for _, s := range closedSegments(t, 80, 16<<10) {
 		if _, err := tr.Upload(ctx, testTP, s, 0); err != nil {
 			t.Fatal(err)
@@ -287,8 +293,8 @@ func TestReplaceCompacted(t *testing.T) {
 	}
 	m, _ := tr.Manifest(ctx, testTP)
 	before := allSegments(t, store, m)
-	if len(before) < 5 {
-		t.Fatalf("%d segments", len(before))
+	if len(before) < 5 || pg.PageSegments > 0 && len(m.Pages) == 0 {
+		t.Fatalf("%d segments, %d pages", len(before), len(m.Pages))
 	}
 	all := batchSpans(t, tr, before)
 	gets0, puts0 := tr.RequestCounts()
@@ -352,7 +358,7 @@ func TestReplaceCompacted(t *testing.T) {
 			want = append(want, sp)
 		}
 	}
-	fresh := openTier(t, store, clk.Now)
+	fresh := openTierWith(t, store, clk.Now, pg)
 	checkReadsAcrossGaps(t, fresh, want, 0, got.EndOffset())
 	checkReadsAcrossGaps(t, tr, want, 0, got.EndOffset())
 

@@ -241,17 +241,13 @@ func bucketPartitions(ctx context.Context, st objstore.Store, topics []string) (
 }
 
 // localOnly says which topics never tier, by the rule the broker applies:
-// internal topics, compacted ones and those with remote.storage.enable
-// false never go to the bucket, so their whole log is not upload lag.
+// those with remote.storage.enable false never go to the bucket, so their
+// whole log is not upload lag. Compacted and internal topics tier.
 func localOnly(ctx context.Context, adm *kadm.Client, tds kadm.TopicDetails) (map[string]bool, error) {
 	out := make(map[string]bool)
 	var names []string
 	for name, td := range tds {
 		if td.Err != nil {
-			continue
-		}
-		if td.IsInternal {
-			out[name] = true
 			continue
 		}
 		names = append(names, name)
@@ -276,8 +272,6 @@ func localOnly(ctx context.Context, adm *kadm.Client, tds kadm.TopicDetails) (ma
 			switch c.Key {
 			case "remote.storage.enable":
 				out[name] = out[name] || v != "true"
-			case "cleanup.policy":
-				out[name] = out[name] || strings.Contains(v, "compact")
 			}
 		}
 	}

@@ -199,34 +199,53 @@ func TestTierDevDefaultStore(t *testing.T) {
 	assertOneLineError(t, stderr, "tier verify: 1 failure")
 }
 
-// TestTierLocalOnlyTopics: topics that never tier show as local-only in
-// tier status, not with their whole log as upload lag.
-func TestTierLocalOnlyTopics(t *testing.T) {
+// TestTierCompactedTopicsTier: tier status follows the broker's rule of
+// which topics tier. Compacted topics (compact, and compact,delete) tier
+// like any other and show their upload lag (issue 13); only a topic with
+// remote.storage.enable=false is local-only, its whole log no upload lag.
+func TestTierCompactedTopicsTier(t *testing.T) {
 	dataDir := t.TempDir()
 	n := startNode(t, nil, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "off", "--tier-upload-interval", "100ms")
 	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
+	with := func(kv ...string) map[string]*string {
+		m := map[string]*string{}
+		for k, v := range smallSegments {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kmsg.StringPtr(kv[i+1])
+		}
+		return m
+	}
 	mustCreate(t, n.bootstrap, "tiered", 1, smallSegments)
-	mustCreate(t, n.bootstrap, "compacted", 1, map[string]*string{"segment.bytes": kmsg.StringPtr("1024"), "cleanup.policy": kmsg.StringPtr("compact")})
-	mustCreate(t, n.bootstrap, "kept", 1, map[string]*string{"segment.bytes": kmsg.StringPtr("1024"), "remote.storage.enable": kmsg.StringPtr("false")})
-	for _, topic := range []string{"tiered", "compacted", "kept"} {
+	mustCreate(t, n.bootstrap, "compacted", 1, with("cleanup.policy", "compact"))
+	mustCreate(t, n.bootstrap, "both", 1, with("cleanup.policy", "compact,delete"))
+	mustCreate(t, n.bootstrap, "kept", 1, with("remote.storage.enable", "false"))
+	topics := []string{"tiered", "compacted", "both", "kept"}
+	for _, topic := range topics {
 		produceN(t, n.bootstrap, topic, 0, 20)
 	}
-	waitTiered(t, env, "tiered", "--data-dir", dataDir)
+	for _, topic := range topics[:3] {
+		waitTiered(t, env, topic, "--data-dir", dataDir)
+	}
 	var rows []partitionStatus
 	if err := json.Unmarshal([]byte(cliOK(t, env, "tier", "status", "--json", "--data-dir", dataDir)), &rows); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 {
+	if len(rows) != len(topics) {
 		t.Fatalf("tier status: %+v", rows)
 	}
 	for _, r := range rows {
-		local := r.Topic != "tiered"
+		local := r.Topic == "kept"
 		if r.LocalOnly != local || (r.UploadLag == nil) != local || r.LocalEnd == nil || *r.LocalEnd != 20 {
 			t.Errorf("%s: local_only %v, upload lag %v, local end %v", r.Topic, r.LocalOnly, r.UploadLag, r.LocalEnd)
 		}
+		if !local && (r.RemoteEnd == nil || *r.RemoteEnd == 0 || r.Segments == 0) {
+			t.Errorf("%s: nothing in the bucket: %+v", r.Topic, r)
+		}
 	}
 	table := cliOK(t, env, "tier", "status", "--data-dir", dataDir)
-	if !regexp.MustCompile(`(?m)^compacted .* local-only$`).MatchString(table) || !regexp.MustCompile(`(?m)^kept .* local-only$`).MatchString(table) {
+	if !regexp.MustCompile(`(?m)^kept .* local-only$`).MatchString(table) || regexp.MustCompile(`(?m)^(compacted|both) .* local-only$`).MatchString(table) {
 		t.Errorf("tier status:\n%s", table)
 	}
 	n.stop(t)

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,9 @@ const (
 	lengthEnd       = 12
 )
 
+// readLogBufs holds ReadLog's buffers between calls.
+var readLogBufs sync.Pool
+
 // ReadLog calls fn with each whole batch of s's log part in offset order.
 // It fetches the part with ranged GETs of chunk bytes (the tier's chunk
 // size if chunk <= 0), straight from the store, bypassing the chunk cache a
@@ -56,8 +60,20 @@ func (t *Tier) ReadLog(ctx context.Context, s format.RemoteSegment, chunk int64,
 		return fmt.Errorf("%w: log of %s at position %d: %v", segment.ErrCorruptSegment, s.Key, pos, err)
 	}
 	sum := crc32.New(castagnoli)
+	// One buffer of two chunks serves a whole pass: a chunk plus the cut
+	// batch before it, without allocating per chunk or per object.
+	pooled, _ := readLogBufs.Get().(*[]byte)
+	if pooled == nil || int64(cap(*pooled)) < 2*chunk {
+		b := make([]byte, 0, 2*chunk)
+		pooled = &b
+	}
+	defer func() {
+		if int64(cap(*pooled)) <= 4*chunk {
+			readLogBufs.Put(pooled)
+		}
+	}()
 	var (
-		back     []byte // holds buf, the bytes fetched and not yet consumed
+		back     = (*pooled)[:0] // holds buf, the bytes fetched and not yet consumed
 		buf      []byte
 		consumed int64 // log position of buf[0]
 		next     int64 // log position of the next byte to fetch
@@ -100,6 +116,7 @@ func (t *Tier) ReadLog(ctx context.Context, s format.RemoteSegment, chunk int64,
 		need := len(buf) + int(want)
 		if cap(back) < need {
 			back = append(make([]byte, 0, need), buf...)
+			*pooled = back[:0]
 		} else {
 			back = back[:copy(back[:cap(back)], buf)]
 		}

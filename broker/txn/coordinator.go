@@ -211,6 +211,9 @@ func (c *Coordinator) lookupLocked(id string) (part, epoch int32, e *entry, err 
 }
 
 func (c *Coordinator) prepareLocked(e *entry, epoch int32, to Metadata) *Transition {
+	// Kafka's PreviousProducerId is the id before each record, not only
+	// before a rotation.
+	to.LastProducerID = e.md.ProducerID
 	t := &Transition{Partition: e.partition, CoordinatorEpoch: epoch, From: e.md.Clone(), To: to}
 	e.pending = t
 	return t
@@ -398,7 +401,11 @@ func (c *Coordinator) fenceLocked(e *entry, cepoch int32, now int64) (*Transitio
 	}
 	to := md.Clone()
 	to.State, to.LastUpdate, to.LastProducerEpoch = PrepareAbort, now, NoProducerEpoch
-	to.ProducerEpoch++
+	// Two, as Kafka's fence followed by its TV2 abort: a KIP-890 part 2
+	// client one epoch behind is taken for a retry of its own end, and the
+	// producer this abort is for must be fenced instead. At 32766 only one
+	// is left; InitProducerId then rotates the id.
+	to.ProducerEpoch = int16(min(int(md.ProducerEpoch)+2, maxEpoch))
 	return c.prepareLocked(e, cepoch, to), nil
 }
 
@@ -495,8 +502,9 @@ func (c *Coordinator) add(id string, pid int64, epoch int16, parts []TopicPartit
 // KIP-890 part 1), which a partition leader sends before appending a
 // transactional batch: is each partition in the ongoing transaction of
 // this producer id and epoch? A partition that is not gets
-// INVALID_TXN_STATE, so a late retry of a produce cannot open a
-// transaction the producer has already ended. Err, when set, applies to
+// TRANSACTION_ABORTABLE (Kafka 3.8+; the produce path converts it for
+// older clients), so a late retry of a produce cannot open a transaction
+// the producer has already ended. Err, when set, applies to
 // every partition.
 func (c *Coordinator) VerifyPartitions(id string, pid int64, epoch int16, parts []TopicPartition) (map[TopicPartition]*kerr.Error, *kerr.Error) {
 	if id == "" {
@@ -512,14 +520,17 @@ func (c *Coordinator) VerifyPartitions(id string, pid int64, epoch int16, parts 
 		return nil, kerr.InvalidProducerIDMapping
 	case e.md.ProducerEpoch != epoch:
 		return nil, kerr.ProducerFenced
-	case e.pending != nil, e.md.State == PrepareCommit, e.md.State == PrepareAbort:
+	case e.md.State == PrepareCommit, e.md.State == PrepareAbort:
 		return nil, kerr.ConcurrentTransactions
 	}
+	// A pending add is not waited for: the partition joins the transaction
+	// when its record is written, and the producer retries its produce
+	// after its AddPartitionsToTxn succeeded.
 	out := make(map[TopicPartition]*kerr.Error, len(parts))
 	for _, p := range parts {
 		out[p] = nil
 		if e.md.State != Ongoing || !e.md.HasPartition(p) {
-			out[p] = kerr.InvalidTxnState
+			out[p] = kerr.TransactionAbortable
 		}
 	}
 	return out, nil

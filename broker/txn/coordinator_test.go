@@ -268,7 +268,7 @@ func TestInitProducerIDAbortsOpenTransaction(t *testing.T) {
 	}
 	h.complete(r.Transition)
 	m := r.Transition.Markers()
-	want := &Markers{TransactionalID: "tx", ProducerID: pid, ProducerEpoch: epoch + 1, CoordinatorEpoch: 3, Commit: false, Partitions: []TopicPartition{tp("a", 0), tp("a", 1)}}
+	want := &Markers{TransactionalID: "tx", ProducerID: pid, ProducerEpoch: epoch + 2, CoordinatorEpoch: 3, Commit: false, Partitions: []TopicPartition{tp("a", 0), tp("a", 1)}}
 	if !sameMarkers(m, want) {
 		t.Fatalf("markers %+v, want %+v", m, want)
 	}
@@ -286,8 +286,8 @@ func TestInitProducerIDAbortsOpenTransaction(t *testing.T) {
 		t.Fatalf("after markers: %+v", s)
 	}
 	_, e2 := h.mustInit("tx")
-	if e2 != epoch+2 {
-		t.Fatalf("retried InitProducerID epoch %d, want %d", e2, epoch+2)
+	if e2 != epoch+3 {
+		t.Fatalf("retried InitProducerID epoch %d, want %d", e2, epoch+3)
 	}
 }
 
@@ -412,15 +412,16 @@ func TestAddPartitions(t *testing.T) {
 
 // TestVerifyPartitions pins KIP-890 part 1: a partition leader asks before
 // appending a transactional batch, and only partitions of the producer's
-// ongoing transaction pass, so a late retry of a produce cannot open a
-// hanging transaction after the producer ended it.
+// ongoing transaction pass (others get TRANSACTION_ABORTABLE, as in Kafka
+// 3.8+), so a late retry of a produce cannot open a hanging transaction
+// after the producer ended it.
 func TestVerifyPartitions(t *testing.T) {
 	h := newHarness(t)
 	pid, epoch := h.mustInit("tx")
 	wantErr(t, "add", h.add("tx", pid, epoch, 3, tp("a", 0)), nil)
 
 	got, err := h.c.VerifyPartitions("tx", pid, epoch, []TopicPartition{tp("a", 0), tp("a", 1)})
-	if err != nil || got[tp("a", 0)] != nil || got[tp("a", 1)] != kerr.InvalidTxnState || len(got) != 2 {
+	if err != nil || got[tp("a", 0)] != nil || got[tp("a", 1)] != kerr.TransactionAbortable || len(got) != 2 {
 		t.Fatalf("VerifyPartitions = %v, %v", got, err)
 	}
 	_, err = h.c.VerifyPartitions("tx", pid, epoch+1, []TopicPartition{tp("a", 0)})
@@ -435,8 +436,20 @@ func TestVerifyPartitions(t *testing.T) {
 	wantErr(t, "while committing", err, kerr.ConcurrentTransactions)
 	h.written(m)
 	got, err = h.c.VerifyPartitions("tx", pid, epoch, []TopicPartition{tp("a", 0)})
-	if err != nil || got[tp("a", 0)] != kerr.InvalidTxnState {
+	if err != nil || got[tp("a", 0)] != kerr.TransactionAbortable {
 		t.Fatalf("a late produce after the commit: %v, %v", got, err)
+	}
+	// Kafka does not wait for a pending add: the partition is in the
+	// transaction only once its record is written.
+	ar := h.c.AddPartitions(AddPartitionsRequest{TransactionalID: "tx", ProducerID: pid, ProducerEpoch: epoch, Partitions: []TopicPartition{tp("b", 0)}, Version: 3})
+	got, err = h.c.VerifyPartitions("tx", pid, epoch, []TopicPartition{tp("b", 0)})
+	if err != nil || got[tp("b", 0)] != kerr.TransactionAbortable {
+		t.Fatalf("verify during a pending add: %v, %v", got, err)
+	}
+	h.complete(ar.Transition)
+	got, err = h.c.VerifyPartitions("tx", pid, epoch, []TopicPartition{tp("b", 0)})
+	if err != nil || got[tp("b", 0)] != nil {
+		t.Fatalf("verify after the add: %v, %v", got, err)
 	}
 }
 
@@ -603,7 +616,7 @@ func TestAbortTimedOut(t *testing.T) {
 	}
 	h.clock.Advance(time.Millisecond)
 	ts := h.c.AbortTimedOut()
-	if len(ts) != 1 || ts[0].To.TransactionalID != "tx" || ts[0].To.State != PrepareAbort || ts[0].To.ProducerEpoch != epoch+1 {
+	if len(ts) != 1 || ts[0].To.TransactionalID != "tx" || ts[0].To.State != PrepareAbort || ts[0].To.ProducerEpoch != epoch+2 {
 		t.Fatalf("AbortTimedOut = %+v", ts)
 	}
 	if again := h.c.AbortTimedOut(); len(again) != 0 {
@@ -612,12 +625,12 @@ func TestAbortTimedOut(t *testing.T) {
 	// The write fails; the next pass must not bump the epoch again.
 	h.c.Abandon(ts[0])
 	ts = h.c.AbortTimedOut()
-	if len(ts) != 1 || ts[0].To.ProducerEpoch != epoch+1 {
+	if len(ts) != 1 || ts[0].To.ProducerEpoch != epoch+2 {
 		t.Fatalf("after a failed fence, AbortTimedOut = %+v", ts)
 	}
 	h.complete(ts[0])
 	m := ts[0].Markers()
-	if m == nil || m.Commit || m.ProducerEpoch != epoch+1 || !slices.Equal(m.Partitions, []TopicPartition{tp("a", 0)}) {
+	if m == nil || m.Commit || m.ProducerEpoch != epoch+2 || !slices.Equal(m.Partitions, []TopicPartition{tp("a", 0)}) {
 		t.Fatalf("markers %+v", m)
 	}
 	r, _ := h.end("tx", pid, epoch, true, 3)
@@ -627,8 +640,66 @@ func TestAbortTimedOut(t *testing.T) {
 		t.Fatalf("after the abort: %+v", s)
 	}
 	// A new epoch after the fence: bumped once more, never reused.
-	if _, e := h.mustInit("tx"); e != epoch+2 {
-		t.Fatalf("InitProducerID after the timeout gave epoch %d, want %d", e, epoch+2)
+	if _, e := h.mustInit("tx"); e != epoch+3 {
+		t.Fatalf("InitProducerID after the timeout gave epoch %d, want %d", e, epoch+3)
+	}
+}
+
+// TestAbortTimedOutFencesV5Producer: a KIP-890 part 2 client whose
+// transaction timed out must be fenced, not taken for a retry of an end
+// (which a client one epoch behind is): the fence moves the epoch by two,
+// as Kafka's fence followed by its TV2 abort does.
+func TestAbortTimedOutFencesV5Producer(t *testing.T) {
+	h := newHarness(t)
+	pid, epoch := h.mustInit("tx")
+	wantErr(t, "add", h.add("tx", pid, epoch, 5, tp("a", 0)), nil)
+	h.clock.Advance(testTimeoutMs*time.Millisecond + time.Millisecond)
+	ts := h.c.AbortTimedOut()
+	if len(ts) != 1 {
+		t.Fatalf("AbortTimedOut = %+v", ts)
+	}
+	h.complete(ts[0])
+	h.written(ts[0].Markers())
+	for _, commit := range []bool{false, true} {
+		r, _ := h.end("tx", pid, epoch, commit, 5)
+		wantErr(t, "the timed-out producer ends its transaction", r.Err, kerr.ProducerFenced)
+	}
+	_, err := h.c.VerifyPartitions("tx", pid, epoch+1, []TopicPartition{tp("a", 0)})
+	wantErr(t, "a produce at the epoch after the timed-out one", err, kerr.ProducerFenced)
+}
+
+// TestAbortTimedOutLastEpoch: at epoch 32766 only one bump is left; the
+// fence takes it, and the next InitProducerId moves to a new producer id.
+func TestAbortTimedOutLastEpoch(t *testing.T) {
+	h := newHarness(t)
+	loadOne(t, h, Metadata{TransactionalID: "tx", ProducerID: 77, LastProducerID: 77, NextProducerID: -1, ProducerEpoch: 32766,
+		LastProducerEpoch: -1, TimeoutMs: 1000, State: Ongoing, Partitions: []TopicPartition{tp("a", 0)},
+		StartTime: h.clock.Now().UnixMilli(), LastUpdate: h.clock.Now().UnixMilli(), ClientTxnVersion: TV2})
+	h.clock.Advance(2 * time.Second)
+	ts := h.c.AbortTimedOut()
+	if len(ts) != 1 || ts[0].To.ProducerEpoch != 32767 {
+		t.Fatalf("AbortTimedOut = %+v", ts)
+	}
+	h.complete(ts[0])
+	h.written(ts[0].Markers())
+	if r := h.init("tx", -1, -1, 5); r.Err != nil || r.ProducerID == 77 || r.ProducerEpoch != 0 {
+		t.Fatalf("InitProducerID after the last epoch = %+v", r)
+	}
+}
+
+// TestPreviousProducerID: like Kafka, every record names the producer id
+// it replaces (PreviousProducerId), so the field means "the id before this
+// record" in both implementations' logs.
+func TestPreviousProducerID(t *testing.T) {
+	h := newHarness(t)
+	loadOne(t, h, Metadata{TransactionalID: "tx", ProducerID: 77, LastProducerID: 60, NextProducerID: -1, ProducerEpoch: 3,
+		LastProducerEpoch: -1, TimeoutMs: testTimeoutMs, State: CompleteCommit, StartTime: 1, LastUpdate: 2})
+	r := h.c.AddPartitions(AddPartitionsRequest{TransactionalID: "tx", ProducerID: 77, ProducerEpoch: 3, Partitions: []TopicPartition{tp("a", 0)}, Version: 3})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r.Transition.To.LastProducerID != 77 {
+		t.Fatalf("AddPartitions record has previous producer id %d, want 77", r.Transition.To.LastProducerID)
 	}
 }
 

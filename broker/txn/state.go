@@ -211,7 +211,9 @@ func checkTransition(from, to Metadata) error {
 			return fail("producer, partitions or timeout changed")
 		}
 	case PrepareCommit, PrepareAbort: // EndTxn, timeout, fencing
-		bumped := to.ProducerID == from.ProducerID && to.ProducerEpoch == from.ProducerEpoch+1
+		// One for a KIP-890 end, two for a fence (see fenceLocked).
+		fence := to.State == PrepareAbort && from.State == Ongoing && to.ProducerEpoch == from.ProducerEpoch+2
+		bumped := to.ProducerID == from.ProducerID && (to.ProducerEpoch == from.ProducerEpoch+1 || fence)
 		if !sameProducer && !bumped {
 			return fail("producer changed")
 		}

@@ -44,13 +44,16 @@ type harness struct {
 	c     *Coordinator
 	clock *fakeClock
 	ids   *counterIDs
+	// log holds the records completed transitions wrote, per partition of
+	// __transaction_state, so a test can reload a partition from them.
+	log map[int32][]Record
 }
 
 const testTimeoutMs = 60000
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &fakeClock{now: time.UnixMilli(1_700_000_000_000)}, ids: &counterIDs{}}
+	h := &harness{t: t, clock: &fakeClock{now: time.UnixMilli(1_700_000_000_000)}, ids: &counterIDs{}, log: map[int32][]Record{}}
 	c, err := New(Config{Partitions: 4, Clock: h.clock, ProducerIDs: h.ids})
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +78,7 @@ func (h *harness) complete(t *Transition) {
 		h.t.Fatalf("Complete: %v", err)
 	}
 	rec := t.Record()
+	h.log[t.Partition] = append(h.log[t.Partition], rec)
 	id, err := DecodeKey(rec.Key)
 	if err != nil || id != t.To.TransactionalID {
 		h.t.Fatalf("record key %q, %v", id, err)

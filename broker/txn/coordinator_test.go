@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -802,4 +803,91 @@ func sameMarkers(a, b *Markers) bool {
 	}
 	return a.TransactionalID == b.TransactionalID && a.ProducerID == b.ProducerID && a.ProducerEpoch == b.ProducerEpoch &&
 		a.CoordinatorEpoch == b.CoordinatorEpoch && a.Commit == b.Commit && slices.Equal(a.Partitions, b.Partitions)
+}
+
+// lockedIDs is counterIDs safe for concurrent callers.
+type lockedIDs struct {
+	mu sync.Mutex
+	counterIDs
+}
+
+func (a *lockedIDs) NextProducerID(ctx context.Context) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.counterIDs.NextProducerID(ctx)
+}
+
+// TestConcurrentProducers: the coordinator serves many connections at
+// once; run under -race. Each producer commits its own transactions while
+// the timeout pass and the listing run beside them.
+func TestConcurrentProducers(t *testing.T) {
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	c, err := New(Config{Partitions: 4, Clock: clock, ProducerIDs: &lockedIDs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 4; p++ {
+		if _, err := c.Load(p, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	const producers, rounds = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for i := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("p%d", i)
+			must := func(what string, err *kerr.Error, t *Transition) {
+				if err == nil && t != nil {
+					if cerr := c.Complete(t); cerr != nil {
+						errs <- fmt.Errorf("%s %s: %v", id, what, cerr)
+					}
+				} else if err != nil {
+					errs <- fmt.Errorf("%s %s: %v", id, what, err)
+				}
+			}
+			r := c.InitProducerID(ctx, InitProducerIDRequest{TransactionalID: id, TimeoutMs: testTimeoutMs, ProducerID: -1, ProducerEpoch: -1, Version: 5})
+			must("init", r.Err, r.Transition)
+			pid, epoch := r.ProducerID, r.ProducerEpoch
+			for n := range rounds {
+				a := c.AddPartitions(AddPartitionsRequest{TransactionalID: id, ProducerID: pid, ProducerEpoch: epoch, Partitions: []TopicPartition{{Topic: id, Partition: int32(n % 3)}}, Version: 3})
+				must("add", a.Err, a.Transition)
+				e := c.EndTxn(ctx, EndTxnRequest{TransactionalID: id, ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5})
+				must("end", e.Err, e.Transition)
+				if e.Transition == nil {
+					return
+				}
+				ct, err := c.CompleteMarkers(e.Transition.Markers())
+				if err != nil {
+					errs <- err
+					return
+				}
+				must("complete", nil, ct)
+				epoch = e.ProducerEpoch
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			c.AbortTimedOut()
+			c.List(ListFilter{})
+		}
+	}()
+	wg.Wait()
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range producers {
+		m, err := c.Describe(fmt.Sprintf("p%d", i))
+		if err != nil || m.State != CompleteCommit || m.ProducerEpoch != rounds {
+			t.Errorf("p%d: %+v, %v", i, m, err)
+		}
+	}
 }

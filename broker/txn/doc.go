@@ -18,6 +18,8 @@
 // # Concurrency
 //
 // Methods may be called from any goroutine; one mutex, Coordinator.mu,
-// guards all state and is never held while calling out except into the
-// ProducerIDs allocator, which must not call back into the Coordinator.
+// guards all state and is held for whole decisions. It calls out only to
+// the Clock and the ProducerIDs allocator, which must not call back into
+// the Coordinator. Writes to __transaction_state happen outside it, between
+// a decision and its Complete.
 package txn

@@ -487,6 +487,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	releaseAll(old)
 	l.size.Store(0)
 	l.w.producers = make(map[int64]*producerEntry)
+	l.publishUnstableLocked()
 	l.w.snapshots = nil
 	l.w.failed = nil
 	l.testPoint("restarted")

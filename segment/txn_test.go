@@ -414,3 +414,26 @@ func TestTxnIndexKeptByRewrite(t *testing.T) {
 		t.Fatalf("after reopening: %+v, want %+v", got, want)
 	}
 }
+
+// A follower that restarts its log empty (TruncateFullyAndStartAt) has no
+// transaction open and no aborts left.
+func TestTxnTruncateFully(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Config{Now: clock.Now})
+	defer l.Close()
+	mustAppend(t, l, txnBatch(t, clock, 1, 0, 0, 2), 0)
+	mustMarker(t, l, 1, 0, false, 0)
+	mustAppend(t, l, txnBatch(t, clock, 2, 0, 0, 2), 0)
+	wantUnstable(t, l, 3)
+	if err := l.TruncateFullyAndStartAt(100); err != nil {
+		t.Fatal(err)
+	}
+	wantUnstable(t, l, -1)
+	if got := l.AbortedTransactions(100, 100); len(got) != 0 {
+		t.Fatalf("aborted after restarting: %+v", got)
+	}
+	if _, err := os.Stat(offsetName(dir, 0, txnIndexSuffix)); !os.IsNotExist(err) {
+		t.Fatalf(".txnindex after restarting: %v", err)
+	}
+}

@@ -108,7 +108,9 @@ func (l *Log) appendTxnIndexLocked(s *segment, entries []AbortedTxn) error {
 }
 
 // syncTxnIndexLocked makes the active segment's index durable with the
-// segment (Sync, seal).
+// segment (Sync, seal). The directory is synced too, as the file may be
+// new: a closed segment's index must never go missing, since recovery
+// reads a missing one as "no aborts".
 func (l *Log) syncTxnIndexLocked(s *segment) error {
 	if !l.w.txnDirty {
 		return nil
@@ -116,6 +118,9 @@ func (l *Log) syncTxnIndexLocked(s *segment) error {
 	f, err := os.OpenFile(s.txnIndexPath(), os.O_WRONLY, 0)
 	if err == nil {
 		err = syncAndClose(f, nil)
+	}
+	if err == nil {
+		err = syncDir(s.dir)
 	}
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("segment: syncing %s: %w", s.txnIndexPath(), err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -436,4 +437,48 @@ func TestTxnTruncateFully(t *testing.T) {
 	if _, err := os.Stat(offsetName(dir, 0, txnIndexSuffix)); !os.IsNotExist(err) {
 		t.Fatalf(".txnindex after restarting: %v", err)
 	}
+}
+
+// Readers of the transaction state run beside the writer (a fetch asks
+// for the LSO and the aborts while produce and markers go on).
+func TestTxnReadersConcurrentWithWriter(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, SegmentBytes: 2000})
+	defer l.Close()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			end := l.EndOffset()
+			if first, ok := l.FirstUnstableOffset(); ok && first > end {
+				t.Errorf("first unstable offset %d above the end %d", first, end)
+				return
+			}
+			for _, a := range l.AbortedTransactions(0, end) {
+				if a.LastOffset >= end+100 {
+					t.Errorf("abort %+v far past the end %d", a, end)
+					return
+				}
+			}
+		}
+	}()
+	for i := range 50 {
+		pid := int64(i % 3)
+		seq := int32(i/3) * 2
+		mustAppend(t, l, txnBatch(t, clock, pid, 0, seq, 2), 0)
+		mustMarker(t, l, pid, 0, i%2 == 0, 0)
+	}
+	close(done)
+	wg.Wait()
+	if got := l.AbortedTransactions(0, l.EndOffset()); len(got) != 25 {
+		t.Fatalf("%d aborts, want 25", len(got))
+	}
+	wantUnstable(t, l, -1)
 }

@@ -28,6 +28,13 @@ var (
 	// ErrInvalidProducerEpoch: an idempotent batch from an older producer
 	// epoch than the log has seen (INVALID_PRODUCER_EPOCH).
 	ErrInvalidProducerEpoch = errors.New("segment: invalid producer epoch")
+	// ErrInvalidTxnState: a non-transactional batch from a producer with
+	// a transaction ongoing in the partition (INVALID_TXN_STATE).
+	ErrInvalidTxnState = errors.New("segment: invalid transaction state")
+	// ErrTransactionCoordinatorFenced: a transaction marker from an older
+	// coordinator epoch than the producer's last marker
+	// (TRANSACTION_COORDINATOR_FENCED).
+	ErrTransactionCoordinatorFenced = errors.New("segment: transaction coordinator fenced")
 	// ErrOffsetOutOfRange: a read below the log start offset or above the
 	// log end offset (OFFSET_OUT_OF_RANGE).
 	ErrOffsetOutOfRange = errors.New("segment: offset out of range")

@@ -43,6 +43,11 @@ type Log struct {
 		// tiered is the offset below which every record is safely in the
 		// cold tier (SetTieredOffset).
 		tiered int64
+		// completed collects the transactions an append's markers end.
+		completed  []completedTxn
+		txnChanged bool // an append opened or completed a transaction
+		// txnDirty: the active segment's .txnindex has unsynced entries.
+		txnDirty bool
 	}
 
 	// mu guards what readers see. The writer holds writeMu as well when it
@@ -58,6 +63,11 @@ type Log struct {
 	}
 
 	size atomic.Int64 // total bytes of .log files
+
+	// unstable is the first unstable offset plus one, 0 with no
+	// transaction ongoing (FirstUnstableOffset): fetches read it often,
+	// the writer changes it rarely.
+	unstable atomic.Int64
 
 	// cleaner is the cleaner checkpoint (cleaner.go), nil if never cleaned.
 	cleaner atomic.Pointer[cleanerMark]
@@ -244,7 +254,7 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 
 	// 3. Idempotence: a retry of a recent batch is answered with its
 	// original offsets, as Kafka does for the whole request.
-	if dup, ok, err := l.checkProducersLocked(facts, now.UnixMilli()); err != nil {
+	if dup, ok, err := l.checkProducersLocked(records, facts, now.UnixMilli()); err != nil {
 		return AppendInfo{}, err
 	} else if ok {
 		info.BaseOffset, info.LastOffset, info.Duplicate = dup.firstOffset, dup.lastOffset, true
@@ -313,6 +323,11 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 	}
 	seg.imu.Unlock()
 	l.commitProducersLocked()
+	if err := l.completeTxnsLocked(seg); err != nil {
+		// The batches are written; an index that misses them is
+		// rebuilt by recovery, which the failed state forces.
+		l.w.failed = err
+	}
 
 	l.mu.Lock()
 	seg.size += int64(len(buf))
@@ -334,12 +349,27 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 // committed state only, as Kafka does: a batch repeated within one append
 // must not be answered with the offsets of its own unwritten first copy;
 // its sequence then fails the check against the staged state instead.
-func (l *Log) checkProducersLocked(facts []batchFacts, nowMs int64) (batchMeta, bool, error) {
+func (l *Log) checkProducersLocked(records []byte, facts []batchFacts, nowMs int64) (batchMeta, bool, error) {
 	l.w.pending = l.w.pending[:0]
+	l.w.completed = l.w.completed[:0]
+	changed := false
+	p := 0
 	for i := range facts {
 		h := &facts[i].hdr
+		batch := records[p : p+h.Size()]
+		p += h.Size()
 		if h.ProducerID < 0 {
 			continue
+		}
+		var m TxnMarker
+		isMarker := false
+		if h.IsControl() {
+			var err error
+			if m, isMarker, err = markerOf(h, batch); err != nil {
+				return batchMeta{}, false, err
+			} else if !isMarker {
+				return batchMeta{}, false, fmt.Errorf("%w: control batch without a transaction marker", ErrInvalidRecord)
+			}
 		}
 		if e, ok := l.w.producers[h.ProducerID]; ok && !h.IsControl() {
 			if dup, ok := e.duplicateOf(h); ok {
@@ -347,12 +377,18 @@ func (l *Log) checkProducersLocked(facts []batchFacts, nowMs int64) (batchMeta, 
 			}
 		}
 		pp := l.pendingLocked(h.ProducerID)
-		if err := pp.e.check(pp.known, h); err != nil {
+		if err := pp.e.check(pp.known, h, m); err != nil {
 			return batchMeta{}, false, err
 		}
-		pp.e.apply(h, nowMs)
+		open := pp.e.txnOpen
+		if c, ok := pp.e.apply(h, m, isMarker, nowMs); ok {
+			c.lso = l.stableAfterPendingLocked(c)
+			l.w.completed = append(l.w.completed, c)
+		}
+		changed = changed || open != pp.e.txnOpen
 		pp.known = true
 	}
+	l.w.txnChanged = changed
 	return batchMeta{}, false, nil
 }
 
@@ -384,18 +420,19 @@ func (l *Log) commitProducersLocked() {
 	}
 }
 
-// applyProducerBatch replays a written batch into m; writeMs stands for
-// when it was written.
-func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader, writeMs int64) {
+// applyProducerBatch replays a written batch, with the marker it carries
+// if any, into m; writeMs stands for when it was written. It returns the
+// transaction the batch completed.
+func applyProducerBatch(m map[int64]*producerEntry, h *BatchHeader, mk TxnMarker, isMarker bool, writeMs int64) (completedTxn, bool) {
 	if h.ProducerID < 0 {
-		return
+		return completedTxn{}, false
 	}
 	e, ok := m[h.ProducerID]
 	if !ok {
 		e = &producerEntry{epoch: h.ProducerEpoch}
 		m[h.ProducerID] = e
 	}
-	e.apply(h, writeMs)
+	return e.apply(h, mk, isMarker, writeMs)
 }
 
 func (l *Log) shouldRollLocked(s *segment, n, lastOffset int64, now time.Time) bool {
@@ -417,6 +454,9 @@ func (l *Log) sealLocked(s *segment) error {
 	s.ix.maybeAddTime()
 	err := s.flushIndexesLocked()
 	s.imu.Unlock()
+	if err == nil {
+		err = l.syncTxnIndexLocked(s)
+	}
 	if err != nil {
 		return fmt.Errorf("segment: sealing %s: %w", s.logPath(), err)
 	}
@@ -615,7 +655,9 @@ func (l *Log) Maintain() error {
 	if cfg.ProducerIDExpiration > 0 {
 		cutoff := now.Add(-cfg.ProducerIDExpiration).UnixMilli()
 		for id, e := range l.w.producers {
-			if e.lastWrite < cutoff {
+			// An ongoing transaction keeps its producer: the LSO
+			// waits for its marker, which must find the state.
+			if e.lastWrite < cutoff && !e.txnOpen {
 				delete(l.w.producers, id)
 			}
 		}
@@ -721,6 +763,9 @@ func (l *Log) Sync() error {
 	s.imu.Lock()
 	err := s.flushIndexesLocked()
 	s.imu.Unlock()
+	if err == nil {
+		err = l.syncTxnIndexLocked(s)
+	}
 	if err == nil {
 		err = s.f.Sync()
 	}

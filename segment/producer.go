@@ -29,6 +29,13 @@ type producerEntry struct {
 	lastWrite int64
 	n         int // cached batches in use, oldest first
 	batches   [maxCachedBatches]batchMeta
+	// coordEpoch is the coordinator epoch of the producer's last marker:
+	// a marker from an older coordinator is fenced.
+	coordEpoch int32
+	// txnOpen says the producer has a transaction ongoing here, which
+	// began at txnFirst (Kafka's currentTxnFirstOffset).
+	txnOpen  bool
+	txnFirst int64
 }
 
 func (e *producerEntry) lastSeq() (int32, bool) {
@@ -53,8 +60,23 @@ func (e *producerEntry) duplicateOf(h *BatchHeader) (batchMeta, bool) {
 }
 
 // check applies Kafka's ProducerAppendInfo rules to a batch from a producer
-// whose state is e (known=false: never seen, or forgotten).
-func (e *producerEntry) check(known bool, h *BatchHeader) error {
+// whose state is e (known=false: never seen, or forgotten); m is the
+// marker of a control batch.
+func (e *producerEntry) check(known bool, h *BatchHeader, m TxnMarker) error {
+	if err := e.checkSequence(known, h); err != nil || !known {
+		return err
+	}
+	switch {
+	case h.IsControl() && m.CoordinatorEpoch < e.coordEpoch:
+		return fmt.Errorf("%w: marker for producer %d from coordinator epoch %d, below the last one's %d", ErrTransactionCoordinatorFenced, h.ProducerID, m.CoordinatorEpoch, e.coordEpoch)
+	case !h.IsControl() && e.txnOpen && !h.IsTransactional():
+		return fmt.Errorf("%w: producer %d has a transaction ongoing since offset %d and sent a non-transactional batch", ErrInvalidTxnState, h.ProducerID, e.txnFirst)
+	}
+	return nil
+}
+
+// checkSequence is check's epoch and sequence part.
+func (e *producerEntry) checkSequence(known bool, h *BatchHeader) error {
 	if !known {
 		// KIP-360: the producer's state may have expired or gone with
 		// deleted segments while it lives on, so any first sequence is
@@ -87,14 +109,26 @@ func (e *producerEntry) check(known bool, h *BatchHeader) error {
 }
 
 // apply records a batch (whose offsets are final in h) appended at
-// writeMs.
-func (e *producerEntry) apply(h *BatchHeader, writeMs int64) {
+// writeMs; a control batch carries marker m when isMarker. It returns the
+// transaction the marker completed, if it completed one: a marker with
+// no transaction ongoing (a retry, or one whose data went with expired
+// state) completes nothing, as in Kafka.
+func (e *producerEntry) apply(h *BatchHeader, m TxnMarker, isMarker bool, writeMs int64) (completedTxn, bool) {
 	if h.ProducerEpoch != e.epoch {
 		e.epoch, e.n = h.ProducerEpoch, 0
 	}
 	e.lastWrite = max(e.lastWrite, writeMs)
 	if h.IsControl() {
-		return
+		if !isMarker {
+			return completedTxn{}, false
+		}
+		c := completedTxn{producerID: h.ProducerID, firstOffset: e.txnFirst, lastOffset: h.BaseOffset, aborted: !m.Commit}
+		done := e.txnOpen
+		e.txnOpen, e.txnFirst, e.coordEpoch = false, 0, m.CoordinatorEpoch
+		return c, done
+	}
+	if h.IsTransactional() && !e.txnOpen {
+		e.txnOpen, e.txnFirst = true, h.BaseOffset
 	}
 	if e.n == maxCachedBatches {
 		copy(e.batches[:], e.batches[1:])
@@ -105,12 +139,19 @@ func (e *producerEntry) apply(h *BatchHeader, writeMs int64) {
 		firstOffset: h.BaseOffset, lastOffset: h.LastOffset(),
 	}
 	e.n++
+	return completedTxn{}, false
 }
 
 // Snapshot encoding (docs/format.md §5).
+// Version 2 adds each producer's coordinator epoch and ongoing
+// transaction; version 1 files still load, as producers with neither.
 const (
-	snapshotVersion    = 1
+	snapshotVersion    = 2
 	snapshotHeaderSize = 2 + 4 + 8 + 4
+	// Fixed part of a producer: id, epoch, lastWrite, [v2: coordinator
+	// epoch, transaction first offset or -1], batch count.
+	snapshotEntryV1 = 8 + 2 + 8 + 1
+	snapshotEntryV2 = snapshotEntryV1 + 4 + 8
 )
 
 func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
@@ -119,7 +160,7 @@ func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // deterministic files
-	b := make([]byte, snapshotHeaderSize, snapshotHeaderSize+len(ids)*(19+maxCachedBatches*24))
+	b := make([]byte, snapshotHeaderSize, snapshotHeaderSize+len(ids)*(snapshotEntryV2+maxCachedBatches*24))
 	binary.BigEndian.PutUint16(b, snapshotVersion)
 	binary.BigEndian.PutUint64(b[6:], uint64(offset))
 	binary.BigEndian.PutUint32(b[14:], uint32(len(ids)))
@@ -128,6 +169,12 @@ func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
 		b = binary.BigEndian.AppendUint64(b, uint64(id))
 		b = binary.BigEndian.AppendUint16(b, uint16(e.epoch))
 		b = binary.BigEndian.AppendUint64(b, uint64(e.lastWrite))
+		b = binary.BigEndian.AppendUint32(b, uint32(e.coordEpoch))
+		first := int64(-1)
+		if e.txnOpen {
+			first = e.txnFirst
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(first))
 		b = append(b, byte(e.n))
 		for _, m := range e.batches[:e.n] {
 			b = binary.BigEndian.AppendUint32(b, uint32(m.firstSeq))
@@ -146,8 +193,14 @@ func decodeSnapshot(b []byte, offset int64) (map[int64]*producerEntry, error) {
 	if len(b) < snapshotHeaderSize {
 		return nil, fmt.Errorf("%w: %d bytes", errBadSnapshot, len(b))
 	}
-	if v := binary.BigEndian.Uint16(b); v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d", errBadSnapshot, v)
+	version := binary.BigEndian.Uint16(b)
+	fixed := snapshotEntryV2
+	switch version {
+	case 1:
+		fixed = snapshotEntryV1
+	case snapshotVersion:
+	default:
+		return nil, fmt.Errorf("%w: version %d", errBadSnapshot, version)
 	}
 	if want, got := binary.BigEndian.Uint32(b[2:]), crc32.Checksum(b[6:], castagnoli); want != got {
 		return nil, fmt.Errorf("%w: CRC-32C mismatch", errBadSnapshot)
@@ -157,21 +210,29 @@ func decodeSnapshot(b []byte, offset int64) (map[int64]*producerEntry, error) {
 	}
 	n := binary.BigEndian.Uint32(b[14:])
 	b = b[snapshotHeaderSize:]
-	if uint64(n)*19 > uint64(len(b)) {
+	if uint64(n)*uint64(fixed) > uint64(len(b)) {
 		return nil, fmt.Errorf("%w: %d producers in %d bytes", errBadSnapshot, n, len(b))
 	}
 	m := make(map[int64]*producerEntry, n)
 	for range n {
-		if len(b) < 19 {
+		if len(b) < fixed {
 			return nil, fmt.Errorf("%w: truncated", errBadSnapshot)
 		}
 		id := int64(binary.BigEndian.Uint64(b))
 		e := &producerEntry{
 			epoch:     int16(binary.BigEndian.Uint16(b[8:])),
 			lastWrite: int64(binary.BigEndian.Uint64(b[10:])),
-			n:         int(b[18]),
+			n:         int(b[fixed-1]),
 		}
-		b = b[19:]
+		if version >= 2 {
+			e.coordEpoch = int32(binary.BigEndian.Uint32(b[18:]))
+			if first := int64(binary.BigEndian.Uint64(b[22:])); first >= 0 {
+				e.txnOpen, e.txnFirst = true, first
+			} else if first != -1 {
+				return nil, fmt.Errorf("%w: transaction first offset %d", errBadSnapshot, first)
+			}
+		}
+		b = b[fixed:]
 		if e.n > maxCachedBatches || len(b) < e.n*24 {
 			return nil, fmt.Errorf("%w: truncated", errBadSnapshot)
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -69,7 +70,7 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
-	var bases, snaps []int64
+	var bases, snaps, txnIndexes []int64
 	var indexFiles []string
 	for _, e := range entries {
 		name := e.Name()
@@ -92,6 +93,9 @@ func (l *Log) recover() error {
 			bases = append(bases, off)
 		case indexSuffix, timeIndexSuffix:
 			indexFiles = append(indexFiles, name)
+		case txnIndexSuffix:
+			indexFiles = append(indexFiles, name)
+			txnIndexes = append(txnIndexes, off)
 		case snapshotSuffix:
 			snaps = append(snaps, off)
 		}
@@ -183,8 +187,24 @@ func (l *Log) recover() error {
 		return err
 	}
 
-	// Step 9: producer state.
-	if err := l.recoverProducers(snaps, &rep); err != nil {
+	// Step 9: producer state, and the transaction indexes that need
+	// rebuilding: the active segment's after a crash, any torn one.
+	rebuildFrom := int64(-1)
+	if !rep.clean {
+		rebuildFrom = active.base
+	}
+	for _, off := range txnIndexes {
+		if _, found := slices.BinarySearch(bases, off); !found {
+			continue
+		}
+		if _, err := readTxnIndex(offsetName(l.dir, off, txnIndexSuffix)); err != nil {
+			l.logger.Warn("rebuilding unreadable transaction index", "dir", l.dir, "segment", off, "err", err)
+			if rebuildFrom < 0 || off < rebuildFrom {
+				rebuildFrom = off
+			}
+		}
+	}
+	if err := l.recoverProducers(snaps, rebuildFrom, &rep); err != nil {
 		return err
 	}
 
@@ -444,11 +464,18 @@ func (l *Log) scanHeaders(from int64, fn func(*BatchHeader)) error {
 }
 
 // recoverProducers loads the newest usable snapshot and replays the batch
-// headers after it (§10 step 9).
-func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
+// headers after it (§10 step 9). With rebuildFrom >= 0 the snapshot is
+// the newest at or below it, and the transaction indexes of the segments
+// from the one holding rebuildFrom on are rebuilt from the markers
+// replayed.
+func (l *Log) recoverProducers(snaps []int64, rebuildFrom int64, rep *recoveryReport) error {
 	slices.Sort(snaps)
 	from := l.mu.start
 	loaded := false
+	limit := l.mu.end
+	if rebuildFrom >= 0 {
+		limit = rebuildFrom
+	}
 	for i := len(snaps) - 1; i >= 0; i-- {
 		off := snaps[i]
 		path := offsetName(l.dir, off, snapshotSuffix)
@@ -458,7 +485,7 @@ func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
 			}
 			continue
 		}
-		if !loaded {
+		if !loaded && off <= limit {
 			data, err := os.ReadFile(path)
 			var m map[int64]*producerEntry
 			if err == nil {
@@ -481,10 +508,32 @@ func (l *Log) recoverProducers(snaps []int64, rep *recoveryReport) error {
 	// file records: count them as written now, which at worst keeps a
 	// producer one expiration period longer than it needed.
 	nowMs := l.now().UnixMilli()
-	return l.scanHeaders(from, func(h *BatchHeader) {
+	rebuilt := make(map[int64][]AbortedTxn)
+	segs := l.mu.segs
+	err := l.scanProducerBatches(from, func(h *BatchHeader, m TxnMarker, isMarker bool) {
 		rep.replayed++
-		applyProducerBatch(l.w.producers, h, nowMs)
+		c, done := applyProducerBatch(l.w.producers, h, m, isMarker, nowMs)
+		if done && c.aborted && rebuildFrom >= 0 && h.BaseOffset >= rebuildFrom {
+			i := sort.Search(len(segs), func(i int) bool { return segs[i].base > h.BaseOffset }) - 1
+			rebuilt[segs[i].base] = append(rebuilt[segs[i].base], abortedEntry(l.w.producers, c))
+		}
 	})
+	if err != nil {
+		return err
+	}
+	l.publishUnstableLocked()
+	if rebuildFrom < 0 {
+		return nil
+	}
+	for i, s := range segs {
+		if i+1 < len(segs) && segs[i+1].base <= rebuildFrom {
+			continue
+		}
+		if err := writeTxnIndex(s.txnIndexPath(), rebuilt[s.base]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Clean-shutdown marker (docs/format.md §7).

@@ -147,9 +147,8 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 		p += int64(h.Size())
 	}
 	seg.imu.Unlock()
-	nowMs := now.UnixMilli()
-	for i := range hdrs {
-		applyProducerBatch(l.w.producers, &hdrs[i], nowMs)
+	if err := l.applyReplicaProducersLocked(seg, records, hdrs, now.UnixMilli()); err != nil {
+		l.w.failed = err // recovery rebuilds the transaction index
 	}
 
 	l.mu.Lock()
@@ -295,6 +294,9 @@ func (l *Log) TruncateTo(offset int64) (newEnd int64, err error) {
 	if err := l.cutSegmentLocked(s, cut, wasActive); err != nil {
 		return fail(err)
 	}
+	if err := truncateTxnIndex(s.txnIndexPath(), newEnd); err != nil {
+		return fail(err)
+	}
 	if err := syncDir(l.dir); err != nil {
 		return fail(err)
 	}
@@ -410,12 +412,13 @@ func (l *Log) rebuildProducersLocked() error {
 		break
 	}
 	nowMs := l.now().UnixMilli()
-	if err := l.scanHeaders(from, func(h *BatchHeader) {
-		applyProducerBatch(producers, h, nowMs)
+	if err := l.scanProducerBatches(from, func(h *BatchHeader, m TxnMarker, isMarker bool) {
+		applyProducerBatch(producers, h, m, isMarker, nowMs)
 	}); err != nil {
 		return fmt.Errorf("rebuilding producer state: %w", err)
 	}
 	l.w.producers = producers
+	l.publishUnstableLocked()
 	return nil
 }
 
@@ -484,6 +487,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	releaseAll(old)
 	l.size.Store(0)
 	l.w.producers = make(map[int64]*producerEntry)
+	l.publishUnstableLocked()
 	l.w.snapshots = nil
 	l.w.failed = nil
 	l.testPoint("restarted")

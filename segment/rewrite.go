@@ -463,6 +463,9 @@ func (rw *Rewrite) sealAll() error {
 			return err
 		}
 	}
+	if err := rw.writeTxnIndexes(); err != nil {
+		return err
+	}
 	// The outputs' names are durable before the swap that names them.
 	return syncDir(rw.l.dir)
 }
@@ -576,7 +579,7 @@ func (in *swapIntent) rollForward(dir string, point func(string)) error {
 		if !fileExists(cleanedName(dir, base, logSuffix)) {
 			continue
 		}
-		for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
+		for _, suffix := range []string{indexSuffix, timeIndexSuffix, txnIndexSuffix, logSuffix} {
 			err := os.Rename(cleanedName(dir, base, suffix), offsetName(dir, base, suffix))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
@@ -596,7 +599,7 @@ func (in *swapIntent) rollForward(dir string, point func(string)) error {
 		if slices.Contains(in.outs, base) {
 			continue
 		}
-		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, txnIndexSuffix} {
 			if err := removeIfExists(offsetName(dir, base, suffix)); err != nil {
 				return err
 			}

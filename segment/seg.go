@@ -158,7 +158,8 @@ func (s *segment) remove() error {
 	return errors.Join(
 		removeIfExists(s.logPath()),
 		removeIfExists(s.indexPath()),
-		removeIfExists(s.timeIndexPath()))
+		removeIfExists(s.timeIndexPath()),
+		removeIfExists(s.txnIndexPath()))
 }
 
 func (s *segment) corrupt(pos int64, format string, args ...any) error {

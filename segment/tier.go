@@ -23,6 +23,9 @@ type SegmentInfo struct {
 	// SnapshotPath is the idempotent-producer snapshot taken when the
 	// segment was sealed (state as of EndOffset), "" if there is none.
 	SnapshotPath string
+	// TxnIndexPath is the segment's aborted-transaction index
+	// (docs/format.md §14), "" if no transaction aborted in it.
+	TxnIndexPath string
 }
 
 // ClosedSegments lists the sealed segments in offset order, starting with
@@ -64,6 +67,9 @@ func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
 		snap := offsetName(l.dir, next.base, snapshotSuffix)
 		if _, err := os.Stat(snap); err == nil {
 			info.SnapshotPath = snap
+		}
+		if fi, err := os.Stat(s.txnIndexPath()); err == nil && fi.Size() > 0 {
+			info.TxnIndexPath = s.txnIndexPath()
 		}
 		out = append(out, info)
 	}

@@ -97,7 +97,11 @@ func replayProducers(t testing.TB, batches []byte) map[int64]*producerEntry {
 	m := map[int64]*producerEntry{}
 	for _, b := range batchesOf(t, batches) {
 		h := decodeHeader(b)
-		applyProducerBatch(m, &h, 0)
+		mk, isMarker, err := markerOf(&h, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyProducerBatch(m, &h, mk, isMarker, 0)
 	}
 	return m
 }

@@ -418,49 +418,12 @@ func (l *Log) recoverEpochs(seen []epochEntry) error {
 // scanEpochs rebuilds the epoch history from every batch header.
 func (l *Log) scanEpochs() ([]epochEntry, error) {
 	var es []epochEntry
-	err := l.scanHeaders(0, func(h *BatchHeader) {
+	err := l.scanProducerBatches(0, func(h *BatchHeader, _ TxnMarker, _ bool) {
 		if n := len(es); h.LeaderEpoch >= 0 && (n == 0 || h.LeaderEpoch > es[n-1].epoch) {
 			es = append(es, epochEntry{h.LeaderEpoch, h.BaseOffset})
 		}
 	})
 	return es, err
-}
-
-// scanHeaders calls fn for every batch with base offset >= from, reading
-// headers only. A segment is scanned up to its first unreadable header.
-func (l *Log) scanHeaders(from int64, fn func(*BatchHeader)) error {
-	segs := l.mu.segs
-	for i, s := range segs {
-		if i+1 < len(segs) && segs[i+1].base <= from {
-			continue
-		}
-		var pos int64
-		if s.base < from {
-			var err error
-			if pos, _, err = s.position(from, s.size, l.w.cfg.IndexIntervalBytes, l.logger); err != nil {
-				return err
-			}
-		}
-		sc := newScanner(s.f, pos, s.size, false)
-		for {
-			hb, _, err := sc.next()
-			if err == io.EOF {
-				break
-			}
-			var se *scanError
-			if errors.As(err, &se) {
-				l.logger.Warn("stopping header scan at an unreadable batch", "segment", s.logPath(), "err", err)
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if h := decodeHeader(hb); h.BaseOffset >= from {
-				fn(&h)
-			}
-		}
-	}
-	return nil
 }
 
 // recoverProducers loads the newest usable snapshot and replays the batch

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -70,6 +71,25 @@ func isXerial(codec int, src []byte) bool {
 	return codec == codecSnappy && len(src) > 16 && bytes.HasPrefix(src, xerialMagic)
 }
 
+// streamEncoder is a pooled compressor that writes a whole frame per
+// Reset..Close (gzip, lz4).
+type streamEncoder interface {
+	Reset(w io.Writer)
+	io.WriteCloser
+}
+
+// appendStream appends src compressed by w to dst, through out.
+func appendStream(dst []byte, w streamEncoder, out *appendWriter, src []byte) ([]byte, error) {
+	out.b = dst
+	w.Reset(out)
+	_, err := w.Write(src)
+	if err == nil {
+		err = w.Close()
+	}
+	dst, out.b = out.b, nil
+	return dst, err
+}
+
 // appendCompressed appends src compressed with codec to dst. xerial
 // selects the Java client's snappy framing over a raw snappy block.
 func appendCompressed(dst []byte, codec int, src []byte, xerial bool) ([]byte, error) {
@@ -79,14 +99,7 @@ func appendCompressed(dst []byte, codec int, src []byte, xerial bool) ([]byte, e
 	case codecGzip:
 		e := gzipEncPool.Get().(*gzipEncoder)
 		defer gzipEncPool.Put(e)
-		e.out.b = dst
-		e.w.Reset(&e.out)
-		_, err := e.w.Write(src)
-		if err == nil {
-			err = e.w.Close()
-		}
-		dst, e.out.b = e.out.b, nil
-		return dst, err
+		return appendStream(dst, e.w, &e.out, src)
 	case codecSnappy:
 		if !xerial {
 			return appendSnappyBlock(dst, src), nil
@@ -106,14 +119,7 @@ func appendCompressed(dst []byte, codec int, src []byte, xerial bool) ([]byte, e
 	case codecLz4:
 		e := lz4EncPool.Get().(*lz4Encoder)
 		defer lz4EncPool.Put(e)
-		e.out.b = dst
-		e.w.Reset(&e.out)
-		_, err := e.w.Write(src)
-		if err == nil {
-			err = e.w.Close()
-		}
-		dst, e.out.b = e.out.b, nil
-		return dst, err
+		return appendStream(dst, e.w, &e.out, src)
 	case codecZstd:
 		got := zstdEncPool.Get()
 		e, ok := got.(*zstd.Encoder)

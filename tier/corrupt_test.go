@@ -173,15 +173,23 @@ func TestCorruptChunkIsDownloadedAgain(t *testing.T) {
 	mustRead(150, 200) // chunk 1 out of memory
 	put(bad)
 	mustRead(neighbour) // chunk 1's second download: to disk
+	// Admission is asynchronous, and another chunk may have been admitted
+	// before: wait for chunk 1 itself.
+	c := tr.cache
+	chunk1OnDisk := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.mu.disk[chunkKey{rs.Key, 1}]
+		return ok
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for tr.cache.admissions.Load() == 0 && time.Now().Before(deadline) {
+	for !chunk1OnDisk() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if tr.cache.admissions.Load() == 0 {
+	if !chunk1OnDisk() {
 		t.Fatal("chunk 1 never reached the disk level")
 	}
 	mustRead(150, 200) // chunk 1 only on disk now
-	c := tr.cache
 	c.mu.Lock()
 	_, inMem := c.mu.mem[chunkKey{rs.Key, 1}]
 	_, onDisk := c.mu.disk[chunkKey{rs.Key, 1}]

@@ -348,10 +348,10 @@ type record struct {
 	timestampDelta int64
 	offsetDelta    int64
 	nullKey        bool
-	// key and nullValue are filled by recordIter only: a stream walk
-	// never holds the key.
-	key       []byte
-	nullValue bool
+	// key, value and nullValue are filled by recordIter only: a stream
+	// walk never holds the record.
+	key, value []byte
+	nullValue  bool
 }
 
 // recordIter walks encoded records without allocating.
@@ -377,19 +377,11 @@ func (it *recordIter) next() (record, error) {
 		return r, fmt.Errorf("%w: bad offset delta", ErrCorruptMessage)
 	}
 	body = body[n:]
-	keyLen, kn := varint(body)
-	r.nullKey = kn > 0 && keyLen < 0
-	kb := body
 	var ok bool
-	if body, ok = skipBytes(body, true); !ok { // key
+	if r.key, body, r.nullKey, ok = bytesField(body, true); !ok {
 		return r, fmt.Errorf("%w: bad record key", ErrCorruptMessage)
 	}
-	if !r.nullKey {
-		r.key = kb[kn : kn+int(keyLen)]
-	}
-	valueLen, _ := varint(body)
-	r.nullValue = valueLen < 0
-	if body, ok = skipBytes(body, true); !ok { // value
+	if r.value, body, r.nullValue, ok = bytesField(body, true); !ok {
 		return r, fmt.Errorf("%w: bad record value", ErrCorruptMessage)
 	}
 	count, n := varint(body)
@@ -544,18 +536,25 @@ func streamErr(err error, what string) error {
 // skipBytes skips a varint-length-prefixed byte string (-1 = null, if
 // nullable).
 func skipBytes(b []byte, nullable bool) ([]byte, bool) {
+	_, rest, _, ok := bytesField(b, nullable)
+	return rest, ok
+}
+
+// bytesField splits a varint-length-prefixed byte string (-1 = null, if
+// nullable) off the front of b.
+func bytesField(b []byte, nullable bool) (field, rest []byte, null, ok bool) {
 	l, n := varint(b)
 	if n <= 0 {
-		return b, false
+		return nil, b, false, false
 	}
 	b = b[n:]
 	switch {
 	case l == -1 && nullable:
-		return b, true
+		return nil, b, true, true
 	case l < 0 || l > int64(len(b)):
-		return b, false
+		return nil, b, false, false
 	}
-	return b[l:], true
+	return b[:l], b[l:], false, true
 }
 
 // varint decodes a zig-zag varint of at most 10 bytes. n <= 0 on error.

@@ -70,47 +70,21 @@ func markerOf(h *BatchHeader, batch []byte) (TxnMarker, bool, error) {
 	defer done()
 	w := newRecordWalk(h, recs)
 	var rec Record
-	r, raw, ok, err := w.next(&rec)
+	r, _, ok, err := w.next(&rec)
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: no record", ErrCorruptMessage)
 	}
 	if err != nil {
 		return TxnMarker{}, false, fmt.Errorf("control batch at offset %d: %w", h.BaseOffset, err)
 	}
-	value, vok := recordValue(raw)
-	if r.nullKey || r.nullValue || !vok {
+	if r.nullKey || r.nullValue {
 		return TxnMarker{}, false, fmt.Errorf("%w: control batch at offset %d has a null key or value", ErrInvalidRecord, h.BaseOffset)
 	}
-	m, err := DecodeTxnMarker(r.key, value)
+	m, err := DecodeTxnMarker(r.key, r.value)
 	if err != nil {
 		return TxnMarker{}, false, fmt.Errorf("control batch at offset %d: %w", h.BaseOffset, err)
 	}
 	return m, true, nil
-}
-
-// recordValue returns the value of one encoded record (length prefix
-// included) that recordIter accepted.
-func recordValue(raw []byte) ([]byte, bool) {
-	_, n := varint(raw)
-	if n <= 0 || len(raw) < n+1 {
-		return nil, false
-	}
-	b := raw[n+1:] // length, attributes
-	for range 2 {  // timestamp and offset deltas
-		if _, n = varint(b); n <= 0 {
-			return nil, false
-		}
-		b = b[n:]
-	}
-	var ok bool
-	if b, ok = skipBytes(b, true); !ok { // key
-		return nil, false
-	}
-	v, k := varint(b)
-	if k <= 0 || v < 0 || v > int64(len(b)-k) {
-		return nil, false
-	}
-	return b[k : k+int(v)], true
 }
 
 // encodeMarkerBatch builds the control batch of one END_TXN marker as

@@ -1,10 +1,8 @@
 package segment
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,10 +15,7 @@ import (
 // 4 magic bytes "CLN1", the offset (int64), the time in Unix milliseconds
 // (int64), a CRC-32C of the 20 bytes before it. Commit writes it; Open
 // reads it, and a missing or damaged one means "never cleaned".
-const (
-	cleanerCheckpointName = "cleaner-checkpoint"
-	cleanerCheckpointSize = 24
-)
+const cleanerCheckpointName = "cleaner-checkpoint"
 
 var cleanerMagic = [4]byte{'C', 'L', 'N', '1'}
 
@@ -31,24 +26,15 @@ type cleanerMark struct {
 }
 
 func encodeCleaner(m cleanerMark) []byte {
-	b := make([]byte, cleanerCheckpointSize)
-	copy(b, cleanerMagic[:])
-	binary.BigEndian.PutUint64(b[4:], uint64(m.cleanedTo))
-	binary.BigEndian.PutUint64(b[12:], uint64(m.at.UnixMilli()))
-	binary.BigEndian.PutUint32(b[20:], crc32.Checksum(b[:20], castagnoli))
-	return b
+	return encodeCheckpoint(cleanerMagic, m.cleanedTo, m.at.UnixMilli())
 }
 
 func decodeCleaner(b []byte) (cleanerMark, bool) {
-	if len(b) != cleanerCheckpointSize || [4]byte(b[:4]) != cleanerMagic ||
-		binary.BigEndian.Uint32(b[20:]) != crc32.Checksum(b[:20], castagnoli) {
+	f, ok := decodeCheckpoint(b, cleanerMagic, 2)
+	if !ok {
 		return cleanerMark{}, false
 	}
-	m := cleanerMark{
-		cleanedTo: int64(binary.BigEndian.Uint64(b[4:])),
-		at:        time.UnixMilli(int64(binary.BigEndian.Uint64(b[12:]))),
-	}
-	return m, m.cleanedTo >= 0
+	return cleanerMark{cleanedTo: f[0], at: time.UnixMilli(f[1])}, true
 }
 
 func cleanerPath(dir string) string { return filepath.Join(dir, cleanerCheckpointName) }

@@ -1,7 +1,9 @@
 package segment
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -91,3 +93,30 @@ func removeIfExists(path string) error {
 }
 
 func isTemp(name string) bool { return strings.HasSuffix(name, tmpSuffix) }
+
+// encodeCheckpoint encodes a small checkpoint file (docs/format.md): 4
+// magic bytes, the fields as big-endian int64s, and a CRC-32C of the bytes
+// before it.
+func encodeCheckpoint(magic [4]byte, fields ...int64) []byte {
+	b := append(make([]byte, 0, 4+8*len(fields)+4), magic[:]...)
+	for _, f := range fields {
+		b = binary.BigEndian.AppendUint64(b, uint64(f))
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// decodeCheckpoint returns the n fields of a checkpoint encodeCheckpoint
+// wrote with magic; ok is false for anything else, or a negative field.
+func decodeCheckpoint(b []byte, magic [4]byte, n int) (fields []int64, ok bool) {
+	size := 4 + 8*n
+	if len(b) != size+4 || [4]byte(b[:4]) != magic || binary.BigEndian.Uint32(b[size:]) != crc32.Checksum(b[:size], castagnoli) {
+		return nil, false
+	}
+	fields = make([]int64, n)
+	for i := range fields {
+		if fields[i] = int64(binary.BigEndian.Uint64(b[4+8*i:])); fields[i] < 0 {
+			return nil, false
+		}
+	}
+	return fields, true
+}

@@ -1,10 +1,8 @@
 package segment
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,28 +15,18 @@ import (
 // "LSO1", the offset (int64), a CRC-32C of the 12 bytes before it. Open
 // takes the larger of it and the first segment's base, and never more than
 // the log end.
-const (
-	logStartName = "log-start-offset"
-	logStartSize = 16
-)
+const logStartName = "log-start-offset"
 
 var logStartMagic = [4]byte{'L', 'S', 'O', '1'}
 
-func encodeLogStart(offset int64) []byte {
-	b := make([]byte, logStartSize)
-	copy(b, logStartMagic[:])
-	binary.BigEndian.PutUint64(b[4:], uint64(offset))
-	binary.BigEndian.PutUint32(b[12:], crc32.Checksum(b[:12], castagnoli))
-	return b
-}
+func encodeLogStart(offset int64) []byte { return encodeCheckpoint(logStartMagic, offset) }
 
 func decodeLogStart(b []byte) (int64, bool) {
-	if len(b) != logStartSize || [4]byte(b[:4]) != logStartMagic ||
-		binary.BigEndian.Uint32(b[12:]) != crc32.Checksum(b[:12], castagnoli) {
+	f, ok := decodeCheckpoint(b, logStartMagic, 1)
+	if !ok {
 		return 0, false
 	}
-	off := int64(binary.BigEndian.Uint64(b[4:]))
-	return off, off >= 0
+	return f[0], true
 }
 
 func (l *Log) logStartPath() string { return filepath.Join(l.dir, logStartName) }

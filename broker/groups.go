@@ -312,42 +312,14 @@ func (l offsetsLog) Read(dst []byte, partition int32, offset int64) ([]byte, err
 	// its log, and that it will commit once its followers fetch them.
 	end := p.log.EndOffset()
 	offset = max(offset, p.logStartOffset())
-	for {
-		out, err := b.readAt(p, dst, offset, end, 1<<20)
-		if err != nil {
-			return out, fmt.Errorf("%s-%d at %d: %w", offsetsTopic, partition, offset, err)
-		}
-		// Nothing read means "the end" to the loader. The local log reads
-		// across its segments up to its end, so there that is the truth.
-		if len(out) > len(dst) || offset >= end || offset >= p.log.StartOffset() {
-			return out, nil
-		}
-		// A read from the bucket stays within one segment, whose tail
-		// compaction may have emptied: go on with the next one.
-		if offset, err = l.afterRemoteSegment(p, offset); err != nil {
-			return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
-		}
-	}
-}
-
-// afterRemoteSegment returns the offset after the bucket's segment of p
-// that holds offset.
-func (l offsetsLog) afterRemoteSegment(p *partition, offset int64) (int64, error) {
-	b := l.b
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	m, err := b.tier.Manifest(ctx, p.bucketName())
+	out, err := b.readAt(p, dst, offset, end, 1<<20)
 	if err != nil {
-		return 0, storageError(err)
+		return out, fmt.Errorf("%s-%d at %d: %w", offsetsTopic, partition, offset, err)
 	}
-	seg, ok, err := m.Find(ctx, b.tier.Pages(), offset)
-	if err != nil {
-		return 0, storageError(err)
-	}
-	if !ok || seg.LastOffset < offset {
-		return 0, fmt.Errorf("%w: nothing read at %d, and the bucket has no segment holding it", segment.ErrOffsetOutOfRange, offset)
-	}
-	return seg.LastOffset + 1, nil
+	// Nothing read means "the end" to the loader, and is: the bucket's
+	// read goes on across objects compaction emptied, and readAt on into
+	// the local log, which reads across its segments up to its end.
+	return out, nil
 }
 
 // clientHost is what DescribeGroups shows as a member's host, in Kafka's

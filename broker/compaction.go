@@ -53,14 +53,14 @@ func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 	var out []compactor.LocalPartition
 	for _, p := range h.b.partitionList() {
 		s := p.settings.Load()
-		if compact, _ := h.b.cleanupPolicy(s.configs); !compact {
+		if s.compaction == nil {
 			continue
 		}
 		out = append(out, compactor.LocalPartition{
 			Topic: p.topic, Partition: p.index, Log: p.log,
 			HighWatermark: p.hw.Load,
 			Tiered:        s.log.Tiered,
-			Policy:        h.b.compactionPolicy(s.configs),
+			Policy:        *s.compaction,
 		})
 	}
 	return out
@@ -70,14 +70,14 @@ func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 	var out []compactor.ColdPartition
 	for _, p := range h.b.partitionList() {
 		s := p.settings.Load()
-		if compact, _ := h.b.cleanupPolicy(s.configs); !compact || !s.log.Tiered {
+		if s.compaction == nil || !s.log.Tiered {
 			continue
 		}
 		epoch, leading := p.leaderEpochIfLeading()
 		if !leading {
 			continue
 		}
-		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: h.b.compactionPolicy(s.configs)})
+		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: *s.compaction})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"strata/compactor"
 	"sync"
 	"sync/atomic"
 
@@ -67,6 +68,9 @@ type partitionSettings struct {
 	log      segment.Config    // log.Tiered: copied to the cold tier
 	minISR   int               // min.insync.replicas
 	internal bool              // only the broker writes to it
+	// compaction is the topic's compaction settings, nil unless its
+	// cleanup.policy compacts.
+	compaction *compactor.Policy
 }
 
 func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segment.Log, s *partitionSettings, logEnd prometheus.Gauge) *partition {

@@ -333,7 +333,7 @@ const mergesPerPass = 4
 // segment.bytes, as idle uploads make them) into objects of up to
 // segment.bytes, and returns the manifest after.
 func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
-	if compact, _ := b.cleanupPolicy(p.settings.Load().configs); m.Empty() || compact {
+	if m.Empty() || p.settings.Load().compaction != nil {
 		// Compaction writes its objects up to segment.bytes, merging the
 		// small ones on the way; a merge under a pass would only make the
 		// pass's replacement fail.
@@ -493,7 +493,7 @@ func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int
 // config: a tiered log deletes locally only what is uploaded, bounded by
 // local.retention.* (-2: follow retention.*). Internal topics follow the
 // same rule as the others (see tiers).
-func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string, _ bool) segment.Config {
+func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string) segment.Config {
 	if !b.tiers(configs) {
 		return cfg
 	}

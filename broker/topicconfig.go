@@ -95,7 +95,7 @@ const (
 func (b *Broker) settingsFor(configs map[string]string, internal bool) *partitionSettings {
 	s := &partitionSettings{
 		configs:  configs,
-		log:      b.segmentConfig(configs, internal),
+		log:      b.segmentConfig(configs),
 		minISR:   1,
 		internal: internal,
 	}
@@ -104,11 +104,15 @@ func (b *Broker) settingsFor(configs map[string]string, internal bool) *partitio
 			s.minISR = n
 		}
 	}
+	if compact, _ := b.cleanupPolicy(configs); compact {
+		policy := b.compactionPolicy(configs)
+		s.compaction = &policy
+	}
 	return s
 }
 
 // segmentConfig turns a topic's configs into the log's settings.
-func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment.Config {
+func (b *Broker) segmentConfig(configs map[string]string) segment.Config {
 	num := func(key string) int64 {
 		v, _ := b.topicConfigValue(configs, key)
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -151,7 +155,7 @@ func (b *Broker) segmentConfig(configs map[string]string, internal bool) segment
 		// compaction never touches, rolls in time for the lag to hold.
 		cfg.SegmentMs = lag
 	}
-	cfg = b.tierSegmentConfig(cfg, configs, internal)
+	cfg = b.tierSegmentConfig(cfg, configs)
 	if !deletes {
 		// compact alone deletes nothing by age or size; a tiered log
 		// still lets go of local copies once they are in the bucket

@@ -40,7 +40,7 @@ func offsetsStatus(t *testing.T, env []string, dataDir string, partition int32) 
 }
 
 // TestOffsetsTopicTiers is issue 13's promise for groups: __consumer_offsets
-// tiers, and a group that committed 100,000 times over 10 partitions
+// tiers and is compacted in the bucket, and a group that committed 100,000 times over 10 partitions
 // resumes at its last commit after a restart with a cold local disk. Each
 // partition's commits come in a phase of their own, so that the last commit
 // of nine of them is older than anything the offsets partition keeps
@@ -153,18 +153,20 @@ func TestOffsetsTopicTiers(t *testing.T) {
 	}
 	cl.Close()
 
-	// The commits of every phase but the last leave the local disk.
+	// The commits of every phase but the last leave the local disk, and
+	// the bucket's copy is compacted.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		r := offsetsStatus(t, env, dataDir, offsetsPartition)
 		if r.LocalOnly {
 			t.Fatalf("__consumer_offsets is local-only: %+v", r)
 		}
-		if r.LocalStart != nil && *r.LocalStart >= lastBucketOnly && r.RemoteEnd != nil && *r.RemoteEnd >= *r.LocalStart && r.Segments > 0 {
+		if r.LocalStart != nil && *r.LocalStart >= lastBucketOnly && r.RemoteEnd != nil && *r.RemoteEnd >= *r.LocalStart && r.Segments > 0 &&
+			r.Cleaned != nil && r.Cleaned.End > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("__consumer_offsets never moved below offset %d to the bucket: %+v", lastBucketOnly, r)
+			t.Fatalf("__consumer_offsets never moved below offset %d to the bucket, compacted there: %+v (cleaned %v)", lastBucketOnly, r, r.Cleaned)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -86,6 +86,23 @@ type Config struct {
 	// OffsetsRetention is offsets.retention.minutes; zero means 7 days.
 	OffsetsRetention time.Duration
 
+	// TransactionStatePartitions is the partition count of
+	// __transaction_state (transaction.state.log.num.partitions), used
+	// when the broker creates it. It decides which partition, and so which
+	// coordinator, owns a transactional id. Zero means Kafka's 50.
+	TransactionStatePartitions int32
+	// TransactionMaxTimeout bounds the transaction.timeout.ms a producer
+	// may ask for (transaction.max.timeout.ms). Zero means 15 minutes.
+	TransactionMaxTimeout time.Duration
+	// TransactionalIDExpiration is how long an idle transactional id is
+	// kept (transactional.id.expiration.ms). Zero means 7 days.
+	TransactionalIDExpiration time.Duration
+	// TransactionAbortInterval is how often the coordinator looks for
+	// transactions open past their timeout and aborts them
+	// (transaction.abort.timed.out.transaction.cleanup.interval.ms). Zero
+	// means Kafka's 10 s.
+	TransactionAbortInterval time.Duration
+
 	// DefaultReplicationFactor is default.replication.factor: the
 	// replication factor of topics created without one (auto-created
 	// topics, and CreateTopics asking for -1). Zero means 1.
@@ -136,7 +153,10 @@ const (
 	DefaultConnectionsMaxIdle = 10 * time.Minute
 	// DefaultOffsetsPartitions is Kafka's offsets.topic.num.partitions.
 	DefaultOffsetsPartitions = 50
-	defaultClusterID         = "strata"
+	// DefaultTransactionStatePartitions is Kafka's
+	// transaction.state.log.num.partitions.
+	DefaultTransactionStatePartitions = 50
+	defaultClusterID                  = "strata"
 	// DefaultSessionTimeout is shorter than Kafka's 9 s so that a killed
 	// leader stalls its producers for under 3 s; loopback and LAN
 	// heartbeats every 500 ms leave room for a few lost ones.
@@ -175,6 +195,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.GroupInitialRebalanceDelay == 0 {
 		c.GroupInitialRebalanceDelay = 3 * time.Second
+	}
+	if c.TransactionStatePartitions == 0 {
+		c.TransactionStatePartitions = DefaultTransactionStatePartitions
+	}
+	if c.TransactionMaxTimeout == 0 {
+		c.TransactionMaxTimeout = 15 * time.Minute
+	}
+	if c.TransactionalIDExpiration == 0 {
+		c.TransactionalIDExpiration = 7 * 24 * time.Hour
+	}
+	if c.TransactionAbortInterval == 0 {
+		c.TransactionAbortInterval = 10 * time.Second
 	}
 	if c.ClusterID == "" {
 		c.ClusterID = defaultClusterID
@@ -258,6 +290,15 @@ func (c Config) Validate() error {
 	}
 	if c.GroupMaxSessionTimeout > 0 && c.GroupMinSessionTimeout > c.GroupMaxSessionTimeout {
 		return fmt.Errorf("group min session timeout %s is above the max %s", c.GroupMinSessionTimeout, c.GroupMaxSessionTimeout)
+	}
+	if c.TransactionStatePartitions < 1 {
+		return fmt.Errorf("transaction state partitions %d: must be at least 1", c.TransactionStatePartitions)
+	}
+	if c.TransactionMaxTimeout < time.Millisecond || c.TransactionMaxTimeout.Milliseconds() > 1<<31-1 {
+		return fmt.Errorf("transaction max timeout %s: must be from 1ms to 2^31-1 ms", c.TransactionMaxTimeout)
+	}
+	if c.TransactionalIDExpiration < time.Millisecond || c.TransactionAbortInterval < time.Millisecond {
+		return fmt.Errorf("transactional id expiration %s and transaction abort interval %s: must be at least 1ms", c.TransactionalIDExpiration, c.TransactionAbortInterval)
 	}
 	if t := c.Tier; t.ChunkBytes < 0 || t.MemoryBytes < 0 || t.CacheBytes < 0 || t.ManifestCacheBytes < 0 || t.LocalDiskLimit < 0 || t.ReadAhead < 0 || t.ReadWorkers < 0 {
 		return errors.New("tier: sizes and counts must not be negative")

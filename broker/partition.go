@@ -119,6 +119,26 @@ func (p *partition) append(records []byte) (segment.AppendInfo, int32, error) {
 	return info, epoch, err
 }
 
+// appendMarker writes the END_TXN marker of producer pid's transaction on
+// this partition (WriteTxnMarkers), as its leader. It returns the marker's
+// offset in info and the leader epoch it was appended at, for an acks=all
+// wait.
+func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, coordinatorEpoch int32) (segment.AppendInfo, int32, error) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if !p.leading.Load() {
+		return segment.AppendInfo{}, -1, errNotLeader
+	}
+	epoch := p.leaderEpoch.Load()
+	info, err := p.log.AppendMarker(pid, producerEpoch, commit, coordinatorEpoch, epoch)
+	if err == nil {
+		p.logEnd.Set(float64(info.LastOffset + 1))
+		p.advanceHighWatermark()
+		p.wake()
+	}
+	return info, epoch, err
+}
+
 // leaderEpochIfLeading returns the leader epoch, if this node leads p.
 // The two are read together under appendMu, where setRole changes them.
 func (p *partition) leaderEpochIfLeading() (int32, bool) {

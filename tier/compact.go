@@ -473,3 +473,9 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	t.log.Debug("compacted segments swapped in", "topic", tp.Topic, "partition", tp.Partition, "base", first, "last", last, "segments", len(segs), "cleaned", cleanedTo)
 	return next, nil
 }
+
+// SetAborted gives the object the aborted transactions whose records it
+// holds (its aborted-transaction index part).
+//
+// TODO(issue 14): contract only; the tier helper writes the part.
+func (w *SegmentWriter) SetAborted(txns []segment.AbortedTxn) {}

@@ -578,3 +578,13 @@ func (t *Tier) reportCorrupt(tp format.TopicPartition, key string, err error, he
 	t.log.Error("corrupt data in the object store: reads of it fail with KAFKA_STORAGE_ERROR until the object is repaired",
 		"topic", tp.Topic, "partition", tp.Partition, "object", key, "reads", reads, "err", err)
 }
+
+// AbortedTransactions returns the aborted transactions of tp's objects
+// that overlap [from, upTo): those whose records a read_committed reader
+// of that range must drop, in first-offset order, from the objects'
+// aborted-transaction index parts.
+//
+// TODO(issue 14): contract only; the tier helper reads the parts.
+func (t *Tier) AbortedTransactions(ctx context.Context, tp format.TopicPartition, from, upTo int64) ([]segment.AbortedTxn, error) {
+	return nil, nil
+}

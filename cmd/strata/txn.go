@@ -220,9 +220,11 @@ a commit or abort is being written, those still without their marker).`,
 				if err := checkServes(ctx, adm, kmsg.DescribeTransactions); err != nil {
 					return fmt.Errorf("txn describe: %w", err)
 				}
+				// Ids whose coordinator could not be asked are missing from
+				// ds and reported as such, after the others are printed.
 				ds, err := adm.DescribeTransactions(ctx, ids...)
 				if err != nil && len(ds) == 0 {
-					return fmt.Errorf("txn describe: %w", err)
+					return fmt.Errorf("txn describe: %w", kafkaError(err, ""))
 				}
 				var descs []txnDescription
 				failed := eachName("txn describe", ids, ds,
@@ -234,6 +236,9 @@ a commit or abort is being written, those still without their marker).`,
 					}
 				} else if err := printTxnDescriptions(stdout, descs, time.Now()); err != nil {
 					return err
+				}
+				if failed != nil && err != nil {
+					return fmt.Errorf("%w (%v)", failed, kafkaError(err, ""))
 				}
 				return failed
 			})

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/group"
 	"strata/segment"
 )
 
@@ -324,5 +325,89 @@ func TestTxnTimeoutAborts(t *testing.T) {
 	}
 	if _, err := c.endTxn(3, "txt", pid, epoch, true); err != kerr.ProducerFenced {
 		t.Fatalf("commit after the timeout: %v, want PRODUCER_FENCED", err)
+	}
+}
+
+// txnCoordinator returns the node that coordinates id in c, once the
+// transaction state topic exists and the partition's leader has loaded it.
+func (c *cluster) txnCoordinator(id string) *Broker {
+	c.t.Helper()
+	var coord *Broker
+	c.waitFor("a transaction coordinator for "+id, 20*time.Second, func() bool {
+		t, ok := c.any().meta.State().Topics[txnStateTopic]
+		if !ok {
+			return false
+		}
+		leader := t.Partitions[group.Partition(id, int32(len(t.Partitions)))].Leader
+		if leader < 0 || c.node(leader) == nil || c.node(leader).txns == nil {
+			return false
+		}
+		part := group.Partition(id, int32(len(t.Partitions)))
+		if _, loaded := c.node(leader).txns.c.Loaded(part); !loaded {
+			return false
+		}
+		coord = c.node(leader)
+		return true
+	})
+	return coord
+}
+
+// TestTxnMarkersReachOtherBrokersAndSurviveFailover: the coordinator writes
+// markers on partitions led by other brokers (WriteTxnMarkers), and when
+// it dies its successor loads the open transaction from the replicated
+// __transaction_state and ends it.
+func TestTxnMarkersReachOtherBrokersAndSurviveFailover(t *testing.T) {
+	c := testCluster(t, 3, func(cfg *Config) { cfg.TransactionStatePartitions = 3 })
+	c.createTopic("tx-c", 3, 3, nil)
+	coord := c.txnCoordinator("txc")
+	tc := newTxnClient(t, coord)
+	pid, epoch := tc.initRetrying("txc", 60000)
+	if err := tc.addPartitions(3, "txc", pid, epoch, "tx-c", 0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.endTxn(3, "txc", pid, epoch, true); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitState("txc", "CompleteCommit")
+	leaders := map[int32]bool{}
+	for p := int32(0); p < 3; p++ {
+		leader := c.partitionState("tx-c", p).Leader
+		leaders[leader] = true
+		if m := markers(t, c.node(leader), "tx-c", p); len(m) != 1 || !m[0].Commit {
+			t.Fatalf("tx-c-%d at its leader %d: markers %+v", p, leader, m)
+		}
+	}
+	if len(leaders) < 2 {
+		t.Logf("all partitions led by one node; the remote path was not exercised")
+	}
+
+	// An open transaction survives the coordinator's death.
+	if err := tc.addPartitions(3, "txc", pid, epoch, "tx-c", 0, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	c.stop(coord.cfg.NodeID)
+	next := c.txnCoordinator("txc")
+	tc = newTxnClient(t, next)
+	s := tc.waitState("txc", "Ongoing")
+	if s.ProducerID != pid || s.ProducerEpoch != epoch {
+		t.Fatalf("after failover: %+v", s)
+	}
+	if _, err := tc.endTxn(3, "txc", pid, epoch, false); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitState("txc", "CompleteAbort")
+	for p := int32(0); p < 3; p++ {
+		var ms []segment.TxnMarker
+		c.waitFor("the abort marker on every partition", 20*time.Second, func() bool {
+			leader := c.partitionState("tx-c", p).Leader
+			if leader < 0 || c.node(leader) == nil {
+				return false
+			}
+			ms = markers(t, c.node(leader), "tx-c", p)
+			return len(ms) == 2
+		})
+		if ms[0].Commit != true || ms[1].Commit {
+			t.Fatalf("tx-c-%d markers %+v, want commit then abort", p, ms)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,7 +303,10 @@ func TestTxnCoordinatorStateSurvivesRestart(t *testing.T) {
 }
 
 func TestTxnTimeoutAborts(t *testing.T) {
-	b := testBroker(t, "", func(c *Config) { c.TransactionAbortInterval = 50 * time.Millisecond })
+	b := testBroker(t, "", func(c *Config) {
+		c.TransactionAbortInterval = 50 * time.Millisecond
+		c.HTTPListen = "127.0.0.1:0"
+	})
 	cl := testClient(t, b)
 	createTopic(t, kadmFor(cl), "tx-t", 1, nil)
 	c := newTxnClient(t, b)
@@ -312,11 +316,17 @@ func TestTxnTimeoutAborts(t *testing.T) {
 	if _, _, err := c.init("txt", int32((16 * time.Minute).Milliseconds()), -1, -1); err != kerr.InvalidTransactionTimeout {
 		t.Fatalf("timeout above the max: %v", err)
 	}
-	pid, epoch := c.initRetrying("txt", 300)
+	pid, epoch := c.initRetrying("txt", 3000)
 	if err := c.addPartitions(3, "txt", pid, epoch, "tx-t", 0); err != nil {
 		t.Fatal(err)
 	}
+	if m := scrape(t, b); !strings.Contains(m, `strata_transactions{state="Ongoing"} 1`) || strings.Contains(m, "strata_transaction_oldest_open_seconds 0\n") {
+		t.Errorf("metrics while the transaction is open:\n%s", grepLines(m, "strata_transaction"))
+	}
 	s := c.waitState("txt", "CompleteAbort")
+	if m := scrape(t, b); !strings.Contains(m, `strata_transactions{state="CompleteAbort"} 1`) || !strings.Contains(m, "strata_transaction_oldest_open_seconds 0\n") {
+		t.Errorf("metrics after the timeout abort:\n%s", grepLines(m, "strata_transaction"))
+	}
 	if s.ProducerEpoch != epoch+2 {
 		t.Fatalf("epoch after the timeout abort %d, want %d", s.ProducerEpoch, epoch+2)
 	}
@@ -410,4 +420,15 @@ func TestTxnMarkersReachOtherBrokersAndSurviveFailover(t *testing.T) {
 			t.Fatalf("tx-c-%d markers %+v, want commit then abort", p, ms)
 		}
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

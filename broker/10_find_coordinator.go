@@ -59,6 +59,12 @@ func (b *Broker) findCoordinator(key string, typ int8, c *kmsg.FindCoordinatorRe
 		if key == "" {
 			return fmt.Errorf("%w: empty transactional id", kerr.InvalidRequest)
 		}
+		if b.txns == nil {
+			return kerr.CoordinatorNotAvailable
+		}
+		if err := b.ensureTxnTopic(b.ctx); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%w: coordinator type %d is not supported", kerr.InvalidRequest, typ)
 	}

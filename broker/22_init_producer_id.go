@@ -61,6 +61,11 @@ func (b *Broker) initTransactional(r *kmsg.InitProducerIDRequest, resp *kmsg.Ini
 	if b.txns == nil {
 		return kerr.CoordinatorNotAvailable
 	}
+	// A client that skipped FindCoordinator (this node is the only one)
+	// finds the coordinator ready all the same.
+	if err := b.ensureTxnTopic(b.ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
 	defer cancel()
 	res := b.txns.c.InitProducerID(ctx, txn.InitProducerIDRequest{

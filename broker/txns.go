@@ -47,6 +47,10 @@ const txnWriteTimeout = 10 * time.Second
 type txns struct {
 	c *txn.Coordinator
 
+	// createMu serialises the creation of __transaction_state on a single
+	// node.
+	createMu sync.Mutex
+
 	mu sync.Mutex
 	// sending holds the transactions whose markers a goroutine is writing,
 	// so a reload does not start a second one for the same end.
@@ -54,23 +58,20 @@ type txns struct {
 }
 
 // startTxns starts the transaction coordinator. A single node creates
-// __transaction_state at start if it is missing; in a cluster the
+// __transaction_state the first time a transactional producer looks for its
+// coordinator (ensureTxnTopic), as Kafka does, so that a node that never
+// sees a transaction never pays for 50 more partitions; in a cluster the
 // controller creates it once __consumer_offsets exists, with the same
-// replication factor (txnTopicLoop). Until then FindCoordinator answers
-// COORDINATOR_NOT_AVAILABLE for transactional ids.
+// replication factor (txnTopicLoop). Until it exists FindCoordinator
+// answers COORDINATOR_NOT_AVAILABLE for transactional ids, which clients
+// retry.
 func (b *Broker) startTxns(ctx context.Context) error {
 	partitions := b.cfg.TransactionStatePartitions
 	if t, ok := b.topicByName(txnStateTopic); ok {
 		// As for the offsets topic: the existing count wins, or every
 		// transactional id would move.
 		partitions = int32(len(t.Partitions))
-	} else if !b.clustered() {
-		t, err := b.createTxnTopic(ctx, 1)
-		if err != nil {
-			return err
-		}
-		partitions = int32(len(t.Partitions))
-	} else {
+	} else if b.clustered() {
 		b.goFunc(b.txnTopicLoop)
 	}
 	offsetsPartitions := b.cfg.OffsetsPartitions
@@ -91,6 +92,31 @@ func (b *Broker) startTxns(ctx context.Context) error {
 	b.metrics.reg.MustRegister(&txnCollector{b: b})
 	b.syncTxnCoordinator(ctx)
 	b.goFunc(b.txnLoop)
+	return nil
+}
+
+// ensureTxnTopic creates __transaction_state on a single node if it does
+// not exist yet, and loads its partitions. In a cluster the controller
+// creates it (txnTopicLoop), and until then the answer is
+// COORDINATOR_NOT_AVAILABLE.
+func (b *Broker) ensureTxnTopic(ctx context.Context) error {
+	if _, ok := b.topicByName(txnStateTopic); ok {
+		return nil
+	}
+	if b.clustered() {
+		return fmt.Errorf("%w: %s does not exist yet", kerr.CoordinatorNotAvailable, txnStateTopic)
+	}
+	b.txns.createMu.Lock()
+	defer b.txns.createMu.Unlock()
+	if _, ok := b.topicByName(txnStateTopic); ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := b.createTxnTopic(ctx, 1); err != nil {
+		return fmt.Errorf("%w: %v", kerr.CoordinatorNotAvailable, err)
+	}
+	b.syncTxnCoordinator(ctx)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -337,4 +338,80 @@ func TestTxnProduceGuardVoidedByLeaderChange(t *testing.T) {
 	if code := errorCode(err); code != kerr.InvalidTxnState.Code {
 		t.Fatalf("append after a leader change: %v (%v), want INVALID_TXN_STATE", kerr.ErrorForCode(code), err)
 	}
+}
+
+// DescribeProducers (KIP-664), what kafka-transactions.sh find-hanging and
+// abort and `strata txn abort` read: each active producer of a partition
+// with its epoch, last sequence, coordinator epoch and the start offset
+// of its ongoing transaction, -1 when none is.
+func TestTxnDescribeProducers(t *testing.T) {
+	b := testBroker(t, "")
+	cl := testClient(t, b)
+	createTopic(t, kadmFor(cl), "desc", 1, nil)
+	p := b.partition("desc", 0)
+	now := time.Now().UnixMilli()
+	mustAppendTo(t, p, rawBatch(-1, -1, -1, now, "plain"))           // 0
+	mustAppendTo(t, p, rawBatch(50, 1, 0, now, "i1", "i2"))          // 1-2, idempotent
+	mustAppendTo(t, p, txnRawBatch(51, 4, 0, now, "t1"))             // 3, left open
+	mustAppendTo(t, p, txnRawBatch(52, 0, 0, now, "c1", "c2", "c3")) // 4-6
+	if _, _, err := p.appendMarker(52, 0, true, 7); err != nil {     // 7
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	described, err := kadmFor(cl).DescribeProducers(ctx, kadm.TopicsSet{"desc": {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, ok := described["desc"].Partitions[0]
+	if !ok || dp.Err != nil {
+		t.Fatalf("describe producers: %+v", dp)
+	}
+	got := dp.ActiveProducers.Sorted()
+	type row struct {
+		pid        int64
+		epoch      int16
+		lastSeq    int32
+		coordEpoch int32
+		txnStart   int64
+	}
+	var rows []row
+	for _, a := range got {
+		rows = append(rows, row{a.ProducerID, a.ProducerEpoch, a.LastSequence, a.CoordinatorEpoch, a.CurrentTxnStartOffset})
+		if a.LastTimestamp < now-time.Minute.Milliseconds() || a.Leader != b.cfg.NodeID {
+			t.Errorf("producer %d: last timestamp %d, leader %d", a.ProducerID, a.LastTimestamp, a.Leader)
+		}
+	}
+	want := []row{{50, 1, 1, 0, -1}, {51, 4, 0, 0, 3}, {52, 0, 2, 7, -1}}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("active producers %+v, want %+v", rows, want)
+	}
+
+	// A partition this broker does not have, and a topic nobody has.
+	resp := describeProducersRaw(t, b, "desc", 5)
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("partition 5 of a one-partition topic: %v", kerr.ErrorForCode(code))
+	}
+	resp = describeProducersRaw(t, b, "nope", 0)
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("unknown topic: %v", kerr.ErrorForCode(code))
+	}
+}
+
+func describeProducersRaw(t *testing.T, b *Broker, topic string, partition int32) *kmsg.DescribeProducersResponse {
+	t.Helper()
+	req := kmsg.NewPtrDescribeProducersRequest()
+	rt := kmsg.NewDescribeProducersRequestTopic()
+	rt.Topic = topic
+	rt.Partitions = []int32{partition}
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrDescribeProducersResponse()
+	if err := resp.ReadFrom(rawRoundTrip(t, b, req)); err != nil {
+		t.Fatalf("describe producers response: %v", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("describe producers response: %+v", resp)
+	}
+	return resp
 }

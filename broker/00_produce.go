@@ -335,6 +335,9 @@ func transactionalProducer(r *kmsg.ProduceRequest) (txnProducer, error) {
 				}
 				pid := int64(binary.BigEndian.Uint64(h[batchProducerID:]))
 				epoch := int16(binary.BigEndian.Uint16(h[batchProducerEpoch:]))
+				if pid < 0 {
+					return // INVALID_RECORD from the segment package's checks
+				}
 				if tp.ok && (pid != tp.pid || epoch != tp.epoch) {
 					err = fmt.Errorf("%w: transactional batches of producers %d (epoch %d) and %d (epoch %d) in one request", kerr.InvalidProducerIDMapping, tp.pid, tp.epoch, pid, epoch)
 					return

@@ -170,7 +170,12 @@ func (p *partition) checkTxnLocked(tx *txnAppend) error {
 	if p.log.OngoingTxn(tx.pid, tx.epoch) {
 		return nil
 	}
-	if g := p.guards[tx.pid]; tx.guard == nil || g != tx.guard || g.leaderEpoch != p.leaderEpoch.Load() {
+	g := p.guards[tx.pid]
+	if g != nil && g.leaderEpoch != p.leaderEpoch.Load() {
+		delete(p.guards, tx.pid) // an earlier leadership's
+		g = nil
+	}
+	if tx.guard == nil || g != tx.guard {
 		return fmt.Errorf("%w: producer %d (epoch %d) has no transaction ongoing in %s-%d and no verification of one that still stands: a transaction marker or a leader change came first", kerr.InvalidTxnState, tx.pid, tx.epoch, p.topic, p.index)
 	}
 	return nil
@@ -200,9 +205,11 @@ func (p *partition) appendTxn(records []byte, tx *txnAppend) (segment.AppendInfo
 	}
 	epoch := p.leaderEpoch.Load()
 	info, err := p.log.AppendPrepared(batches, epoch)
-	if err == nil && tx != nil {
-		// The transaction is ongoing now: later batches join it without
-		// a guard (Kafka drops it on any transactional append).
+	if tx != nil && (err == nil || p.guards[tx.pid] == tx.guard) {
+		// Appended, the transaction is ongoing now: later batches join it
+		// without a guard (Kafka drops it on any transactional append).
+		// Refused, the guard goes too, so that none piles up for a
+		// producer that never comes back; a retry is verified afresh.
 		delete(p.guards, tx.pid)
 	}
 	if err == nil && !info.Duplicate {

@@ -143,6 +143,10 @@ func TestTxnProduceBadEpochAndSequence(t *testing.T) {
 	wantCodes(t, "sequence gap", produceTxn(t, b, 12, id, "bad", txnRawBatch(5, 3, 5, now, "b")), kerr.OutOfOrderSequenceNumber)
 	wantCodes(t, "unknown producer at sequence 40", produceTxn(t, b, 12, id, "bad", txnRawBatch(6, 0, 40, now, "c")), nil)
 
+	if n := guardsLeft(p); n != 0 {
+		t.Fatalf("%d verification guards left after refused appends", n)
+	}
+
 	if _, _, err := p.appendMarker(5, 3, true, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +158,13 @@ func TestTxnProduceBadEpochAndSequence(t *testing.T) {
 	if code := errorCode(err); code != kerr.InvalidProducerEpoch.Code {
 		t.Fatalf("marker at an older producer epoch: %v (%v), want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code), err)
 	}
+}
+
+// guardsLeft counts p's verification guards: they must not pile up.
+func guardsLeft(p *partition) int {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	return len(p.guards)
 }
 
 // verifyCall is what a fake verification was asked.
@@ -275,6 +286,9 @@ func TestTxnProduceVerificationErrors(t *testing.T) {
 	}
 	if calls := v.took(); len(calls) != 8 {
 		t.Fatalf("%d verification calls, want one per produce (8)", len(calls))
+	}
+	if n := guardsLeft(b.partition("verr", 0)); n != 0 {
+		t.Fatalf("%d verification guards left after failed verifications", n)
 	}
 }
 

@@ -101,6 +101,12 @@ func (p *partition) append(records []byte) (segment.AppendInfo, int32, error) {
 	if err != nil {
 		return segment.AppendInfo{}, -1, err
 	}
+	return p.appendPrepared(batches)
+}
+
+// appendPrepared is append for batches already prepared (the group
+// coordinator's, marked FromCoordinator).
+func (p *partition) appendPrepared(batches *segment.Batches) (segment.AppendInfo, int32, error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {

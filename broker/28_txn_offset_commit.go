@@ -78,6 +78,16 @@ func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) *kerr.Error {
 	if err == nil {
 		return nil
 	}
+	e := txnOffsetsVerifyCode(err)
+	if e == kerr.CoordinatorNotAvailable {
+		b.log.Debug("transactional offset commit not verified", "group", r.Group, "producer_id", r.ProducerID, "err", err)
+	}
+	return e
+}
+
+// txnOffsetsVerifyCode is the answer to a TxnOffsetCommit that verifyTxn
+// refused with err.
+func txnOffsetsVerifyCode(err error) *kerr.Error {
 	var ke *kerr.Error
 	errors.As(err, &ke)
 	switch ke {
@@ -88,6 +98,5 @@ func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) *kerr.Error {
 	case kerr.InvalidProducerIDMapping:
 		return kerr.InvalidProducerIDMapping
 	}
-	b.log.Debug("transactional offset commit not verified", "group", r.Group, "producer_id", r.ProducerID, "err", err)
 	return kerr.CoordinatorNotAvailable
 }

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -189,4 +191,26 @@ func TestTxnOffsetsSurviveRestart(t *testing.T) {
 	c = newTxnOffsetsClient(t, b, "txn-restart")
 	c.wantOffset("after a second restart", "in", 0, true, 10, nil)
 	c.wantOffset("after a second restart", "in", 1, true, 20, nil)
+}
+
+// A TxnOffsetCommit the transaction coordinator does not verify (KIP-890
+// part 1) is answered with the codes Kafka's group coordinator gives a
+// v0-4 client: the fencing and state errors it acts on, and a retriable
+// error when the transaction coordinator could not answer.
+func TestTxnOffsetsVerifyCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want *kerr.Error
+	}{
+		{kerr.ProducerFenced, kerr.InvalidProducerEpoch},
+		{fmt.Errorf("txn coordinator: %w", kerr.TransactionAbortable), kerr.InvalidTxnState},
+		{kerr.InvalidProducerIDMapping, kerr.InvalidProducerIDMapping},
+		{kerr.NotCoordinator, kerr.CoordinatorNotAvailable},
+		{kerr.CoordinatorLoadInProgress, kerr.CoordinatorNotAvailable},
+		{errors.New("connection refused"), kerr.CoordinatorNotAvailable},
+	} {
+		if got := txnOffsetsVerifyCode(c.err); got != c.want {
+			t.Errorf("verification error %v answered %v, want %v", c.err, got, c.want)
+		}
+	}
 }

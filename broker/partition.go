@@ -193,6 +193,12 @@ func (p *partition) appendTxn(records []byte, tx *txnAppend) (segment.AppendInfo
 	if err != nil {
 		return segment.AppendInfo{}, -1, err
 	}
+	return p.appendPrepared(batches)
+}
+
+// appendPrepared is append for batches already prepared (the group
+// coordinator's, marked FromCoordinator).
+func (p *partition) appendPrepared(batches *segment.Batches) (segment.AppendInfo, int32, error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {

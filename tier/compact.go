@@ -2,6 +2,7 @@ package tier
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,6 +250,7 @@ type SegmentWriter struct {
 	records          int64
 	prevLast         int64
 	epochs           []format.EpochStart
+	aborted          []segment.AbortedTxn // SetAborted's, in marker order
 }
 
 // NewSegmentWriter starts an object for tp whose first covered offset is
@@ -394,6 +397,7 @@ func (w *SegmentWriter) Finish(ctx context.Context, lastOffset int64, snapshot [
 	parts := format.SegmentParts{
 		Log: io.NewSectionReader(log, 0, w.size), LogSize: w.size,
 		Index: w.index, TimeIndex: w.timeIndex, ProducerSnapshot: snapshot,
+		TxnIndex:   segment.EncodeTxnIndex(w.aborted),
 		BaseOffset: w.base, LastOffset: lastOffset,
 		FirstTimestamp: w.firstTs, MaxTimestamp: w.maxTs, RecordCount: w.records, LeaderEpoch: w.epoch,
 	}
@@ -474,8 +478,15 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	return next, nil
 }
 
-// SetAborted gives the object the aborted transactions whose records it
-// holds (its aborted-transaction index part).
-//
-// TODO(issue 14): contract only; the tier helper writes the part.
-func (w *SegmentWriter) SetAborted(txns []segment.AbortedTxn) {}
+// SetAborted gives the object the aborted transactions whose ABORT
+// markers lie in the offsets it covers (its txn index part), as the local
+// log's .txnindex files of the segments it replaces list them. Compaction
+// keeps offsets, so they stay true even where the cleaner removed a
+// marker or the aborted records. Finish refuses an entry whose marker is
+// outside [base, lastOffset]: it would be found with the wrong object, or
+// never. A later call replaces the entries of an earlier one.
+func (w *SegmentWriter) SetAborted(txns []segment.AbortedTxn) {
+	w.aborted = slices.Clone(txns)
+	// The part lists entries in marker order, as the local file does.
+	slices.SortStableFunc(w.aborted, func(a, b segment.AbortedTxn) int { return cmp.Compare(a.LastOffset, b.LastOffset) })
+}

@@ -400,9 +400,21 @@ func WriteSegmentObject(w io.Writer, p SegmentParts) (f Footer, objectCRC uint32
 func (s RemoteSegment) VerifyObject(r io.Reader) error {
 	whole := crc32.New(castagnoli)
 	r = io.TeeReader(r, whole)
-	for _, p := range s.Parts() {
-		if err := checkStream(r, p, crc32.New(castagnoli)); err != nil {
+	for i, p := range s.Parts() {
+		h := crc32.New(castagnoli)
+		// The txn index part's entries are checked too, not only its
+		// CRC: they are few, 34 bytes per aborted transaction.
+		var txns bytes.Buffer
+		if i == txnPart {
+			h = teeHash{h, &txns}
+		}
+		if err := checkStream(r, p, h); err != nil {
 			return fmt.Errorf("segment %s: %w", s.Key, err)
+		}
+		if i == txnPart {
+			if err := CheckTxnIndex(txns.Bytes(), s.BaseOffset, s.LastOffset); err != nil {
+				return fmt.Errorf("segment %s: %w", s.Key, err)
+			}
 		}
 	}
 	size := int(s.footerSize())
@@ -425,6 +437,20 @@ func (s RemoteSegment) VerifyObject(r io.Reader) error {
 		return fmt.Errorf("%w: segment %s: footer %+v disagrees with the manifest", ErrCorrupt, s.Key, f)
 	}
 	return nil
+}
+
+// txnPart is the txn index's place in Footer.Parts.
+const txnPart = 4
+
+// teeHash is a hash that also keeps what it is fed.
+type teeHash struct {
+	hash.Hash32
+	w io.Writer
+}
+
+func (t teeHash) Write(p []byte) (int, error) {
+	t.w.Write(p)
+	return t.Hash32.Write(p)
 }
 
 // checkStream consumes part p from r and checks its CRC-32C.

@@ -2,6 +2,8 @@ package format
 
 import (
 	"bytes"
+	"errors"
+	"hash/crc32"
 	"reflect"
 	"strings"
 	"testing"
@@ -45,5 +47,24 @@ func TestManifestTxnIndexField(t *testing.T) {
 		if _, err := DecodeManifest(withCRC(string(body))); err == nil {
 			t.Errorf("%s: decoded", bad)
 		}
+	}
+}
+
+// `tier verify` (VerifyObject) checks the txn index part's entries, not
+// only its CRC: a part a buggy writer sealed with a good CRC but a marker
+// outside the object is corrupt.
+func TestVerifyObjectChecksTxnEntries(t *testing.T) {
+	p, _ := testParts()
+	p.TxnIndex = nil
+	obj, f, _ := writeObject(t, p)
+	bad := txnIndex([4]int64{7, 150, 250, 251}) // marker past [100, 199]
+	f.TxnIndex.Len, f.TxnIndex.CRC = int64(len(bad)), crc32.Checksum(bad, castagnoli)
+	var buf bytes.Buffer
+	buf.Write(obj[:f.TxnIndex.Offset])
+	buf.Write(bad)
+	buf.Write(appendFooter(nil, f))
+	seg := f.Segment("k", crc32.Checksum(buf.Bytes(), castagnoli))
+	if err := seg.VerifyObject(bytes.NewReader(buf.Bytes())); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a txn index entry outside the object verified: %v", err)
 	}
 }

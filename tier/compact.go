@@ -159,6 +159,33 @@ func (t *Tier) ProducerSnapshot(ctx context.Context, s format.RemoteSegment) ([]
 	return b, nil
 }
 
+// TxnIndex returns s's aborted transactions, in marker order: its txn
+// index part, fetched with one ranged GET (none if the part is empty, or
+// absent from an object written before it existed) and checked against
+// its CRC-32C and the format's rules. A compaction pass hands those of
+// the objects it replaces to SegmentWriter.SetAborted.
+func (t *Tier) TxnIndex(ctx context.Context, s format.RemoteSegment) ([]segment.AbortedTxn, error) {
+	p := s.TxnIndex.Part
+	if p.Len == 0 {
+		return nil, nil
+	}
+	if p.Len < 0 || p.End() > s.Size {
+		return nil, fmt.Errorf("%w: txn index of %s at [%d, %d) outside the %d-byte object", segment.ErrCorruptSegment, s.Key, p.Offset, p.End(), s.Size)
+	}
+	b := make([]byte, p.Len)
+	if err := t.getRange(t.counted(ctx), s.Key, p.Offset, b); err != nil {
+		return nil, fmt.Errorf("read txn index of %s: %w", s.Key, err)
+	}
+	if err := p.Check(b); err != nil {
+		return nil, fmt.Errorf("%w: txn index of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+	}
+	txns, err := parseTxnIndex(b, s.BaseOffset, s.LastOffset)
+	if err != nil {
+		return nil, fmt.Errorf("%w: txn index of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+	}
+	return txns, nil
+}
+
 // getRange fills b with the bytes of key from off, in one ranged GET.
 func (t *Tier) getRange(ctx context.Context, key string, off int64, b []byte) error {
 	rc, err := t.store.GetRange(ctx, key, off, int64(len(b)))
@@ -174,7 +201,7 @@ func (t *Tier) getRange(ctx context.Context, key string, off int64, b []byte) er
 
 // RequestCounts returns how many GETs and PUTs (conditional creates
 // included) the tier has made for compaction so far: ReadLog,
-// ProducerSnapshot, SegmentWriter.Finish and ReplaceCompacted, with the
+// ProducerSnapshot, TxnIndex, SegmentWriter.Finish and ReplaceCompacted, with the
 // manifest reads and writes the latter makes. The difference across a
 // pass is that pass's bill; reads by consumers and uploads are not in it.
 func (t *Tier) RequestCounts() (gets, puts int64) {

@@ -609,7 +609,7 @@ func (t *Tier) AbortedTransactions(ctx context.Context, tp format.TopicPartition
 	var out []segment.AbortedTxn
 	seen := make(map[segment.AbortedTxn]bool)
 	err = m.Scan(ctx, t.pages, max(from, m.LogStartOffset), func(s *format.RemoteSegment) (bool, error) {
-		entries, err := t.txnIndex(ctx, tp, s)
+		entries, err := t.cachedTxnIndex(ctx, tp, s)
 		if err != nil {
 			return false, err
 		}
@@ -636,8 +636,9 @@ func (t *Tier) AbortedTransactions(ctx context.Context, tp format.TopicPartition
 	return out, nil
 }
 
-// txnIndex returns the entries of s's txn index part, in marker order.
-func (t *Tier) txnIndex(ctx context.Context, tp format.TopicPartition, s *format.RemoteSegment) ([]segment.AbortedTxn, error) {
+// cachedTxnIndex returns the entries of s's txn index part, in marker
+// order, through the index cache.
+func (t *Tier) cachedTxnIndex(ctx context.Context, tp format.TopicPartition, s *format.RemoteSegment) ([]segment.AbortedTxn, error) {
 	if s.TxnIndex.Len == 0 {
 		return nil, nil
 	}

@@ -306,6 +306,9 @@ func TestAbortedTransactionsCorruptPart(t *testing.T) {
 	if !errors.Is(err, segment.ErrCorruptSegment) {
 		t.Fatalf("corrupt transaction index: %+v, %v", got, err)
 	}
+	if got, err := fresh.TxnIndex(ctx, victim); !errors.Is(err, segment.ErrCorruptSegment) {
+		t.Fatalf("corrupt transaction index read for compaction: %+v, %v", got, err)
+	}
 }
 
 // Objects written before the transaction index part existed (the version
@@ -389,13 +392,25 @@ func TestSegmentWriterSetAborted(t *testing.T) {
 	}
 	m, _ := tr.Manifest(ctx, testTP)
 	olds := allSegments(t, store, m)
+	// What a compaction pass reads from the objects it replaces.
+	var fromParts []segment.AbortedTxn
+	for _, s := range olds {
+		txns, err := tr.TxnIndex(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromParts = append(fromParts, txns...)
+	}
+	if !slices.Equal(fromParts, aborted) {
+		t.Fatalf("the objects' txn index parts hold %+v, the local log %+v", fromParts, aborted)
+	}
 	w := tr.NewSegmentWriter(testTP, olds[0].BaseOffset, 0)
 	for _, s := range olds {
 		if err := tr.ReadLog(ctx, s, 0, w.Append); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w.SetAborted(aborted)
+	w.SetAborted(fromParts)
 	last := olds[len(olds)-1]
 	snap, err := tr.ProducerSnapshot(ctx, last)
 	if err != nil {

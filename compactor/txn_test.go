@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"strata/segment"
+	"strata/tier"
+	"strata/tier/objstore"
 )
 
 // txnBatch is keyedBatch from a transactional producer (pid, epoch) whose
@@ -334,5 +336,153 @@ func TestLocalCompactionTransactions(t *testing.T) {
 	// The later transactions' markers, whose batches stay, are there.
 	if len(ms) != 3 {
 		t.Fatalf("markers left: %+v, want B's, A's and C's commits", ms)
+	}
+}
+
+// coldTxnSetup writes writeTxnLog's history to a local log and uploads
+// its closed segments, as the leader's tiering does.
+func coldTxnSetup(t *testing.T, clk *clock) (*tier.Tier, *txnLog) {
+	t.Helper()
+	store, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tier.Open(tier.Config{Store: store, CacheDir: t.TempDir(), Now: clk.now, ChunkBytes: 1 << 20, MemoryBytes: 8 << 20, CacheBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	l := openLog(t, t.TempDir(), 2<<10, clk.now)
+	t.Cleanup(func() { l.Close() })
+	tl := writeTxnLog(t, l, clk.now().UnixMilli())
+	segs, err := l.ClosedSegments(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if _, err := tr.Upload(context.Background(), testTP, s, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tr, tl
+}
+
+func tierView(t testing.TB, tr *tier.Tier, upTo int64, readCommitted bool) ([]readRecord, [][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	root, err := tr.Manifest(ctx, testTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := min(root.EndOffset(), upTo)
+	batches := rawBatches(t, root.LogStartOffset, end, func(off int64) ([]byte, error) {
+		return tr.Read(ctx, testTP, nil, off, 1<<20)
+	})
+	var kept [][]byte
+	for _, b := range batches {
+		if h, _ := segment.ParseBatchHeader(b); h.BaseOffset < end {
+			kept = append(kept, b)
+		}
+	}
+	aborted, err := tr.AbortedTransactions(ctx, testTP, root.LogStartOffset, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return consume(t, kept, aborted, readCommitted), kept
+}
+
+// TestColdCompactionStopsAtOpenTransaction: a transaction open across
+// the bucket's objects (the newest object's producer snapshot shows it)
+// bounds a cold pass as the first unstable offset bounds a local one:
+// nothing from its first offset on is judged or removed.
+func TestColdCompactionStopsAtOpenTransaction(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	tr, tl := coldTxnSetup(t, clk)
+	ctx := context.Background()
+	_, before := tierView(t, tr, 1<<62, false)
+	c := coldCompactor(t, tr, clk, Policy{DeleteRetention: time.Hour, MinDirtyRatio: 0.01, SegmentBytes: 2 << 10})
+	if err := c.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := tr.Manifest(ctx, testTP)
+	if root.CleanedOffset > tl.openC || root.CleanedOffset <= tl.abortB {
+		t.Fatalf("bucket cleaned to %d; the open transaction begins at %d", root.CleanedOffset, tl.openC)
+	}
+	_, after := tierView(t, tr, 1<<62, false)
+	if a, b := tailBytes(t, after, tl.openC), tailBytes(t, before, tl.openC); !slices.Equal(a, b) {
+		t.Fatalf("batches from the open transaction on changed: %d bytes, were %d", len(a), len(b))
+	}
+}
+
+// TestColdCompactionStopsAtLeadersFirstUnstable: the leader's first
+// unstable offset bounds the pass too.
+func TestColdCompactionStopsAtLeadersFirstUnstable(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	tr, tl := coldTxnSetup(t, clk)
+	ctx := context.Background()
+	bound := tl.commitA1 + 1
+	_, before := tierView(t, tr, 1<<62, false)
+	host := &fakeHost{cold: []ColdPartition{{TP: testTP, Policy: Policy{DeleteRetention: time.Hour, MinDirtyRatio: 0.01, SegmentBytes: 2 << 10},
+		FirstUnstableOffset: func() (int64, bool) { return bound, true }}}}
+	c, err := New(Config{Now: clk.now, SpoolDir: t.TempDir(), ChunkBytes: 64 << 10}, host, tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := tr.Manifest(ctx, testTP)
+	if root.CleanedOffset > bound {
+		t.Fatalf("bucket cleaned to %d, above the leader's first unstable offset %d", root.CleanedOffset, bound)
+	}
+	_, after := tierView(t, tr, 1<<62, false)
+	if a, b := tailBytes(t, after, bound), tailBytes(t, before, bound); !slices.Equal(a, b) {
+		t.Fatalf("batches from the leader's first unstable offset on changed: %d bytes, were %d", len(a), len(b))
+	}
+}
+
+// tailBytes concatenates the batches that start at or after from.
+func tailBytes(t testing.TB, batches [][]byte, from int64) []byte {
+	t.Helper()
+	var out []byte
+	for _, b := range batches {
+		if h, _ := segment.ParseBatchHeader(b); h.BaseOffset >= from {
+			out = append(out, b...)
+		}
+	}
+	return out
+}
+
+// TestColdCompactionTransactions: the bucket's copy is compacted by the
+// same rules as the local log: aborted batches go and never win the key
+// map, markers stay while their transaction's batches remain, and the
+// outputs carry the aborted transactions a read_committed reader needs.
+func TestColdCompactionTransactions(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	tr, tl := coldTxnSetup(t, clk)
+	ctx := context.Background()
+	if ab, err := tr.AbortedTransactions(ctx, testTP, 0, tl.openC); err != nil || len(ab) == 0 {
+		t.Skipf("the tier reports no aborted transaction in a history with one (%v): its aborted-transaction index part is not there yet", err)
+	}
+	committedBefore, _ := tierView(t, tr, tl.openC, true)
+	if got := latest(committedBefore); got["k2"] != "v2" || got["k1"] != "n1" {
+		t.Fatalf("before compaction read_committed sees %v", got)
+	}
+	uncommittedBefore, _ := tierView(t, tr, 1<<62, false)
+	c := coldCompactor(t, tr, clk, Policy{DeleteRetention: time.Hour, MinDirtyRatio: 0.01, SegmentBytes: 2 << 10})
+	if err := c.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed, _ := tierView(t, tr, tl.openC, true)
+	uncommitted, batches := tierView(t, tr, 1<<62, false)
+	checkTxnView(t, tl, committed, uncommitted, uncommittedBefore)
+	ms := markersOf(t, batches)
+	for _, off := range []int64{tl.commitA1, tl.abortB} {
+		if m, ok := ms[off]; !ok || !m.hasRecord || m.hasHorizon {
+			t.Fatalf("after the pass, marker at %d: %+v (present %v)", off, m, ok)
+		}
+	}
+	if ab, err := tr.AbortedTransactions(ctx, testTP, 0, tl.openC); err != nil || len(ab) != 1 || ab[0].ProducerID != pidB {
+		t.Fatalf("aborted transactions after the pass: %+v, %v", ab, err)
 	}
 }

@@ -486,3 +486,53 @@ func TestColdCompactionTransactions(t *testing.T) {
 		t.Fatalf("aborted transactions after the pass: %+v, %v", ab, err)
 	}
 }
+
+// TestCleaningMarkerEdges: an empty control batch (an earlier pass
+// emptied it) goes; a tiered log's local pass keeps a marker past its
+// horizon, as it keeps tombstones, since its transaction's batches may be
+// in the bucket only.
+func TestCleaningMarkerEdges(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openLog(t, t.TempDir(), 1<<20, clk.now)
+	defer l.Close()
+	if _, err := l.Append(txnBatch(clk.now().UnixMilli(), pidA, 0, 0, kv("k", "v")), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AppendMarker(pidA, 0, false, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	batches := rawBatches(t, 0, l.EndOffset(), func(off int64) ([]byte, error) { return l.Read(nil, off, l.EndOffset(), 1<<20) })
+	marker := batches[1]
+	empty, _, err := segment.FilterBatch(nil, marker, nil, segment.FilterOptions{Discard: true, RetainEmpty: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped, _, err := segment.FilterBatch(nil, marker, nil, segment.FilterOptions{StampMarker: true, DeleteHorizonMs: clk.now().UnixMilli()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.add(time.Hour)
+	policy := Policy{DeleteRetention: time.Hour}
+	for _, tc := range []struct {
+		name   string
+		batch  []byte
+		expire bool
+		kept   bool
+	}{
+		{"empty control batch", empty, true, false},
+		{"marker past its horizon", stamped, true, false},
+		{"marker past its horizon, tiered log's local pass", stamped, false, true},
+	} {
+		// The transaction's batch is gone: the pass meets only the marker.
+		cl := newCleaning(newKeyMap(1<<20), 1, 1, clk.now(), policy, nil, l.AbortedTransactions(0, l.EndOffset()))
+		cl.mapEnd = l.EndOffset()
+		cl.expire = tc.expire
+		out, err := cl.filter(tc.batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := len(out) > 0; kept != tc.kept {
+			t.Errorf("%s: kept %v, want %v", tc.name, kept, tc.kept)
+		}
+	}
+}

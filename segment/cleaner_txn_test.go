@@ -171,3 +171,60 @@ func TestSnapshotFirstUnstable(t *testing.T) {
 		t.Fatal("a truncated snapshot decoded")
 	}
 }
+
+// FuzzFilterBatchTxn: whatever the batch, discarding leaves nothing or a
+// valid empty batch with the same header fields, and stamping a marker
+// leaves a valid batch whose marker reads as before.
+func FuzzFilterBatchTxn(f *testing.F) {
+	f.Add(markerBatch(f, 3, false, 10), int64(99), false, true)
+	f.Add(markerBatch(f, 3, true, 10), int64(99), true, false)
+	f.Add(compactedBatch(f, batchSpec{codec: codecGzip, firstTs: 1_000, attrs: attrTransactional, idem: true, pid: 2, seq: 5}, 10, 2, keyed(6)), int64(0), true, true)
+	f.Add(appendEmptyBatch(nil, &BatchHeader{BaseOffset: 5, LastOffsetDelta: 0, ProducerID: 2, Attributes: attrControl | attrTransactional, MaxTimestamp: 9}), int64(1), true, false)
+	f.Fuzz(func(t *testing.T, b []byte, horizon int64, retain, discard bool) {
+		if len(b) >= headerSize {
+			b = bytes.Clone(b)
+			fixCRC(b)
+		}
+		wantMarker, wasMarker, markerErr := TxnMarkerOf(b)
+		out, res, err := FilterBatch([]byte("d"), b, func(*Record) bool { return true },
+			FilterOptions{Discard: discard, RetainEmpty: retain, StampMarker: true, DeleteHorizonMs: horizon})
+		if err != nil {
+			if string(out) != "d" {
+				t.Fatalf("failed, yet changed dst: %v", err)
+			}
+			return
+		}
+		nb := out[1:]
+		if res.Dropped {
+			if len(nb) != 0 || retain {
+				t.Fatalf("dropped: %+v, %d bytes appended", res, len(nb))
+			}
+			return
+		}
+		h, err := checkStoredBatch(nb)
+		if err != nil {
+			t.Fatalf("output is not a valid stored batch: %v", err)
+		}
+		ih := decodeHeader(b)
+		if h.BaseOffset != ih.BaseOffset || h.LastOffsetDelta != ih.LastOffsetDelta || h.ProducerID != ih.ProducerID ||
+			h.ProducerEpoch != ih.ProducerEpoch || h.BaseSequence != ih.BaseSequence || h.IsControl() != ih.IsControl() ||
+			h.IsTransactional() != ih.IsTransactional() {
+			t.Fatalf("header %+v from %+v", h, ih)
+		}
+		if discard {
+			if h.NumRecords != 0 {
+				t.Fatalf("discarded, yet %d records left", h.NumRecords)
+			}
+			return
+		}
+		if ih.IsControl() && markerErr == nil && wasMarker {
+			m, ok, err := TxnMarkerOf(nb)
+			if err != nil || !ok || m != wantMarker {
+				t.Fatalf("marker %+v (ok %v, %v), was %+v", m, ok, err, wantMarker)
+			}
+			if _, has := h.DeleteHorizon(); horizon > 0 && !has {
+				t.Fatal("a marker kept without a horizon")
+			}
+		}
+	})
+}

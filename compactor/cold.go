@@ -100,6 +100,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 	// The newest object's producer snapshot says which batches are their
 	// producers' last (kept, empty if need be).
 	var producers map[int64]int64
+	snapEnd := segs[len(segs)-1].LastOffset // where snap was taken
 	snap, err := c.tier.ProducerSnapshot(ctx, segs[len(segs)-1])
 	if err != nil {
 		return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
@@ -255,7 +256,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
 		}
 	}
-	if last != len(segs)-1 {
+	if segs[last].LastOffset != snapEnd {
 		if snap, err = c.tier.ProducerSnapshot(ctx, segs[last]); err != nil {
 			return cl.stats, err
 		}

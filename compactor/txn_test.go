@@ -400,6 +400,7 @@ func TestColdCompactionStopsAtOpenTransaction(t *testing.T) {
 	tr, tl := coldTxnSetup(t, clk)
 	ctx := context.Background()
 	_, before := tierView(t, tr, 1<<62, false)
+	snapsBefore := producerSnapshots(t, tr)
 	c := coldCompactor(t, tr, clk, Policy{DeleteRetention: time.Hour, MinDirtyRatio: 0.01, SegmentBytes: 2 << 10})
 	if err := c.RunOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -407,6 +408,12 @@ func TestColdCompactionStopsAtOpenTransaction(t *testing.T) {
 	root, _ := tr.Manifest(ctx, testTP)
 	if root.CleanedOffset > tl.openC || root.CleanedOffset <= tl.abortB {
 		t.Fatalf("bucket cleaned to %d; the open transaction begins at %d", root.CleanedOffset, tl.openC)
+	}
+	// Each object still carries the producer state as of its end.
+	for end, snap := range producerSnapshots(t, tr) {
+		if want, ok := snapsBefore[end]; ok && string(snap) != string(want) {
+			t.Fatalf("the object ending at %d carries another producer snapshot than the one there was", end)
+		}
 	}
 	_, after := tierView(t, tr, 1<<62, false)
 	if a, b := tailBytes(t, after, tl.openC), tailBytes(t, before, tl.openC); !slices.Equal(a, b) {
@@ -439,6 +446,32 @@ func TestColdCompactionStopsAtLeadersFirstUnstable(t *testing.T) {
 	if a, b := tailBytes(t, after, bound), tailBytes(t, before, bound); !slices.Equal(a, b) {
 		t.Fatalf("batches from the leader's first unstable offset on changed: %d bytes, were %d", len(a), len(b))
 	}
+}
+
+// producerSnapshots returns the producer snapshot of each of the bucket's
+// objects that has one, by the object's last offset.
+func producerSnapshots(t testing.TB, tr *tier.Tier) map[int64][]byte {
+	t.Helper()
+	ctx := context.Background()
+	root, err := tr.Manifest(ctx, testTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs, err := tr.Segments(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64][]byte{}
+	for _, s := range segs {
+		snap, err := tr.ProducerSnapshot(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap) > 0 {
+			out[s.LastOffset] = snap
+		}
+	}
+	return out
 }
 
 // tailBytes concatenates the batches that start at or after from.

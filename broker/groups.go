@@ -275,7 +275,7 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
 	}
 	batches.FromCoordinator()
-	info, epoch, err := p.appendPrepared(batches)
+	info, epoch, err := p.appendPrepared(batches, nil)
 	if err != nil {
 		if errors.Is(err, segment.ErrClosed) || errors.Is(err, errNotLeader) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)

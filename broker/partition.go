@@ -193,12 +193,12 @@ func (p *partition) appendTxn(records []byte, tx *txnAppend) (segment.AppendInfo
 	if err != nil {
 		return segment.AppendInfo{}, -1, err
 	}
-	return p.appendPrepared(batches)
+	return p.appendPrepared(batches, tx)
 }
 
-// appendPrepared is append for batches already prepared (the group
-// coordinator's, marked FromCoordinator).
-func (p *partition) appendPrepared(batches *segment.Batches) (segment.AppendInfo, int32, error) {
+// appendPrepared is appendTxn for batches already prepared: a produce's,
+// or the group coordinator's (marked FromCoordinator, tx nil).
+func (p *partition) appendPrepared(batches *segment.Batches, tx *txnAppend) (segment.AppendInfo, int32, error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {

@@ -649,10 +649,7 @@ func (b *Broker) writeMarkersLocal(ctx context.Context, pid int64, epoch int16, 
 			continue
 		}
 		if w.tp.Topic == offsetsTopic && b.groups != nil {
-			// TODO(issue 14): a direct call once GROUP's CompleteTxn lands.
-			if g, ok := any(b.groups).(interface{ CompleteTxn(int32, int64, bool) }); ok {
-				g.CompleteTxn(w.tp.Partition, pid, commit)
-			}
+			b.groups.CompleteTxn(w.tp.Partition, pid, commit)
 		}
 	}
 	return errs

@@ -538,11 +538,12 @@ type rawTxn struct {
 
 func newRawTxn(t *testing.T, b *Broker, maxVersions map[kmsg.Key]int16) rawTxn {
 	t.Helper()
-	opts := []kgo.Opt{}
-	if len(maxVersions) > 0 {
-		opts = append(opts, kgo.MaxVersions(pinned(maxVersions)))
+	// Produce and TxnOffsetCommit name topics, not ids (v13+ and v6+).
+	vs := map[kmsg.Key]int16{kmsg.Produce: 12, kmsg.TxnOffsetCommit: 5}
+	for k, v := range maxVersions {
+		vs[k] = v
 	}
-	return rawTxn{t, testClient(t, b, opts...)}
+	return rawTxn{t, testClient(t, b, kgo.MaxVersions(pinned(vs)))}
 }
 
 func (r rawTxn) ctx() context.Context {
@@ -661,23 +662,24 @@ func txnBatch(pid int64, epoch int16, seq int32, values ...string) []byte {
 // way) and a KIP-890 part 2 end (EndTxn v5: the epoch is bumped).
 func TestTxnLateProduceRefused(t *testing.T) {
 	b := txnBroker(t, "")
-	createTopic(t, testAdmin(t, b), "late", 2, nil)
 	for _, v := range []int16{3, 5} {
 		t.Run(fmt.Sprintf("EndTxn v%d", v), func(t *testing.T) {
+			topic := fmt.Sprintf("late-v%d", v)
+			createTopic(t, testAdmin(t, b), topic, 2, nil)
 			r := newRawTxn(t, b, map[kmsg.Key]int16{kmsg.EndTxn: v, kmsg.AddPartitionsToTxn: 3})
-			id := fmt.Sprintf("late-v%d", v)
+			id := topic
 			pid, epoch := r.mustInit(id)
-			if code := r.addPartitions(id, pid, epoch, "late", 0); code != 0 {
+			if code := r.addPartitions(id, pid, epoch, topic, 0); code != 0 {
 				t.Fatalf("AddPartitionsToTxn: %v", kerr.ErrorForCode(code))
 			}
-			if code := r.produce(&id, "late", 0, txnBatch(pid, epoch, 0, "committed")); code != 0 {
+			if code := r.produce(&id, topic, 0, txnBatch(pid, epoch, 0, "committed")); code != 0 {
 				t.Fatalf("produce in the transaction: %v", kerr.ErrorForCode(code))
 			}
 			if code, _ := r.endTxn(id, pid, epoch, true); code != 0 {
 				t.Fatalf("EndTxn commit: %v", kerr.ErrorForCode(code))
 			}
-			hw := []int64{highWatermark(t, r.cl, "late", 0), highWatermark(t, r.cl, "late", 1)}
-			waitFor(t, 10*time.Second, "the commit marker", func() bool { return lastStable(t, r.cl, "late", 0) == hw[0] })
+			hw := []int64{highWatermark(t, r.cl, topic, 0), highWatermark(t, r.cl, topic, 1)}
+			waitFor(t, 10*time.Second, "the commit marker", func() bool { return lastStable(t, r.cl, topic, 0) == hw[0] })
 
 			// The late retries: the next sequence on partition 0, the first
 			// on partition 1; neither partition is in a transaction.
@@ -685,21 +687,21 @@ func TestTxnLateProduceRefused(t *testing.T) {
 				partition int32
 				seq       int32
 			}{{0, 1}, {1, 0}} {
-				code := r.produce(&id, "late", late.partition, txnBatch(pid, epoch, late.seq, "late retry"))
+				code := r.produce(&id, topic, late.partition, txnBatch(pid, epoch, late.seq, "late retry"))
 				switch code {
 				case kerr.TransactionAbortable.Code, kerr.InvalidProducerEpoch.Code, kerr.InvalidTxnState.Code, kerr.ProducerFenced.Code:
 				default:
 					t.Errorf("late produce to partition %d: %v, want it refused (TRANSACTION_ABORTABLE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE or PRODUCER_FENCED)",
 						late.partition, kerr.ErrorForCode(code))
 				}
-				if got := highWatermark(t, r.cl, "late", late.partition); got != hw[late.partition] {
+				if got := highWatermark(t, r.cl, topic, late.partition); got != hw[late.partition] {
 					t.Errorf("partition %d: high watermark %d after the late produce, was %d: it was written", late.partition, got, hw[late.partition])
 				}
-				if lso := lastStable(t, r.cl, "late", late.partition); lso != hw[late.partition] {
+				if lso := lastStable(t, r.cl, topic, late.partition); lso != hw[late.partition] {
 					t.Errorf("partition %d: last stable offset %d, high watermark %d: the late produce left a transaction hanging", late.partition, lso, hw[late.partition])
 				}
 			}
-			got := readIsolated(t, b, "late", true)
+			got := readIsolated(t, b, topic, true)
 			if len(got[0]) != 1 || string(got[0][0].Value) != "committed" || len(got[1]) != 0 {
 				t.Fatalf("read_committed sees %d records on partition 0 and %d on 1, want the committed one", len(got[0]), len(got[1]))
 			}

@@ -85,7 +85,9 @@ func TestTxnPipelineMember(t *testing.T) {
 	defer sess.Close()
 	for ctx.Err() == nil {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := sess.PollFetches(pctx)
+		// Transactions of at most 1,000 records: many of them, so that
+		// the kills land in the middle of the stream.
+		fs := sess.PollRecords(pctx, 1000)
 		pcancel()
 		fs.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -185,6 +187,15 @@ func TestTxnPipelineExactlyOnce(t *testing.T) {
 		n = 20_000
 	}
 	node := startNode(t, nil, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	runPipeline(t, node.bootstrap, n)
+	node.stop(t)
+}
+
+// runPipeline is TestTxnPipelineExactlyOnce against the node at
+// bootstrap, with n input records.
+func runPipeline(t *testing.T, bootstrap string, n int) {
+	t.Helper()
+	node := struct{ bootstrap string }{bootstrap}
 	const input, output, group = "pipeline-in", "pipeline-out", "pipeline"
 	mustCreate(t, node.bootstrap, input, 6, nil)
 	mustCreate(t, node.bootstrap, output, 3, nil)
@@ -257,13 +268,18 @@ func TestTxnPipelineExactlyOnce(t *testing.T) {
 	rounds := faultRounds(t, 6, 3)
 	t.Logf("fault seed %d, %d kills", seed, rounds)
 	for r := 0; r < rounds; r++ {
-		time.Sleep(time.Duration(500+rng.IntN(3500)) * time.Millisecond)
-		if done, _ := committedAll(); done {
+		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
+		done, state := committedAll()
+		if done {
+			if r == 0 {
+				t.Fatalf("the input was all committed before the first kill: no member was killed mid-way")
+			}
 			t.Logf("the input was all committed after %d kills", r)
 			break
 		}
 		restartExited()
 		i := rng.IntN(len(members))
+		t.Logf("killing member %d: %s", i, state)
 		members[i].kill()
 		restarts++
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The record format written by producers and read by consumers.
@@ -161,4 +163,13 @@ func valueMatches(v []byte, size uint32, seed int64, stream uint32, partition in
 // keyFor names key k of the key space; readable keys keep kcat output useful.
 func keyFor(k uint64) []byte {
 	return strconv.AppendUint([]byte("key-"), k, 10)
+}
+
+// IsAborted reports whether r was written by a loadtest producer in a
+// transaction it aborted on purpose (ProduceConfig.TxnAbortEvery): a record
+// no read_committed consumer may be given. Benchmarks that read a run's
+// records with a client of their own use it to check what they read.
+func IsAborted(r *kgo.Record) bool {
+	h, err := findHeader(r)
+	return err == nil && h.kind == kindAborted
 }

@@ -214,8 +214,17 @@ func produceCommand(opts Options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "produce",
 		Short: "Produce records and report throughput and acknowledgement latency",
+		Long: `Produce records and report throughput and acknowledgement latency.
+
+With --transactional-id, each producer writes its records in transactions of
+--txn-records records and commits each; --txn-abort-every N aborts every Nth
+on purpose. Only committed records count, and their latency runs to the
+commit, when read_committed consumers can see them. A verifying consumer
+knows the aborted records by their header: read_committed, any of them is a
+fault.`,
 		Example: `  strata loadtest produce --bootstrap 127.0.0.1:9092 --topic t --create --partitions 6 \
-    --records 100000 --size 1024 --json`,
+    --records 100000 --size 1024 --json
+  strata loadtest produce --topic t --records 100000 --transactional-id bench --txn-records 100`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -255,7 +264,11 @@ is checked: missing, duplicated, corrupt and out-of-order records make the
 command fail. Records other clients wrote to the topic are skipped and counted
 in one line. A verifying consumer stops by itself once it has read up to the
 end offsets it saw at start and every producer's end markers; give --duration
-as a timeout.`,
+as a timeout.
+
+--isolation read_committed reads committed records only, up to the last
+stable offset, as transactional pipelines do; verifying, it fails on any
+record of a transaction its producer aborted.`,
 		Example:      `  strata loadtest consume --bootstrap 127.0.0.1:9092 --topic t --verify --duration 1m`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,

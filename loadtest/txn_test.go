@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/loadtest"
@@ -75,5 +76,52 @@ func TestVerifyDetectsAbortedReads(t *testing.T) {
 	}
 	if err := got.Err(); err == nil || !strings.Contains(err.Error(), "150 aborted reads") {
 		t.Fatalf("Result.Err() = %v, want it to say 150 aborted reads", err)
+	}
+}
+
+// IsAborted tells a benchmark's own consumer which records a loadtest
+// producer aborted: exactly those, read read_uncommitted.
+func TestIsAborted(t *testing.T) {
+	c := newCluster(t)
+	bootstrap := c.ListenAddrs()[0]
+	topic := loadtesttest.Topic(t)
+	p, err := loadtest.Produce(t.Context(), loadtest.ProduceConfig{
+		Bootstrap:       []string{bootstrap},
+		Topic:           topic,
+		Records:         200,
+		Size:            16,
+		Create:          true,
+		Partitions:      2,
+		TransactionalID: topic,
+		TxnRecords:      20,
+		TxnAbortEvery:   3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil || p.AbortedRecords == 0 {
+		t.Fatalf("produce: %d aborted records, err %v", p.AbortedRecords, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var records, aborted int64
+	for records < p.Records+p.AbortedRecords {
+		fs := cl.PollFetches(t.Context())
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			records++
+			if loadtest.IsAborted(r) {
+				aborted++
+			}
+		})
+	}
+	if aborted != p.AbortedRecords {
+		t.Fatalf("IsAborted held for %d records of %d, want %d", aborted, records, p.AbortedRecords)
 	}
 }

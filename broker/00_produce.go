@@ -3,12 +3,16 @@ package broker
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
 )
 
 // Produce: v3-12
@@ -42,9 +46,32 @@ import (
 // without a key is INVALID_RECORD on a topic whose cleanup.policy includes
 // compact, as in Kafka: compaction keeps the latest record of each key.
 //
-// Not done: transactional batches (no transaction coordinator yet: they
-// are refused with TRANSACTIONAL_ID_NOT_FOUND), message.timestamp.type=
-// LogAppendTime, v13 (topic ids instead of names, KIP-516).
+// Transactions (KIP-98, docs/transactions.md): transactional batches need
+// a transactional id in the request (else the whole request is
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as in Kafka) and one producer id
+// and epoch across the request (else INVALID_PRODUCER_ID_MAPPING); control
+// batches are the broker's alone (INVALID_RECORD). KIP-890 part 1: a
+// transactional batch that would open a transaction on a partition (the
+// producer has none ongoing there at its epoch) is first verified with
+// the transaction coordinator, one call for all such partitions of the
+// request; a partition the coordinator does not confirm is refused with
+// TRANSACTION_ABORTABLE (v11+; INVALID_TXN_STATE before), a fenced
+// producer with INVALID_PRODUCER_EPOCH, a coordinator that could not
+// answer with NOT_ENOUGH_REPLICAS (retried by every client). A
+// verification guard, checked under the partition's append lock, voids
+// the answer if a marker for the producer or a leader change lands before
+// the append: the batch is then INVALID_TXN_STATE rather than the start of
+// a transaction nobody will end. Epochs, sequences and transaction states
+// are checked by the segment package as Kafka's ProducerAppendInfo does
+// (INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE
+// for a non-transactional batch inside a transaction); an unknown producer
+// id starts at any sequence (KIP-360), so UNKNOWN_PRODUCER_ID is never
+// sent.
+//
+// Not done: KIP-890 part 2's implicit AddPartitionsToTxn on produce v12
+// (clients rely on it only where the broker finalizes the
+// transaction.version 2 feature), message.timestamp.type=LogAppendTime, v13
+// (topic ids instead of names, KIP-516).
 func init() { register(kmsg.Produce, 3, 12, (*Broker).handleProduce) }
 
 // Record batch attribute bits (the low byte of the int16 at byte 21).
@@ -58,23 +85,26 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.ProduceRequest)
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 
-	var topLevel error
-	switch {
-	case r.Acks != 0 && r.Acks != 1 && r.Acks != -1:
-		topLevel = fmt.Errorf("%w: acks=%d", kerr.InvalidRequiredAcks, r.Acks)
-	case r.TransactionID != nil:
-		topLevel = fmt.Errorf("%w: transactions are not supported yet", kerr.TransactionalIDNotFound)
+	topLevel := fmt.Errorf("%w: acks=%d", kerr.InvalidRequiredAcks, r.Acks)
+	if r.Acks == 0 || r.Acks == 1 || r.Acks == -1 {
+		topLevel = nil
+	}
+	var producer txnProducer
+	if topLevel == nil {
+		producer, topLevel = transactionalProducer(r)
 	}
 
-	// acks=all partitions wait for their high watermark after every
-	// partition of the request is appended, all against one deadline.
-	type pending struct {
+	// Every partition is checked, then the ones that would open a
+	// transaction are verified with the coordinator in one call, then
+	// the rest are appended.
+	type work struct {
 		p      *partition
-		last   int64
-		epoch  int32
+		rp     *kmsg.ProduceRequestTopicPartition
+		tx     *txnAppend
 		ti, pi int // where its answer is in resp
 	}
-	var waits []pending
+	var todo []work
+	var verify []txn.TopicPartition
 	for i := range r.Topics {
 		rt := &r.Topics[i]
 		st := kmsg.NewProduceResponseTopic()
@@ -92,20 +122,56 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			sp.LogStartOffset = -1
 			err := topicErr
 			var p *partition
-			var last int64
-			var epoch int32
 			if err == nil {
-				p, last, epoch, err = b.produceTo(rt.Topic, rp, r.Acks, &sp)
+				p, err = b.producible(rt.Topic, rp, r.Acks)
+			}
+			var tx *txnAppend
+			if err == nil && producer.ok && hasTxnData(rp.Records) {
+				tx = &txnAppend{pid: producer.pid, epoch: producer.epoch}
+				tx.guard, err = p.startTxnVerification(producer.pid, producer.epoch)
+				if err == nil && tx.guard != nil {
+					verify = append(verify, txn.TopicPartition{Topic: rt.Topic, Partition: rp.Partition})
+				}
 			}
 			if err != nil {
 				b.produceError(rt.Topic, rp.Partition, &sp, err)
+			} else {
+				todo = append(todo, work{p, rp, tx, len(resp.Topics), len(st.Partitions)})
 			}
 			st.Partitions = append(st.Partitions, sp)
-			if err == nil && r.Acks == -1 {
-				waits = append(waits, pending{p, last, epoch, len(resp.Topics), len(st.Partitions) - 1})
-			}
 		}
 		resp.Topics = append(resp.Topics, st)
+	}
+
+	var failed map[txn.TopicPartition]error
+	if len(verify) > 0 {
+		failed = b.verifyProduce(r, producer, verify)
+	}
+
+	// acks=all partitions wait for their high watermark after every
+	// partition of the request is appended, all against one deadline.
+	type pending struct {
+		p      *partition
+		last   int64
+		epoch  int32
+		ti, pi int
+	}
+	var waits []pending
+	for _, w := range todo {
+		sp := &resp.Topics[w.ti].Partitions[w.pi]
+		if err, ok := failed[txn.TopicPartition{Topic: w.p.topic, Partition: w.p.index}]; ok && w.tx != nil {
+			w.p.dropTxnVerification(w.tx.pid, w.tx.guard)
+			b.produceError(w.p.topic, w.p.index, sp, err)
+			continue
+		}
+		last, epoch, err := b.produceTo(w.p, w.rp, w.tx, sp)
+		if err != nil {
+			b.produceError(w.p.topic, w.p.index, sp, err)
+			continue
+		}
+		if r.Acks == -1 {
+			waits = append(waits, pending{w.p, last, epoch, w.ti, w.pi})
+		}
 	}
 	wctx, cancel := context.WithTimeout(b.ctx, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
 	defer cancel()
@@ -154,57 +220,192 @@ func acksZeroFailure(resp *kmsg.ProduceResponse) error {
 	return fmt.Errorf("%w: acks=0 produce failed (%s)", errCloseConn, strings.Join(failed, ", "))
 }
 
-// produceTo appends one partition's batches and fills in sp. It returns
-// the partition and the last offset appended, for an acks=all wait.
-func (b *Broker) produceTo(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16, sp *kmsg.ProduceResponseTopicPartition) (*partition, int64, int32, error) {
+// producible returns the partition rp is for, if a client may append
+// these records to it now.
+func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16) (*partition, error) {
 	p, err := b.led(topic, rp.Partition)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	if err := checkBatchKinds(rp.Records); err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	settings := p.settings.Load()
 	if settings.internal {
-		return nil, 0, 0, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+		return nil, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
-		return nil, 0, 0, errDiskFull
+		return nil, errDiskFull
 	}
 	if acks == -1 {
 		if isr := p.rep.isrSize(); isr < settings.minISR {
-			return nil, 0, 0, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
+			return nil, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
 		}
 	}
-	info, epoch, err := p.append(rp.Records)
+	return p, nil
+}
+
+// produceTo appends one partition's batches and fills in sp. It returns
+// the last offset appended and the leader epoch, for an acks=all wait.
+func (b *Broker) produceTo(p *partition, rp *kmsg.ProduceRequestTopicPartition, tx *txnAppend, sp *kmsg.ProduceResponseTopicPartition) (int64, int32, error) {
+	info, epoch, err := p.appendTxn(rp.Records, tx)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("append to %s-%d: %w", topic, rp.Partition, err)
+		return 0, 0, fmt.Errorf("append to %s-%d: %w", p.topic, p.index, err)
 	}
 	sp.BaseOffset = info.BaseOffset
 	sp.LogStartOffset = info.LogStartOffset
 	if !info.Duplicate {
 		b.metrics.recordsIn.Add(float64(info.Records))
 	}
-	return p, info.LastOffset, epoch, nil
+	return info.LastOffset, epoch, nil
 }
 
-// checkBatchKinds refuses batches a client may not write here: control
-// batches (markers are the broker's to write) and, until there is a
-// transaction coordinator, transactional ones. It reads only the batch
-// headers; the segment package validates everything else.
-func checkBatchKinds(records []byte) error {
-	for len(records) >= 23 {
-		switch attrs := records[22]; {
-		case attrs&attrControl != 0:
-			return fmt.Errorf("%w: clients may not write control batches", kerr.InvalidRecord)
-		case attrs&attrTransactional != 0:
-			return fmt.Errorf("%w: transactional batches are not supported yet", kerr.TransactionalIDNotFound)
-		}
+// Record batch header fields read here (the segment package validates
+// the whole batch later).
+const (
+	batchAttrsByte     = 22 // low byte of the attributes
+	batchProducerID    = 43
+	batchProducerEpoch = 51
+	batchHeaderSize    = 61
+)
+
+// eachBatchHeader calls fn with the header of each batch in records, as
+// far as whole headers go.
+func eachBatchHeader(records []byte, fn func(h []byte)) {
+	for len(records) >= batchHeaderSize {
+		fn(records[:batchHeaderSize])
 		size := 12 + int64(binary.BigEndian.Uint32(records[8:12]))
 		if size > int64(len(records)) {
-			break // the segment package reports the bad length
+			return // the segment package reports the bad length
 		}
 		records = records[size:]
 	}
-	return nil
+}
+
+// checkBatchKinds refuses batches a client may not write: control
+// batches are the broker's to write (transaction markers).
+func checkBatchKinds(records []byte) error {
+	var err error
+	eachBatchHeader(records, func(h []byte) {
+		if h[batchAttrsByte]&attrControl != 0 {
+			err = fmt.Errorf("%w: clients may not write control batches", kerr.InvalidRecord)
+		}
+	})
+	return err
+}
+
+// hasTxnData reports whether records hold a transactional data batch.
+func hasTxnData(records []byte) bool {
+	found := false
+	eachBatchHeader(records, func(h []byte) {
+		found = found || h[batchAttrsByte]&(attrTransactional|attrControl) == attrTransactional
+	})
+	return found
+}
+
+// txnProducer is the producer whose transactional batches a request
+// carries, if it carries any (ok).
+type txnProducer struct {
+	ok    bool
+	id    string
+	pid   int64
+	epoch int16
+}
+
+// transactionalProducer finds the producer of a request's transactional
+// batches, refusing the request as Kafka does: transactional batches need
+// a transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the request
+// may not write for a transaction it does not name) and may come from one
+// producer id and epoch only (INVALID_PRODUCER_ID_MAPPING).
+func transactionalProducer(r *kmsg.ProduceRequest) (txnProducer, error) {
+	var tp txnProducer
+	var err error
+	for i := range r.Topics {
+		for j := range r.Topics[i].Partitions {
+			eachBatchHeader(r.Topics[i].Partitions[j].Records, func(h []byte) {
+				if h[batchAttrsByte]&attrTransactional == 0 || err != nil {
+					return
+				}
+				if r.TransactionID == nil {
+					err = fmt.Errorf("%w: transactional batches in a request without a transactional id", kerr.TransactionalIDAuthorizationFailed)
+					return
+				}
+				if h[batchAttrsByte]&attrControl != 0 {
+					return // refused per partition (checkBatchKinds)
+				}
+				pid := int64(binary.BigEndian.Uint64(h[batchProducerID:]))
+				epoch := int16(binary.BigEndian.Uint16(h[batchProducerEpoch:]))
+				if pid < 0 {
+					return // INVALID_RECORD from the segment package's checks
+				}
+				if tp.ok && (pid != tp.pid || epoch != tp.epoch) {
+					err = fmt.Errorf("%w: transactional batches of producers %d (epoch %d) and %d (epoch %d) in one request", kerr.InvalidProducerIDMapping, tp.pid, tp.epoch, pid, epoch)
+					return
+				}
+				tp = txnProducer{ok: true, id: *r.TransactionID, pid: pid, epoch: epoch}
+			})
+		}
+	}
+	if err != nil {
+		return txnProducer{}, err
+	}
+	return tp, nil
+}
+
+// verifyTxnFunc is Broker.verifyTxn's signature.
+type verifyTxnFunc func(b *Broker, ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error
+
+// testVerifyTxn, when a test sets it, answers in place of the transaction
+// coordinator.
+var testVerifyTxn atomic.Pointer[verifyTxnFunc]
+
+// verifyProduce asks the coordinator whether parts are in the producer's
+// ongoing transaction (KIP-890 part 1) and returns the ones that are not,
+// each with the error the request's version knows, as Kafka's
+// ReplicaManager and AddPartitionsToTxnManager translate them.
+func (b *Broker) verifyProduce(r *kmsg.ProduceRequest, tp txnProducer, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+	verify := (*Broker).verifyTxn
+	if f := testVerifyTxn.Load(); f != nil {
+		verify = *f
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	failed := make(map[txn.TopicPartition]error)
+	answers := verify(b, ctx, tp.id, tp.pid, tp.epoch, parts)
+	for _, part := range parts {
+		err, ok := answers[part]
+		if !ok {
+			err = fmt.Errorf("%w: the coordinator did not answer for %s-%d", kerr.CoordinatorNotAvailable, part.Topic, part.Partition)
+		}
+		if err != nil {
+			failed[part] = verificationError(r.Version, err)
+		}
+	}
+	return failed
+}
+
+// verificationError is the error a produce at version gets for a failed
+// verification, err.
+func verificationError(version int16, err error) error {
+	switch {
+	case errors.Is(err, kerr.TransactionAbortable):
+		// Produce v11 (KIP-890) brought the code; older clients know the
+		// partition is not in the transaction as INVALID_TXN_STATE.
+		if version >= 11 {
+			return err
+		}
+		return fmt.Errorf("%w: the partition is not in the transaction (%v)", kerr.InvalidTxnState, err)
+	case errors.Is(err, kerr.ProducerFenced):
+		// Producers expect a fenced epoch on produce as
+		// INVALID_PRODUCER_EPOCH, which lets them abort and go on.
+		return fmt.Errorf("%w: %v", kerr.InvalidProducerEpoch, err)
+	case errors.Is(err, kerr.ConcurrentTransactions), errors.Is(err, kerr.NetworkException),
+		errors.Is(err, kerr.CoordinatorLoadInProgress), errors.Is(err, kerr.CoordinatorNotAvailable),
+		errors.Is(err, kerr.NotCoordinator):
+		// Retriable, but not all clients retry these on a produce: every
+		// client retries NOT_ENOUGH_REPLICAS, and without a metadata
+		// refresh the partition's leadership does not call for.
+		return fmt.Errorf("%w: the transaction coordinator could not verify the partition: %v", kerr.NotEnoughReplicas, err)
+	}
+	return err
 }

@@ -1,8 +1,12 @@
 package broker
 
 import (
+	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -39,11 +43,19 @@ import (
 // below the leader's local log start (older data is in the bucket) gets
 // OFFSET_MOVED_TO_TIERED_STORAGE and the local start, and starts there.
 //
+// Transactions (KIP-98): a read_committed fetch (IsolationLevel 1) reads
+// up to the last stable offset, the first offset of the earliest
+// transaction still open, and gets the aborted transactions whose records
+// overlap what it returns (producer id and first offset), from the local
+// log's .txnindex files and, for a read below the local log start, the
+// bucket's; the consumer drops those records. LastStableOffset is sent at
+// every isolation level, as Kafka does. A read_committed long poll waits
+// for the last stable offset to move: the marker that ends a transaction
+// wakes it.
+//
 // Not done: fetch sessions are declined (SessionID 0 in every response, a
-// choice the protocol allows: clients then send full fetches); there are
-// no transactions yet, so read_committed sees the high watermark as the
-// last stable offset and no aborted transactions; consumers fetch from
-// the leader only (no KIP-392 follower fetching).
+// choice the protocol allows: clients then send full fetches); consumers
+// fetch from the leader only (no KIP-392 follower fetching).
 func init() { register(kmsg.Fetch, 4, 17, (*Broker).handleFetch) }
 
 // fetchPart is one requested partition's place in the response.
@@ -53,6 +65,7 @@ type fetchPart struct {
 	maxBytes  int
 	resp      *kmsg.FetchResponseTopicPartition
 	replica   bool // a follower's fetch: up to the log end, local only
+	committed bool // read_committed: up to the last stable offset
 	start     int  // span of the partition's bytes in conn.scratch
 	end       int
 	errorDone bool // answered with an error; do not read again
@@ -113,6 +126,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
 			fp := &all[len(parts)]
 			*fp = fetchPart{offset: rp.FetchOffset, maxBytes: int(rp.PartitionMaxBytes), resp: sp, replica: replicaID >= 0}
+			fp.committed = r.IsolationLevel == 1 && !fp.replica
 			parts = append(parts, fp)
 			err := topicErr
 			if err == nil {
@@ -246,10 +260,20 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 			continue
 		}
 		p := fp.p
+		// The last stable offset first: the high watermark read after it
+		// is at least the one it was bounded by.
+		lso := p.lastStableOffset()
 		hw := p.highWatermark()
 		fp.resp.HighWatermark = hw
-		fp.resp.LastStableOffset = hw
+		fp.resp.LastStableOffset = lso
 		fp.resp.LogStartOffset = p.logStartOffset()
+		limit := hw
+		if fp.committed {
+			limit = lso
+			// Kafka sends read_committed consumers a list, empty or not,
+			// and the others none.
+			fp.resp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+		}
 		fp.start, fp.end = len(buf), len(buf)
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && !first {
@@ -263,15 +287,16 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 			fp.resp.LogStartOffset = p.log.StartOffset()
 			buf, err = p.log.Read(buf, fp.offset, p.log.EndOffset(), max(budget, 1))
 		} else {
-			if fp.offset == hw {
+			if fp.offset == limit {
 				continue
 			}
-			if fp.offset > hw && fp.offset <= p.log.EndOffset() {
-				// Between the high watermark and the log end: not committed
-				// yet, so nothing to return but not out of range either.
+			if fp.offset > limit && fp.offset <= p.log.EndOffset() {
+				// Between the high watermark (or last stable offset) and
+				// the log end: not readable yet, so nothing to return but
+				// not out of range either.
 				continue
 			}
-			buf, err = b.readAt(p, buf, fp.offset, hw, max(budget, 1))
+			buf, err = b.readAt(p, buf, fp.offset, limit, max(budget, 1))
 		}
 		if err != nil && len(buf) == n {
 			// Corrupt data is logged where it is found, once per segment or
@@ -289,6 +314,17 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 			// (KIP-74); later ones are cut back to whole batches.
 			got = got[:wholeBatches(got, budget)]
 			buf = buf[:n+len(got)]
+		}
+		if fp.committed {
+			if err := b.abortedIn(fp, got); err != nil {
+				// Without the list the consumer would take aborted
+				// records for committed ones: no records rather than those.
+				b.log.Warn("fetch aborted transactions", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
+				buf = buf[:n]
+				fp.setError(err)
+				anyErr = true
+				continue
+			}
 		}
 		fp.end = len(buf)
 		total += len(got)
@@ -312,4 +348,61 @@ func wholeBatches(b []byte, limit int) int {
 		n += size
 	}
 	return n
+}
+
+// abortedIn fills in fp's AbortedTransactions for the batches read, got:
+// every aborted transaction whose records overlap them (Kafka's
+// collectAbortedTransactions), from the local log's indexes and, for a
+// read below the local log start, the bucket's. A consumer drops the
+// aborted producers' transactional records from each entry's first
+// offset until it meets the producer's ABORT marker.
+func (b *Broker) abortedIn(fp *fetchPart, got []byte) error {
+	upTo, transactional := batchesSpan(got)
+	if !transactional {
+		// Only transactional data batches can be aborted: a range without
+		// any needs no list, and costs no index read.
+		return nil
+	}
+	p := fp.p
+	list := p.log.AbortedTransactions(fp.offset, upTo)
+	if b.tier != nil && fp.offset < p.log.StartOffset() {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		remote, err := b.tier.AbortedTransactions(ctx, p.bucketName(), fp.offset, upTo)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("aborted transactions of %s-%d in the bucket: %w", p.topic, p.index, storageError(err))
+		}
+		// Segments still on local disk are in the bucket too: their
+		// entries come from both.
+		for _, a := range remote {
+			if !slices.Contains(list, a) {
+				list = append(list, a)
+			}
+		}
+		slices.SortFunc(list, func(x, y segment.AbortedTxn) int { return cmp.Compare(x.FirstOffset, y.FirstOffset) })
+	}
+	for _, a := range list {
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+		fp.resp.AbortedTransactions = append(fp.resp.AbortedTransactions, at)
+	}
+	return nil
+}
+
+// batchesSpan returns the offset after the last batch in b (which may end
+// with a partial batch whose header is whole) and whether any is a
+// transactional data batch.
+func batchesSpan(b []byte) (end int64, transactional bool) {
+	for len(b) >= 27 {
+		base := int64(binary.BigEndian.Uint64(b))
+		attrs := b[22]
+		end = base + int64(int32(binary.BigEndian.Uint32(b[23:]))) + 1
+		transactional = transactional || attrs&(attrTransactional|attrControl) == attrTransactional
+		size := 12 + int(binary.BigEndian.Uint32(b[8:]))
+		if size > len(b) {
+			break
+		}
+		b = b[size:]
+	}
+	return end, transactional
 }

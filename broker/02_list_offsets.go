@@ -14,8 +14,8 @@ import (
 // Timestamps, and the special values that stand for positions:
 //   - -2 earliest: the log start offset, in the bucket when the oldest
 //     data is only there
-//   - -1 latest: the high watermark (the last stable offset under
-//     read_committed, which equals it while there are no transactions)
+//   - -1 latest: the high watermark, or under read_committed the last
+//     stable offset
 //   - -3 max timestamp (KIP-734, v7+): the first record with the largest
 //     timestamp, in the bucket or the local log
 //   - -4 earliest local (KIP-405, v8+): the local log start offset
@@ -24,7 +24,9 @@ import (
 //   - t >= 0: the first record whose timestamp is at least t, or -1,
 //     looked up in the bucket first when it holds the oldest data
 //
-// Only committed records (below the high watermark) are ever returned. A
+// Only committed records (below the high watermark) are ever returned,
+// and under read_committed only records below the last stable offset, as
+// in Kafka (a record of a transaction still open may yet be aborted). A
 // special value below the version that introduced it, or any other
 // negative value, is UNSUPPORTED_VERSION for that partition; a partition
 // listed twice is INVALID_REQUEST for both entries.
@@ -54,7 +56,7 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 			if seen[tp{rt.Topic, rp.Partition}] > 1 {
 				err = kerr.InvalidRequest
 			} else {
-				err = b.listOffset(rt.Topic, rp, r.Version, &sp)
+				err = b.listOffset(rt.Topic, rp, r.Version, r.IsolationLevel == 1, &sp)
 			}
 			if err != nil {
 				sp.ErrorCode = errorCode(err)
@@ -68,7 +70,7 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
-func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, sp *kmsg.ListOffsetsResponseTopicPartition) error {
+func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, committed bool, sp *kmsg.ListOffsetsResponseTopicPartition) error {
 	p, err := b.led(topic, rp.Partition)
 	if err != nil {
 		return err
@@ -77,7 +79,12 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		return err
 	}
 	sp.LeaderEpoch = p.leaderEpoch.Load()
+	// hw is the end of what the consumer may read: under read_committed,
+	// the last stable offset (Kafka's lastFetchableOffset).
 	hw := p.highWatermark()
+	if committed {
+		hw = p.lastStableOffset()
+	}
 	if rp.Timestamp != -1 && rp.Timestamp != -4 {
 		if err := b.checkRemoteKnown(p); err != nil {
 			return err

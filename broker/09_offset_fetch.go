@@ -8,9 +8,10 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // with null topics (v2+), for every partition the group committed.
 //
 // Version notes: v2 top-level error and all-topics fetch; v5 leader epoch;
-// v6 flexible; v7 RequireStable (KIP-447: there are no transactions, so no
-// offset is ever unstable); v8 several groups per request (KIP-709); v9
-// member id and epoch, ignored for classic groups (KIP-848).
+// v6 flexible; v7 RequireStable (KIP-447: a partition with an offset
+// pending in a transaction answers UNSTABLE_OFFSET_COMMIT, and the client
+// retries); v8 several groups per request (KIP-709); v9 member id and
+// epoch, ignored for classic groups (KIP-848).
 //
 // Not done: v10 (topic ids).
 func init() { register(kmsg.OffsetFetch, 1, 9, (*Broker).handleOffsetFetch) }

@@ -12,15 +12,14 @@ import (
 // FindCoordinator: v0-6
 //
 // A group's coordinator is the leader of its __consumer_offsets partition,
-// abs(groupID.hashCode()) mod the partition count, Kafka's formula. Keys
-// are batched from v4 (KIP-699).
+// abs(groupID.hashCode()) mod the partition count, Kafka's formula; a
+// transactional id's (key type 1) is the leader of its __transaction_state
+// partition, by the same formula. Keys are batched from v4 (KIP-699).
 //
 // Version notes: v1 key type and error message; v3 flexible; v4 batched
 // keys; v5-6 no change for groups (KIP-890, KIP-932 share-group keys).
 //
-// Not done: transaction coordinators (key type 1) answer
-// COORDINATOR_NOT_AVAILABLE until transactions exist; share-group keys
-// (type 2) are INVALID_REQUEST.
+// Not done: share-group keys (type 2) are INVALID_REQUEST.
 func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
 
 func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
@@ -48,25 +47,36 @@ func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
 }
 
 func (b *Broker) findCoordinator(key string, typ int8, c *kmsg.FindCoordinatorResponseCoordinator) error {
+	var topic string
 	switch typ {
 	case 0:
+		topic = offsetsTopic
+		if key == "" {
+			return fmt.Errorf("%w: empty group id", kerr.InvalidRequest)
+		}
 	case 1:
-		return fmt.Errorf("%w: there is no transaction coordinator yet", kerr.CoordinatorNotAvailable)
+		topic = txnStateTopic
+		if key == "" {
+			return fmt.Errorf("%w: empty transactional id", kerr.InvalidRequest)
+		}
+		if b.txns == nil {
+			return kerr.CoordinatorNotAvailable
+		}
+		if err := b.ensureTxnTopic(b.ctx); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%w: coordinator type %d is not supported", kerr.InvalidRequest, typ)
 	}
-	if key == "" {
-		return fmt.Errorf("%w: empty group id", kerr.InvalidRequest)
-	}
 	st := b.meta.State()
-	t, ok := st.Topics[offsetsTopic]
+	t, ok := st.Topics[topic]
 	if !ok || len(t.Partitions) == 0 {
-		return fmt.Errorf("%w: %s does not exist", kerr.CoordinatorNotAvailable, offsetsTopic)
+		return fmt.Errorf("%w: %s does not exist yet", kerr.CoordinatorNotAvailable, topic)
 	}
 	p := t.Partitions[group.Partition(key, int32(len(t.Partitions)))]
 	br, ok := st.Brokers[p.Leader]
 	if !ok {
-		return fmt.Errorf("%w: %s-%d has no leader", kerr.CoordinatorNotAvailable, offsetsTopic, p.Index)
+		return fmt.Errorf("%w: %s-%d has no leader", kerr.CoordinatorNotAvailable, topic, p.Index)
 	}
 	c.NodeID, c.Host, c.Port = br.ID, br.Host, br.Port
 	return nil

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
 )
 
 // InitProducerID: v0-5
@@ -17,11 +19,18 @@ import (
 // without a transactional id: sequence state is per id, so a new id starts
 // cleanly at sequence 0.
 //
-// Version notes: v2 throttle; v3 ProducerID/ProducerEpoch in the request;
-// v4 flexible; v5 no change for idempotent producers.
+// With a transactional id the request goes to the id's transaction
+// coordinator (this node must lead the id's __transaction_state
+// partition: NOT_COORDINATOR otherwise), which bumps the id's epoch and so
+// fences any other producer holding it (broker/txn, docs/transactions.md
+// step 2). The answer waits until the change is committed to
+// __transaction_state. An id with a transaction open gets that
+// transaction aborted first and CONCURRENT_TRANSACTIONS, which the client
+// retries.
 //
-// Not done: transactional ids (no transaction coordinator yet): refused
-// with INVALID_REQUEST so the client fails fast instead of retrying.
+// Version notes: v2 throttle; v3 ProducerID/ProducerEpoch in the request
+// (KIP-360); v4 flexible, and PRODUCER_FENCED instead of
+// INVALID_PRODUCER_EPOCH (KIP-588); v5 no wire change (KIP-890).
 func init() { register(kmsg.InitProducerID, 0, 5, (*Broker).handleInitProducerID) }
 
 func (b *Broker) handleInitProducerID(req *request) (kmsg.Response, error) {
@@ -29,8 +38,9 @@ func (b *Broker) handleInitProducerID(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
-		resp.ErrorCode = kerr.InvalidRequest.Code
-		b.metrics.countError(kmsg.InitProducerID, resp.ErrorCode)
+		if err := b.initTransactional(r, resp); err != nil {
+			resp.ErrorCode, _ = b.answerError(kmsg.InitProducerID, err)
+		}
 		return resp, nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -44,4 +54,38 @@ func (b *Broker) handleInitProducerID(req *request) (kmsg.Response, error) {
 	}
 	resp.ProducerID, resp.ProducerEpoch = id, 0
 	return resp, nil
+}
+
+// initTransactional answers an InitProducerId with a transactional id.
+func (b *Broker) initTransactional(r *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) error {
+	if b.txns == nil {
+		return kerr.CoordinatorNotAvailable
+	}
+	// A client that skipped FindCoordinator (this node is the only one)
+	// finds the coordinator ready all the same.
+	if err := b.ensureTxnTopic(b.ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	defer cancel()
+	res := b.txns.c.InitProducerID(ctx, txn.InitProducerIDRequest{
+		TransactionalID: *r.TransactionalID,
+		TimeoutMs:       r.TransactionTimeoutMillis,
+		ProducerID:      r.ProducerID,
+		ProducerEpoch:   r.ProducerEpoch,
+		Version:         r.Version,
+	})
+	if res.Transition != nil {
+		// For CONCURRENT_TRANSACTIONS this is the abort of the id's open
+		// transaction; the client's retry gets the new epoch once it is
+		// complete.
+		if err := b.finishTxnTransition(ctx, res.Transition); err != nil {
+			return err
+		}
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	resp.ProducerID, resp.ProducerEpoch = res.ProducerID, res.ProducerEpoch
+	return nil
 }

@@ -72,6 +72,9 @@ type Broker struct {
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
 	groups *group.Coordinator
+	// txns is the transaction coordinator (txns.go); set in Start before
+	// the first connection is accepted.
+	txns *txns
 
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
@@ -232,6 +235,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.log.Warn("remove logs of deleted topics", "err", err)
 	}
 	if err := b.startGroups(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.startTxns(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}

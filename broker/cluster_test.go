@@ -74,10 +74,12 @@ func testClusterOf(t *testing.T, n, nvoters int, mutate ...func(*Config)) *clust
 			Voters:            voters,
 			AutoCreateTopics:  true,
 			OffsetsPartitions: 3,
-			SessionTimeout:    1500 * time.Millisecond,
-			HeartbeatInterval: 250 * time.Millisecond,
-			ReplicaLagTimeMax: 3 * time.Second,
-			Logger:            testLogger().With("node", i+1),
+			// As for the offsets: a test cluster needs no 50 partitions.
+			TransactionStatePartitions: 3,
+			SessionTimeout:             1500 * time.Millisecond,
+			HeartbeatInterval:          250 * time.Millisecond,
+			ReplicaLagTimeMax:          3 * time.Second,
+			Logger:                     testLogger().With("node", i+1),
 
 			GroupInitialRebalanceDelay: -1,
 		}

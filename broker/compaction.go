@@ -77,7 +77,8 @@ func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 		if !leading {
 			continue
 		}
-		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: *s.compaction})
+		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: *s.compaction,
+			FirstUnstableOffset: p.log.FirstUnstableOffset})
 	}
 	return out
 }

@@ -40,6 +40,8 @@ var errorMap = []struct {
 	{segment.ErrInvalidTimestamp, kerr.InvalidTimestamp},
 	{segment.ErrOutOfOrderSequence, kerr.OutOfOrderSequenceNumber},
 	{segment.ErrInvalidProducerEpoch, kerr.InvalidProducerEpoch},
+	{segment.ErrInvalidTxnState, kerr.InvalidTxnState},
+	{segment.ErrTransactionCoordinatorFenced, kerr.TransactionCoordinatorFenced},
 	{segment.ErrOffsetOutOfRange, kerr.OffsetOutOfRange},
 	{segment.ErrCorruptSegment, kerr.KafkaStorageError},
 	{segment.ErrClosed, kerr.NotLeaderForPartition},

@@ -261,14 +261,21 @@ type offsetsLog struct{ b *Broker }
 var _ group.OffsetLog = offsetsLog{}
 
 // Append appends like an acks=all produce: it returns once the high
-// watermark covers the batch.
+// watermark covers the batch. The batch is the coordinator's own write
+// (Kafka's AppendOrigin.COORDINATOR): a transactional offset commit is
+// checked for its producer's epoch, not its sequence.
 func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (int64, error) {
 	b := l.b
 	p := b.partition(offsetsTopic, partition)
 	if p == nil {
 		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
 	}
-	info, epoch, err := p.append(batch)
+	batches, err := p.log.Prepare(batch)
+	if err != nil {
+		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
+	}
+	batches.FromCoordinator()
+	info, epoch, err := p.appendPrepared(batches, nil)
 	if err != nil {
 		if errors.Is(err, segment.ErrClosed) || errors.Is(err, errNotLeader) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)

@@ -1,12 +1,14 @@
 package broker
 
 import (
-	"strata/compactor"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
+	"strata/compactor"
 	"strata/segment"
 )
 
@@ -30,6 +32,9 @@ type partition struct {
 	// high watermark never covers a batch still being written and acks=all
 	// waits are answered in order.
 	appendMu sync.Mutex
+	// guards are the KIP-890 verifications under way, by producer id
+	// (startTxnVerification). Guarded by appendMu.
+	guards map[int64]*txnGuard
 
 	// settings are what the topic's configs decide for this partition,
 	// derived once per config change rather than on every request.
@@ -95,19 +100,124 @@ func newPartition(topic string, id [16]byte, index int32, epoch int32, log *segm
 // their commit (waitCommitted) trusts the high watermark only while this
 // node still leads at that epoch.
 func (p *partition) append(records []byte) (segment.AppendInfo, int32, error) {
+	return p.appendTxn(records, nil)
+}
+
+// txnAppend is what appendTxn needs of a produce carrying producer pid's
+// transactional batches at epoch.
+type txnAppend struct {
+	pid   int64
+	epoch int16
+	// guard is the verification started for them (startTxnVerification),
+	// nil if the producer's transaction was ongoing then.
+	guard *txnGuard
+}
+
+// txnGuard marks one verification of a producer's transaction on a
+// partition with its coordinator (Kafka's VerificationGuard): only the
+// append that started it may use its answer, and only while it stands.
+// Its identity is what counts: a marker or a leader change between the
+// question and the append drops it, and a new verification gets a new
+// one, so a stale answer can never let a batch in (the ABA case: verify,
+// abort, a new transaction, then the old answer arrives).
+type txnGuard struct {
+	epoch       int16
+	leaderEpoch int32
+}
+
+// startTxnVerification is called before asking the coordinator whether
+// producer pid's transactional batches at epoch belong to a transaction
+// that has this partition. It returns nil when the producer has a
+// transaction ongoing here at that epoch: the coordinator knew of the
+// partition when it began, and its batches just join it. Otherwise it
+// returns the guard the append must present (appendTxn), the one of a
+// verification already under way for the producer if there is one, so
+// pipelined requests share it.
+func (p *partition) startTxnVerification(pid int64, epoch int16) (*txnGuard, error) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if !p.leading.Load() {
+		return nil, errNotLeader
+	}
+	if p.log.OngoingTxn(pid, epoch) {
+		return nil, nil
+	}
+	le := p.leaderEpoch.Load()
+	if g := p.guards[pid]; g != nil && g.epoch == epoch && g.leaderEpoch == le {
+		return g, nil
+	}
+	if p.guards == nil {
+		p.guards = make(map[int64]*txnGuard)
+	}
+	g := &txnGuard{epoch: epoch, leaderEpoch: le}
+	p.guards[pid] = g
+	return g, nil
+}
+
+// dropTxnVerification forgets g, a verification that failed, so that
+// guards do not pile up for producers that never append.
+func (p *partition) dropTxnVerification(pid int64, g *txnGuard) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if p.guards[pid] == g {
+		delete(p.guards, pid)
+	}
+}
+
+// checkTxnLocked refuses tx's batches unless they join a transaction
+// ongoing here or their verification still stands.
+func (p *partition) checkTxnLocked(tx *txnAppend) error {
+	if p.log.OngoingTxn(tx.pid, tx.epoch) {
+		return nil
+	}
+	g := p.guards[tx.pid]
+	if g != nil && g.leaderEpoch != p.leaderEpoch.Load() {
+		delete(p.guards, tx.pid) // an earlier leadership's
+		g = nil
+	}
+	if tx.guard == nil || g != tx.guard {
+		return fmt.Errorf("%w: producer %d (epoch %d) has no transaction ongoing in %s-%d and no verification of one that still stands: a transaction marker or a leader change came first", kerr.InvalidTxnState, tx.pid, tx.epoch, p.topic, p.index)
+	}
+	return nil
+}
+
+// appendTxn is append for a produce; tx, unless nil, says whose
+// transactional batches records holds (KIP-890 part 1): they are
+// appended only if they join the producer's ongoing transaction or their
+// verification still stands, checked under appendMu, where markers are
+// written too.
+func (p *partition) appendTxn(records []byte, tx *txnAppend) (segment.AppendInfo, int32, error) {
 	// Validation (decompression included) goes first, outside appendMu, so
 	// a costly batch holds up no other producer of the partition.
 	batches, err := p.log.Prepare(records)
 	if err != nil {
 		return segment.AppendInfo{}, -1, err
 	}
+	return p.appendPrepared(batches, tx)
+}
+
+// appendPrepared is appendTxn for batches already prepared: a produce's,
+// or the group coordinator's (marked FromCoordinator, tx nil).
+func (p *partition) appendPrepared(batches *segment.Batches, tx *txnAppend) (segment.AppendInfo, int32, error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {
 		return segment.AppendInfo{}, -1, errNotLeader
 	}
+	if tx != nil {
+		if err := p.checkTxnLocked(tx); err != nil {
+			return segment.AppendInfo{}, -1, err
+		}
+	}
 	epoch := p.leaderEpoch.Load()
 	info, err := p.log.AppendPrepared(batches, epoch)
+	if tx != nil && (err == nil || p.guards[tx.pid] == tx.guard) {
+		// Appended, the transaction is ongoing now: later batches join it
+		// without a guard (Kafka drops it on any transactional append).
+		// Refused, the guard goes too, so that none piles up for a
+		// producer that never comes back; a retry is verified afresh.
+		delete(p.guards, tx.pid)
+	}
 	if err == nil && !info.Duplicate {
 		// Under appendMu, so concurrent appends set the gauge in order. A
 		// duplicate appended nothing: the high watermark already covers it.
@@ -132,6 +242,10 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 	epoch := p.leaderEpoch.Load()
 	info, err := p.log.AppendMarker(pid, producerEpoch, commit, coordinatorEpoch, epoch)
 	if err == nil {
+		// A verification that started before the marker was about the
+		// transaction it just ended: a batch waiting on it would open a
+		// transaction the coordinator never hears of.
+		delete(p.guards, pid)
 		p.logEnd.Set(float64(info.LastOffset + 1))
 		p.advanceHighWatermark()
 		p.wake()
@@ -202,4 +316,21 @@ func (p *partition) removeWaiter(w chan struct{}) {
 func (p *partition) close() error {
 	p.wake()
 	return p.log.Close()
+}
+
+// lastStableOffset is the offset a read_committed consumer reads up to
+// (KIP-98): the first offset of the earliest transaction still open, or
+// the high watermark when that is lower (a marker not yet replicated
+// completes nothing for consumers). Followers replicate producer state,
+// so theirs is right too.
+//
+// The high watermark is read first: a transaction that opens after it
+// starts at or above the log end of that moment, never below it, so the
+// pair read in this order can only understate the offset.
+func (p *partition) lastStableOffset() int64 {
+	hw := p.highWatermark()
+	if first, ok := p.log.FirstUnstableOffset(); ok && first < hw {
+		return first
+	}
+	return hw
 }

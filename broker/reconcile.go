@@ -72,9 +72,10 @@ func (b *Broker) reconcileLoop(changed <-chan struct{}) {
 		if err := b.reconcile(); err != nil {
 			b.log.Error("reconcile partitions", "err", err)
 		}
-		// Coordinators follow the offsets partitions reconcile has just
-		// opened or closed.
+		// Coordinators follow the offsets and transaction state
+		// partitions reconcile has just opened or closed.
 		b.syncCoordinator(b.ctx)
+		b.syncTxnCoordinator(b.ctx)
 	}
 }
 

@@ -24,6 +24,12 @@ type ColdPartition struct {
 	TP          format.TopicPartition
 	LeaderEpoch int32
 	Policy      Policy
+	// FirstUnstableOffset, if set, is the leader's: where its earliest
+	// open transaction begins (ok false: none). The bucket holds closed
+	// segments only, but a transaction may be open across them; a pass
+	// stops below it, as it does below what the newest object's producer
+	// snapshot shows open.
+	FirstUnstableOffset func() (int64, bool)
 }
 
 func (p *ColdPartition) name() string { return fmt.Sprintf("%s-%d", p.TP.Topic, p.TP.Partition) }
@@ -53,9 +59,16 @@ func (c *Compactor) coldPlan(ctx context.Context, p *ColdPartition, now time.Tim
 	}
 	pl.cleanEnd = pl.start
 	pl.end = root.EndOffset()
+	fuo, unstable := int64(0), false
+	if p.FirstUnstableOffset != nil {
+		fuo, unstable = p.FirstUnstableOffset()
+	}
 	n := 0
 	for i, s := range segs {
 		if p.Policy.MinLag > 0 && s.MaxTimestamp > now.Add(-p.Policy.MinLag).UnixMilli() {
+			break
+		}
+		if unstable && s.LastOffset >= fuo {
 			break
 		}
 		n = i + 1
@@ -87,6 +100,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 	// The newest object's producer snapshot says which batches are their
 	// producers' last (kept, empty if need be).
 	var producers map[int64]int64
+	snapEnd := segs[len(segs)-1].LastOffset // where snap was taken
 	snap, err := c.tier.ProducerSnapshot(ctx, segs[len(segs)-1])
 	if err != nil {
 		return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
@@ -95,8 +109,30 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		if producers, err = segment.SnapshotLastOffsets(snap); err != nil {
 			return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
 		}
+		// The bucket's own word on open transactions: nothing from the
+		// earliest one still open at its newest object on is cleaned,
+		// whatever the leader said (a transaction open there and decided
+		// since has its marker above, outside the pass).
+		fuo, open, err := segment.SnapshotFirstUnstable(snap)
+		if err != nil {
+			return st, fmt.Errorf("producer snapshot of %s: %w", p.name(), err)
+		}
+		if open {
+			n := 0
+			for n < len(segs) && segs[n].LastOffset < fuo {
+				n++
+			}
+			if segs = segs[:n]; n == 0 {
+				return st, nil
+			}
+			pl.cleanEnd = segs[n-1].LastOffset + 1
+		}
 	}
-	cl := newCleaning(m, pl.firstDirty, now, p.Policy, producers)
+	aborted, err := c.tier.AbortedTransactions(ctx, p.TP, segs[0].BaseOffset, pl.cleanEnd)
+	if err != nil {
+		return st, fmt.Errorf("aborted transactions of %s: %w", p.name(), err)
+	}
+	cl := newCleaning(m, segs[0].BaseOffset, pl.firstDirty, now, p.Policy, producers, aborted)
 
 	spool, err := newSpool(c.cfg.SpoolDir)
 	if err != nil {
@@ -169,6 +205,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 	// finish PUTs the current output, covering offsets up to lastOffset,
 	// and starts the next right after it.
 	finish := func(lastOffset int64, snap []byte) error {
+		w.SetAborted(cl.txns.seenIn(wBase, lastOffset))
 		seg, release, err := w.Finish(ctx, lastOffset, snap)
 		if err != nil {
 			return err
@@ -219,7 +256,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 			return cl.stats, fmt.Errorf("rewrite %s: %w", p.name(), err)
 		}
 	}
-	if last != len(segs)-1 {
+	if segs[last].LastOffset != snapEnd {
 		if snap, err = c.tier.ProducerSnapshot(ctx, segs[last]); err != nil {
 			return cl.stats, err
 		}
@@ -242,7 +279,7 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 	if c.cfg.OnReplaced != nil {
 		c.cfg.OnReplaced(p.TP)
 	}
-	c.noteTombstones(coldKey(p.TP.Topic, p.TP.Partition), cl.tombstoneDue)
+	c.noteTombstones(coldKey(p.TP.Topic, p.TP.Partition), cl.horizonDue)
 	return cl.stats, nil
 }
 

@@ -239,6 +239,7 @@ func (c *Compactor) runJob(ctx context.Context, m *keyMap, j job) error {
 	case err == nil:
 		log.Info("compacted", "cleanedTo", st.CleanedTo, "bytesRead", st.BytesRead, "bytesWritten", st.BytesWritten,
 			"keysSeen", st.KeysSeen, "keysKept", st.KeysKept, "tombstonesRemoved", st.TombstonesRemoved,
+			"abortedRemoved", st.AbortedRemoved, "markersRemoved", st.MarkersRemoved,
 			"gets", st.Gets, "puts", st.Puts, "duration", st.Duration.String())
 	case ctx.Err() != nil:
 		return nil

@@ -33,8 +33,9 @@ type plan struct {
 	start      int64 // base of the first segment (local) or the log start (cold)
 	firstDirty int64
 	// cleanEnd is where the cleanable section ends: a segment boundary
-	// below which everything is closed, committed and older than the
-	// minimum lag.
+	// below which everything is closed, committed, older than the
+	// minimum lag, and below the first unstable offset (every transaction
+	// there decided).
 	cleanEnd     int64
 	clean, dirty int64 // bytes
 	// overdue is set when a dirty record is older than max.compaction.lag.
@@ -68,6 +69,11 @@ func localPlan(p *LocalPartition, now time.Time) (plan, []segment.SegmentInfo, e
 	end := min(pl.end, p.HighWatermark())
 	if p.Tiered {
 		end = min(end, log.TieredOffset())
+	}
+	// Records of a transaction still open are neither judged nor
+	// removed: its outcome decides whether they count at all.
+	if fuo, ok := log.FirstUnstableOffset(); ok {
+		end = min(end, fuo)
 	}
 	var cleanable []segment.SegmentInfo
 	for i, s := range segs {
@@ -117,7 +123,8 @@ func firstTimestamp(path string) (int64, bool) {
 func (c *Compactor) compactLocal(ctx context.Context, m *keyMap, p *LocalPartition, pl plan, segs []segment.SegmentInfo) (Stats, error) {
 	log := p.Log
 	now := c.cfg.Now()
-	cl := newCleaning(m, pl.firstDirty, now, p.Policy, log.ProducerLastOffsets())
+	aborted := log.AbortedTransactions(pl.start, pl.cleanEnd)
+	cl := newCleaning(m, pl.start, pl.firstDirty, now, p.Policy, log.ProducerLastOffsets(), aborted)
 	cl.expire = !p.Tiered
 
 	// Step 1: the key map, from the segment holding firstDirty.
@@ -203,6 +210,6 @@ func (c *Compactor) compactLocal(ctx context.Context, m *keyMap, p *LocalPartiti
 		return cl.stats, fmt.Errorf("swap compacted segments of %s: %w", p.name(), err)
 	}
 	cl.stats.CleanedTo = cl.cleanedTo()
-	c.noteTombstones(localKey(p.Topic, p.Partition), cl.tombstoneDue)
+	c.noteTombstones(localKey(p.Topic, p.Partition), cl.horizonDue)
 	return cl.stats, nil
 }

@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -91,4 +92,25 @@ func (l *Log) lowerCleanerLocked(offset int64) error {
 	}
 	l.cleaner.Store(&lowered)
 	return nil
+}
+
+// SnapshotFirstUnstable returns, from an encoded producer snapshot (a
+// .snapshot file, or the producer-snapshot part of a bucket object), the
+// first offset of the earliest transaction open where the snapshot was
+// taken; ok is false when none was. A cold-tier pass reads it from the
+// newest object it would clean: nothing at or above it is decided yet.
+func SnapshotFirstUnstable(snapshot []byte) (first int64, ok bool, err error) {
+	if len(snapshot) < snapshotHeaderSize {
+		return 0, false, fmt.Errorf("segment: %w: %d bytes", errBadSnapshot, len(snapshot))
+	}
+	m, err := decodeSnapshot(snapshot, int64(binary.BigEndian.Uint64(snapshot[6:])))
+	if err != nil {
+		return 0, false, fmt.Errorf("segment: %w", err)
+	}
+	for _, e := range m {
+		if e.txnOpen && (!ok || e.txnFirst < first) {
+			first, ok = e.txnFirst, true
+		}
+	}
+	return first, ok, nil
 }

@@ -17,6 +17,14 @@ type FilterOptions struct {
 	// (KIP-534) if a kept record is a tombstone and the batch has no
 	// horizon yet.
 	DeleteHorizonMs int64
+	// Discard removes every record without asking keep (Kafka's
+	// discardBatchRecords): the batch of an aborted transaction, or a
+	// marker past its delete horizon. RetainEmpty still keeps the header.
+	Discard bool
+	// StampMarker stamps DeleteHorizonMs on a control batch kept with its
+	// record, if it has no horizon yet: Kafka's cleaner starts a marker's
+	// delete.retention.ms once its transaction has no batch left.
+	StampMarker bool
 }
 
 // FilterResult says what FilterBatch did.
@@ -35,10 +43,11 @@ type FilterResult struct {
 // timestamps; its firstTimestamp is the first kept record's timestamp (or
 // the horizon), its maxTimestamp the largest kept one (LogAppendTime:
 // unchanged); it is compressed again with the same codec, and its CRC-32C
-// recomputed. Control batches are appended unchanged (keep is not called).
-// A batch with nothing kept is dropped, or kept empty with o.RetainEmpty
-// (Kafka's writeEmptyHeader: no compression, firstTimestamp =
-// maxTimestamp = the original maxTimestamp).
+// recomputed. Control batches are appended unchanged (keep is not called),
+// unless o.StampMarker gives one a horizon. A batch with nothing kept (or
+// o.Discard) is dropped, or kept empty with o.RetainEmpty (Kafka's
+// writeEmptyHeader: no compression, firstTimestamp = maxTimestamp = the
+// original maxTimestamp).
 //
 // batch is checked as ForEachRecord checks it; on error dst is returned
 // as it was. keep sees each record once, in order; its *Record and Key
@@ -49,11 +58,29 @@ func FilterBatch(dst, batch []byte, keep func(*Record) bool, o FilterOptions) ([
 	if err != nil {
 		return dst, res, err
 	}
-	if h.IsControl() {
+	_, hasHorizon := h.DeleteHorizon()
+	stampMarker := h.IsControl() && o.StampMarker && !hasHorizon && o.DeleteHorizonMs > 0
+	switch {
+	case o.Discard:
+		// Nothing to look at inside: Kafka deletes such a batch without
+		// decompressing it.
+		res.Removed = int(h.NumRecords)
+		if !o.RetainEmpty {
+			res.Dropped = true
+			return dst, res, nil
+		}
+		if h.NumRecords == 0 {
+			return append(dst, batch...), res, nil // already empty
+		}
+		res.Rewritten = true
+		return appendEmptyBatch(dst, &h), res, nil
+	case h.IsControl() && !stampMarker:
 		// Markers are the cleaner's to judge as whole batches: their
 		// single record is never a key's latest value.
 		res.Kept = int(h.NumRecords)
 		return append(dst, batch...), res, nil
+	case h.IsControl():
+		keep = func(*Record) bool { return true }
 	}
 	recs, release, err := batchRecords(&h, batch)
 	if err != nil {
@@ -89,8 +116,8 @@ func FilterBatch(dst, batch []byte, keep func(*Record) bool, o FilterOptions) ([
 		maxTs = max(maxTs, rec.Timestamp)
 		tombstone = tombstone || rec.Tombstone
 	}
-	horizon, hasHorizon := h.DeleteHorizon()
-	stamp := !hasHorizon && o.DeleteHorizonMs > 0 && tombstone
+	horizon, _ := h.DeleteHorizon()
+	stamp := stampMarker || (!hasHorizon && o.DeleteHorizonMs > 0 && tombstone)
 
 	switch {
 	case res.Kept == 0 && !o.RetainEmpty:

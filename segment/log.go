@@ -164,6 +164,7 @@ func (l *Log) SetConfig(cfg Config) {
 type Batches struct {
 	records []byte
 	facts   []batchFacts
+	origin  appendOrigin
 }
 
 // Append validates records (one or more concatenated v2 batches, a Produce
@@ -254,7 +255,7 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 
 	// 3. Idempotence: a retry of a recent batch is answered with its
 	// original offsets, as Kafka does for the whole request.
-	if dup, ok, err := l.checkProducersLocked(records, facts, now.UnixMilli()); err != nil {
+	if dup, ok, err := l.checkProducersLocked(records, facts, now.UnixMilli(), b.origin); err != nil {
 		return AppendInfo{}, err
 	} else if ok {
 		info.BaseOffset, info.LastOffset, info.Duplicate = dup.firstOffset, dup.lastOffset, true
@@ -349,7 +350,7 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 // committed state only, as Kafka does: a batch repeated within one append
 // must not be answered with the offsets of its own unwritten first copy;
 // its sequence then fails the check against the staged state instead.
-func (l *Log) checkProducersLocked(records []byte, facts []batchFacts, nowMs int64) (batchMeta, bool, error) {
+func (l *Log) checkProducersLocked(records []byte, facts []batchFacts, nowMs int64, origin appendOrigin) (batchMeta, bool, error) {
 	l.w.pending = l.w.pending[:0]
 	l.w.completed = l.w.completed[:0]
 	changed := false
@@ -371,13 +372,13 @@ func (l *Log) checkProducersLocked(records []byte, facts []batchFacts, nowMs int
 				return batchMeta{}, false, fmt.Errorf("%w: control batch without a transaction marker", ErrInvalidRecord)
 			}
 		}
-		if e, ok := l.w.producers[h.ProducerID]; ok && !h.IsControl() {
+		if e, ok := l.w.producers[h.ProducerID]; ok && !h.IsControl() && origin == originClient {
 			if dup, ok := e.duplicateOf(h); ok {
 				return dup, true, nil
 			}
 		}
 		pp := l.pendingLocked(h.ProducerID)
-		if err := pp.e.check(pp.known, h, m); err != nil {
+		if err := pp.e.check(pp.known, h, m, origin); err != nil {
 			return batchMeta{}, false, err
 		}
 		open := pp.e.txnOpen

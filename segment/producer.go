@@ -62,8 +62,8 @@ func (e *producerEntry) duplicateOf(h *BatchHeader) (batchMeta, bool) {
 // check applies Kafka's ProducerAppendInfo rules to a batch from a producer
 // whose state is e (known=false: never seen, or forgotten); m is the
 // marker of a control batch.
-func (e *producerEntry) check(known bool, h *BatchHeader, m TxnMarker) error {
-	if err := e.checkSequence(known, h); err != nil || !known {
+func (e *producerEntry) check(known bool, h *BatchHeader, m TxnMarker, origin appendOrigin) error {
+	if err := e.checkSequence(known, h, origin); err != nil || !known {
 		return err
 	}
 	switch {
@@ -76,7 +76,7 @@ func (e *producerEntry) check(known bool, h *BatchHeader, m TxnMarker) error {
 }
 
 // checkSequence is check's epoch and sequence part.
-func (e *producerEntry) checkSequence(known bool, h *BatchHeader) error {
+func (e *producerEntry) checkSequence(known bool, h *BatchHeader, origin appendOrigin) error {
 	if !known {
 		// KIP-360: the producer's state may have expired or gone with
 		// deleted segments while it lives on, so any first sequence is
@@ -86,8 +86,8 @@ func (e *producerEntry) checkSequence(known bool, h *BatchHeader) error {
 	if h.ProducerEpoch < e.epoch {
 		return fmt.Errorf("%w: producer %d epoch %d is older than the current %d", ErrInvalidProducerEpoch, h.ProducerID, h.ProducerEpoch, e.epoch)
 	}
-	if h.IsControl() {
-		return nil // markers carry no sequence
+	if h.IsControl() || origin == originCoordinator {
+		return nil // markers carry no sequence; see FromCoordinator
 	}
 	if h.ProducerEpoch != e.epoch {
 		if h.BaseSequence != 0 {

@@ -166,3 +166,14 @@ func ForEachRecord(batch []byte, fn func(*Record) error) error {
 		}
 	}
 }
+
+// TxnMarkerOf returns the END_TXN marker a stored control batch carries;
+// ok is false for any other batch, and for a control batch compaction
+// emptied (its record gone).
+func TxnMarkerOf(batch []byte) (m TxnMarker, ok bool, err error) {
+	h, err := checkStoredBatch(batch)
+	if err != nil {
+		return TxnMarker{}, false, err
+	}
+	return markerOf(&h, batch)
+}

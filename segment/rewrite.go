@@ -47,6 +47,10 @@ type Rewrite struct {
 	open bool       // the last output takes appends
 	// nextOff is the lowest offset the next batch may start at.
 	nextOff int64
+	// markers holds the offsets of the control batches appended with
+	// their record, ascending: an aborted-transaction index entry stays
+	// only with its marker (writeTxnIndexes).
+	markers []int64
 	done    bool
 }
 
@@ -227,7 +231,20 @@ func (rw *Rewrite) Append(batch []byte) error {
 	s.ix.add(s.size, h.LastOffset(), h.MaxTimestamp, h.Size())
 	s.size += int64(len(batch))
 	rw.nextOff = h.LastOffset() + 1
+	if h.IsControl() && h.NumRecords > 0 {
+		rw.markers = append(rw.markers, h.LastOffset())
+	}
 	return nil
+}
+
+// keepsMarker reports whether the outputs hold the marker at offset with
+// its record. A read_committed consumer skips an aborted transaction's
+// producer from the entry's first offset until it meets the ABORT
+// marker: an entry left without its marker would hide that producer's
+// later, committed batches.
+func (rw *Rewrite) keepsMarker(offset int64) bool {
+	_, ok := slices.BinarySearch(rw.markers, offset)
+	return ok
 }
 
 func (rw *Rewrite) current() *segment {

@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"time"
@@ -126,4 +127,37 @@ func FirstRecordAtOrAfter(batch []byte, ts, minOffset int64) (offset, timestamp 
 // matches its CRC-32C.
 func (h BatchHeader) CRCMatches(batch []byte) bool {
 	return h.Size() == len(batch) && batchCRC(batch) == h.CRC
+}
+
+// SnapshotOpenTransactions returns the transactions open in an encoded
+// producer snapshot (a .snapshot file, or the producer-snapshot part of a
+// bucket object), producer id -> first offset: the state as of the offset
+// the snapshot was taken at. A version 1 snapshot, written before
+// transactions existed, has none.
+func SnapshotOpenTransactions(snapshot []byte) (map[int64]int64, error) {
+	if len(snapshot) < snapshotHeaderSize {
+		return nil, fmt.Errorf("segment: %w: %d bytes", errBadSnapshot, len(snapshot))
+	}
+	m, err := decodeSnapshot(snapshot, int64(binary.BigEndian.Uint64(snapshot[6:])))
+	if err != nil {
+		return nil, fmt.Errorf("segment: %w", err)
+	}
+	out := make(map[int64]int64)
+	for id, e := range m {
+		if e.txnOpen {
+			out[id] = e.txnFirst
+		}
+	}
+	return out, nil
+}
+
+// EncodeTxnIndex encodes aborted transactions as a .txnindex file holds
+// them (docs/format.md §14), in the order given: what the bucket object of
+// a rewritten segment carries as its txn index part.
+func EncodeTxnIndex(txns []AbortedTxn) []byte {
+	var b []byte
+	for _, a := range txns {
+		b = appendTxnEntry(b, a)
+	}
+	return b
 }

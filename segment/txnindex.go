@@ -184,8 +184,9 @@ func (l *Log) AbortedTransactions(from, upTo int64) []AbortedTxn {
 // writeTxnIndexes gives each output of a rewrite the sources' index
 // entries whose markers fall in its range, as <base>.txnindex.cleaned,
 // which the swap renames with the output's other files. Compaction keeps
-// offsets, so the entries stay true of the outputs; a rewrite whose
-// sources have none writes nothing.
+// offsets, so the entries stay true of the outputs, those whose marker
+// the rewrite removed excepted (keepsMarker); a rewrite whose sources
+// have none writes nothing.
 func (rw *Rewrite) writeTxnIndexes() error {
 	var all []AbortedTxn
 	for _, s := range rw.srcs {
@@ -205,7 +206,7 @@ func (rw *Rewrite) writeTxnIndexes() error {
 		}
 		var b []byte
 		for _, a := range all {
-			if a.LastOffset >= out.base && a.LastOffset < end {
+			if a.LastOffset >= out.base && a.LastOffset < end && rw.keepsMarker(a.LastOffset) {
 				b = appendTxnEntry(b, a)
 			}
 		}

@@ -2,6 +2,7 @@ package tier
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +159,33 @@ func (t *Tier) ProducerSnapshot(ctx context.Context, s format.RemoteSegment) ([]
 	return b, nil
 }
 
+// TxnIndex returns s's aborted transactions, in marker order: its txn
+// index part, fetched with one ranged GET (none if the part is empty, or
+// absent from an object written before it existed) and checked against
+// its CRC-32C and the format's rules. A compaction pass hands those of
+// the objects it replaces to SegmentWriter.SetAborted.
+func (t *Tier) TxnIndex(ctx context.Context, s format.RemoteSegment) ([]segment.AbortedTxn, error) {
+	p := s.TxnIndex.Part
+	if p.Len == 0 {
+		return nil, nil
+	}
+	if p.Len < 0 || p.End() > s.Size {
+		return nil, fmt.Errorf("%w: txn index of %s at [%d, %d) outside the %d-byte object", segment.ErrCorruptSegment, s.Key, p.Offset, p.End(), s.Size)
+	}
+	b := make([]byte, p.Len)
+	if err := t.getRange(t.counted(ctx), s.Key, p.Offset, b); err != nil {
+		return nil, fmt.Errorf("read txn index of %s: %w", s.Key, err)
+	}
+	if err := p.Check(b); err != nil {
+		return nil, fmt.Errorf("%w: txn index of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+	}
+	txns, err := parseTxnIndex(b, s.BaseOffset, s.LastOffset)
+	if err != nil {
+		return nil, fmt.Errorf("%w: txn index of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+	}
+	return txns, nil
+}
+
 // getRange fills b with the bytes of key from off, in one ranged GET.
 func (t *Tier) getRange(ctx context.Context, key string, off int64, b []byte) error {
 	rc, err := t.store.GetRange(ctx, key, off, int64(len(b)))
@@ -172,7 +201,7 @@ func (t *Tier) getRange(ctx context.Context, key string, off int64, b []byte) er
 
 // RequestCounts returns how many GETs and PUTs (conditional creates
 // included) the tier has made for compaction so far: ReadLog,
-// ProducerSnapshot, SegmentWriter.Finish and ReplaceCompacted, with the
+// ProducerSnapshot, TxnIndex, SegmentWriter.Finish and ReplaceCompacted, with the
 // manifest reads and writes the latter makes. The difference across a
 // pass is that pass's bill; reads by consumers and uploads are not in it.
 func (t *Tier) RequestCounts() (gets, puts int64) {
@@ -248,6 +277,7 @@ type SegmentWriter struct {
 	records          int64
 	prevLast         int64
 	epochs           []format.EpochStart
+	aborted          []segment.AbortedTxn // SetAborted's, in marker order
 }
 
 // NewSegmentWriter starts an object for tp whose first covered offset is
@@ -394,6 +424,7 @@ func (w *SegmentWriter) Finish(ctx context.Context, lastOffset int64, snapshot [
 	parts := format.SegmentParts{
 		Log: io.NewSectionReader(log, 0, w.size), LogSize: w.size,
 		Index: w.index, TimeIndex: w.timeIndex, ProducerSnapshot: snapshot,
+		TxnIndex:   segment.EncodeTxnIndex(w.aborted),
 		BaseOffset: w.base, LastOffset: lastOffset,
 		FirstTimestamp: w.firstTs, MaxTimestamp: w.maxTs, RecordCount: w.records, LeaderEpoch: w.epoch,
 	}
@@ -474,8 +505,15 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	return next, nil
 }
 
-// SetAborted gives the object the aborted transactions whose records it
-// holds (its aborted-transaction index part).
-//
-// TODO(issue 14): contract only; the tier helper writes the part.
-func (w *SegmentWriter) SetAborted(txns []segment.AbortedTxn) {}
+// SetAborted gives the object the aborted transactions whose ABORT
+// markers lie in the offsets it covers (its txn index part), as the local
+// log's .txnindex files of the segments it replaces list them. Compaction
+// keeps offsets, so they stay true even where the cleaner removed a
+// marker or the aborted records. Finish refuses an entry whose marker is
+// outside [base, lastOffset]: it would be found with the wrong object, or
+// never. A later call replaces the entries of an earlier one.
+func (w *SegmentWriter) SetAborted(txns []segment.AbortedTxn) {
+	w.aborted = slices.Clone(txns)
+	// The part lists entries in marker order, as the local file does.
+	slices.SortStableFunc(w.aborted, func(a, b segment.AbortedTxn) int { return cmp.Compare(a.LastOffset, b.LastOffset) })
+}

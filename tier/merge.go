@@ -31,7 +31,9 @@ type Merge struct {
 // a few KB: 52,560 objects a year, each a GET to replay and a line in the
 // manifest. A merged object holds the segments' log parts one after the
 // other (offsets unchanged, batches byte for byte), their indexes shifted
-// to its own base and position, and the last one's producer snapshot. It
+// to its own base and position, their txn indexes one after the other
+// (offsets unchanged, so every entry stays true) and the last one's
+// producer snapshot. It
 // replaces them in the manifest in one step (format.Root.Replace); the
 // replaced objects stay for the orphan grace, for readers holding the
 // previous manifest. A run changed meanwhile (retention took part of it)
@@ -119,7 +121,7 @@ func (t *Tier) smallRun(ctx context.Context, ps *partitionState, root *format.Ro
 // mergeRun writes the object that merges run, then replaces run with it
 // in the manifest.
 func (t *Tier) mergeRun(ctx context.Context, tp format.TopicPartition, ps *partitionState, run []format.RemoteSegment, epoch int32) error {
-	var log, index, timeIndex bytes.Buffer
+	var log, index, timeIndex, txnIndex bytes.Buffer
 	first, last := run[0], run[len(run)-1]
 	records, maxTs := int64(0), int64(-1)
 	lastRel, lastTs := int64(-1), int64(-1)
@@ -153,6 +155,9 @@ func (t *Tier) mergeRun(ctx context.Context, tp format.TopicPartition, ps *parti
 		}
 		log.Write(seglog)
 		snapshot = obj[s.ProducerSnapshot.Offset:s.ProducerSnapshot.End()]
+		if s.TxnIndex.Present {
+			txnIndex.Write(obj[s.TxnIndex.Offset:s.TxnIndex.End()])
+		}
 		if records >= 0 && s.RecordCount >= 0 {
 			records += s.RecordCount
 		} else {
@@ -164,6 +169,7 @@ func (t *Tier) mergeRun(ctx context.Context, tp format.TopicPartition, ps *parti
 	footer, crc, err := format.WriteSegmentObject(&obj, format.SegmentParts{
 		Log: bytes.NewReader(log.Bytes()), LogSize: int64(log.Len()),
 		Index: index.Bytes(), TimeIndex: timeIndex.Bytes(), ProducerSnapshot: snapshot,
+		TxnIndex:   txnIndex.Bytes(),
 		BaseOffset: first.BaseOffset, LastOffset: last.LastOffset,
 		FirstTimestamp: first.FirstTimestamp, MaxTimestamp: maxTs, RecordCount: records, LeaderEpoch: epoch,
 	})

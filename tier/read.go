@@ -1,10 +1,12 @@
 package tier
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -353,9 +355,11 @@ type indexCache struct {
 	flights map[indexKey]*indexFlight
 }
 
+// indexKey names a part of an object. The length is part of it: an
+// empty part starts where the next one does.
 type indexKey struct {
-	object string
-	offset int64
+	object         string
+	offset, length int64
 }
 
 type indexEntry struct {
@@ -380,7 +384,7 @@ func newIndexCache(limit int64) *indexCache {
 // under the chunk cache's context, not the caller's: other readers may be
 // waiting for it, and one giving up must not fail them.
 func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize int64, p format.Part) ([]byte, error) {
-	k := indexKey{object, p.Offset}
+	k := indexKey{object, p.Offset, p.Len}
 	c.mu.Lock()
 	if el, ok := c.byKey[k]; ok {
 		c.lru.MoveToFront(el)
@@ -580,11 +584,119 @@ func (t *Tier) reportCorrupt(tp format.TopicPartition, key string, err error, he
 }
 
 // AbortedTransactions returns the aborted transactions of tp's objects
-// that overlap [from, upTo): those whose records a read_committed reader
-// of that range must drop, in first-offset order, from the objects'
-// aborted-transaction index parts.
-//
-// TODO(issue 14): contract only; the tier helper reads the parts.
+// that a read_committed fetch of [from, upTo) must know about, in
+// first-offset order, each once: those whose ABORT marker (LastOffset) is
+// at or after from and whose FirstOffset is below upTo, from the objects'
+// txn index parts (Kafka's collectAbortedTransactions over remote
+// segments). An entry sits with its marker, which may lie past upTo, so
+// the walk goes on from the object holding from until it knows no
+// transaction begun below upTo is left: after an entry whose
+// LastStableOffset reaches upTo (as the local log stops), or after an
+// object ending at or past upTo whose producer snapshot shows no such
+// transaction open; else to the end of the bucket, where the local log
+// takes over. Parts are read through the index cache, checked against
+// their CRC-32C and structure (segment.ErrCorruptSegment, never an empty
+// answer); an object with an empty part, or one written before the part
+// existed, costs no GET.
 func (t *Tier) AbortedTransactions(ctx context.Context, tp format.TopicPartition, from, upTo int64) ([]segment.AbortedTxn, error) {
-	return nil, nil
+	m, err := t.Manifest(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	if upTo <= from || from >= m.EndOffset() || m.Empty() {
+		return nil, nil
+	}
+	var out []segment.AbortedTxn
+	seen := make(map[segment.AbortedTxn]bool)
+	err = m.Scan(ctx, t.pages, max(from, m.LogStartOffset), func(s *format.RemoteSegment) (bool, error) {
+		entries, err := t.cachedTxnIndex(ctx, tp, s)
+		if err != nil {
+			return false, err
+		}
+		for _, a := range entries {
+			if a.LastOffset >= from && a.FirstOffset < upTo && !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+			if a.LastStableOffset >= upTo {
+				return false, nil
+			}
+		}
+		if s.LastOffset+1 < upTo || !s.TxnIndex.Present {
+			// A version 1 object's snapshot cannot tell open transactions.
+			return true, nil
+		}
+		settled, err := t.settledBefore(ctx, tp, s, upTo)
+		return !settled, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("aborted transactions of %s-%d in [%d, %d): %w", tp.Topic, tp.Partition, from, upTo, err)
+	}
+	slices.SortStableFunc(out, func(a, b segment.AbortedTxn) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return out, nil
+}
+
+// cachedTxnIndex returns the entries of s's txn index part, in marker
+// order, through the index cache.
+func (t *Tier) cachedTxnIndex(ctx context.Context, tp format.TopicPartition, s *format.RemoteSegment) ([]segment.AbortedTxn, error) {
+	if s.TxnIndex.Len == 0 {
+		return nil, nil
+	}
+	b, err := t.part(ctx, tp, s, s.TxnIndex.Part, "txn index")
+	if err != nil {
+		return nil, err
+	}
+	entries, err := parseTxnIndex(b, s.BaseOffset, s.LastOffset)
+	if err != nil {
+		err = fmt.Errorf("%w: txn index of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+		t.reportCorrupt(tp, s.Key, err, false)
+	}
+	return entries, err
+}
+
+// parseTxnIndex decodes a txn index part of an object covering [base,
+// last], refusing any entry the format does not allow.
+func parseTxnIndex(b []byte, base, last int64) ([]segment.AbortedTxn, error) {
+	if err := format.CheckTxnIndex(b, base, last); err != nil {
+		return nil, err
+	}
+	return segment.DecodeTxnIndex(b)
+}
+
+// settledBefore reports whether every transaction begun below upTo had
+// ended by the end of s, as its producer snapshot says: then their
+// entries are in s or before it.
+func (t *Tier) settledBefore(ctx context.Context, tp format.TopicPartition, s *format.RemoteSegment, upTo int64) (bool, error) {
+	if s.ProducerSnapshot.Len == 0 {
+		return false, nil // no snapshot: nothing known
+	}
+	b, err := t.part(ctx, tp, s, s.ProducerSnapshot, "producer snapshot")
+	if err != nil {
+		return false, err
+	}
+	open, err := segment.SnapshotOpenTransactions(b)
+	if err != nil {
+		err = fmt.Errorf("%w: producer snapshot of %s: %v", segment.ErrCorruptSegment, s.Key, err)
+		t.reportCorrupt(tp, s.Key, err, false)
+		return false, err
+	}
+	for _, first := range open {
+		if first < upTo {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// part returns part p of s's object through the index cache, checked
+// against its CRC-32C; what names it in errors.
+func (t *Tier) part(ctx context.Context, tp format.TopicPartition, s *format.RemoteSegment, p format.Part, what string) ([]byte, error) {
+	if p.Offset < 0 || p.Len < 0 || p.End() > s.Size {
+		return nil, fmt.Errorf("%w: %s of %s at [%d, %d) outside the %d-byte object", segment.ErrCorruptSegment, what, s.Key, p.Offset, p.End(), s.Size)
+	}
+	b, err := t.index.get(ctx, t, s.Key, s.Size, p)
+	if err != nil && errors.Is(err, segment.ErrCorruptSegment) {
+		t.reportCorrupt(tp, s.Key, err, false)
+	}
+	return b, err
 }

@@ -598,9 +598,15 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 	if err != nil {
 		return fail(err)
 	}
-	var snapshot []byte
+	var snapshot, txnIndex []byte
 	if seg.SnapshotPath != "" {
 		if snapshot, err = os.ReadFile(seg.SnapshotPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fail(err)
+		}
+	}
+	// A segment no transaction aborted in has no file: an empty part.
+	if seg.TxnIndexPath != "" {
+		if txnIndex, err = os.ReadFile(seg.TxnIndexPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fail(err)
 		}
 	}
@@ -621,6 +627,7 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		Index:            index,
 		TimeIndex:        timeIndex,
 		ProducerSnapshot: snapshot,
+		TxnIndex:         txnIndex,
 		BaseOffset:       seg.BaseOffset,
 		LastOffset:       seg.EndOffset - 1,
 		FirstTimestamp:   firstTs,
@@ -629,7 +636,8 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		LeaderEpoch:      leaderEpoch,
 	}
 	// The footer needs the log's checksum; keep everything after the log
-	// bytes (indexes, snapshot, footer) and discard the log itself.
+	// bytes (indexes, snapshot, txn index, footer) and discard the log
+	// itself.
 	tail := &tailWriter{skip: seg.Size}
 	footer, objectCRC, err := format.WriteSegmentObject(tail, parts)
 	if err != nil {

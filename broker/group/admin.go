@@ -79,8 +79,9 @@ func containsFold(list []string, s string) bool {
 	return false
 }
 
-// DeleteGroups handles a DeleteGroups request: an empty group's offsets
-// and metadata are deleted with tombstones.
+// DeleteGroups handles a DeleteGroups request: an empty group's offsets,
+// those pending in transactions included, and metadata are deleted with
+// tombstones.
 func (c *Coordinator) DeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGroupsResponse {
 	resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
 	for _, id := range req.Groups {
@@ -115,11 +116,30 @@ func (c *Coordinator) deleteGroup(ctx context.Context, id string) *kerr.Error {
 			recs = append(recs, record{key: offsetKey(g.id, t, p)})
 		}
 	}
+	// Offsets pending in a transaction get a tombstone too, so that its
+	// commit, in memory or replayed, does not bring them back (Kafka's
+	// OffsetMetadataManager.deleteAllOffsets).
+	pending := offsetTable{}
+	for _, ot := range g.txns {
+		for t, ps := range ot {
+			for p := range ps {
+				if _, ok := g.offsets[t][p]; !ok {
+					pending.set(t, p, offset{})
+				}
+			}
+		}
+	}
+	for t, ps := range pending {
+		for p := range ps {
+			recs = append(recs, record{key: offsetKey(g.id, t, p)})
+		}
+	}
 	recs = append(recs, record{key: groupKey(g.id)})
-	if err := g.appendLocked(ctx, recs); err != nil {
+	if _, err := g.appendLocked(ctx, recs, noProducer); err != nil {
 		return writeErr(err)
 	}
 	g.offsets = offsetTable{}
+	g.txns = txnOffsets{}
 	c.removeGroupLocked(g)
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"strata/segment"
 )
 
 // OffsetLog stores the coordinator's records: partition i of
@@ -25,6 +27,10 @@ type OffsetLog interface {
 	// and returns its base offset once the batch is committed (covered by
 	// the high watermark: acks=all). It returns when ctx ends. An error
 	// wrapping ErrNotLeader means this node no longer leads the partition.
+	// A transactional batch (TxnOffsetCommit) is the coordinator's own
+	// write for its producer: the log checks its producer epoch, not its
+	// sequence (segment.Batches.FromCoordinator), and an error wrapping
+	// segment.ErrInvalidProducerEpoch means the producer is fenced.
 	// It is called with a group's lock held and must never call back into
 	// the Coordinator.
 	Append(ctx context.Context, partition int32, batch []byte) (int64, error)
@@ -120,6 +126,14 @@ type Coordinator struct {
 		partitions map[int32]partitionState
 		groups     map[string]*group
 		closed     bool
+		// producers indexes, by producer id, the groups (with their
+		// offsets partition) where a transaction has offsets pending,
+		// for CompleteTxn. An entry may outlive its group; CompleteTxn
+		// drops it.
+		producers map[int64]map[string]int32
+		// ended are the transactions CompleteTxn ended on a partition
+		// while it was loading, applied once the load is done.
+		ended map[int32][]txnEnd
 	}
 }
 
@@ -145,6 +159,8 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, closed: make(chan struct{})}
 	c.mu.partitions = make(map[int32]partitionState)
 	c.mu.groups = make(map[string]*group)
+	c.mu.producers = make(map[int64]map[string]int32)
+	c.mu.ended = make(map[int32][]txnEnd)
 	return c, nil
 }
 
@@ -201,6 +217,8 @@ func (c *Coordinator) Load(ctx context.Context, partition int32) error {
 	groups, err := c.replay(ctx, partition)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ended := c.mu.ended[partition]
+	delete(c.mu.ended, partition)
 	if err != nil || c.mu.closed || c.mu.partitions[partition] != partitionLoading {
 		if c.mu.partitions[partition] == partitionLoading {
 			delete(c.mu.partitions, partition)
@@ -211,7 +229,22 @@ func (c *Coordinator) Load(ctx context.Context, partition int32) error {
 		return fmt.Errorf("load __consumer_offsets-%d: %w", partition, err)
 	}
 	for _, g := range groups {
+		// No transaction of the partition can have begun after a
+		// marker that ended while it loaded: TxnOffsetCommit waits for
+		// the load. So the ends apply to what the loader found open,
+		// and to nothing newer. The groups are not published yet.
+		for _, e := range ended {
+			c.commits.Add(uint64(g.txns.complete(e.producerID, e.commit, g.offsets)))
+		}
 		c.mu.groups[g.id] = g
+		for pid := range g.txns {
+			m := c.mu.producers[pid]
+			if m == nil {
+				m = make(map[string]int32)
+				c.mu.producers[pid] = m
+			}
+			m[g.id] = partition
+		}
 	}
 	c.mu.partitions[partition] = partitionLoaded
 	for _, g := range groups {
@@ -230,6 +263,17 @@ func (c *Coordinator) Load(ctx context.Context, partition int32) error {
 func (c *Coordinator) Unload(partition int32) {
 	c.mu.Lock()
 	delete(c.mu.partitions, partition)
+	delete(c.mu.ended, partition)
+	for pid, m := range c.mu.producers {
+		for id, p := range m {
+			if p == partition {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(c.mu.producers, pid)
+		}
+	}
 	var gone []*group
 	for id, g := range c.mu.groups {
 		if g.partition == partition {
@@ -310,6 +354,7 @@ func (c *Coordinator) newGroup(id string, partition int32) *group {
 		pending:    make(map[string]*member),
 		statics:    make(map[string]string),
 		offsets:    make(offsetTable),
+		txns:       make(txnOffsets),
 	}
 }
 
@@ -337,27 +382,35 @@ func (c *Coordinator) groups() []*group {
 	return gs
 }
 
-// appendLocked writes recs to g's partition and waits for the commit.
-func (g *group) appendLocked(ctx context.Context, recs []record) error {
+// appendLocked writes recs to g's partition as one batch of producer p
+// (noProducer but for TxnOffsetCommit), waits for the commit and returns
+// the batch's base offset.
+func (g *group) appendLocked(ctx context.Context, recs []record, p producer) (int64, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	batch := buildBatch(recs, g.c.clock.Now().UnixMilli())
-	_, err := g.c.cfg.Log.Append(ctx, g.partition, batch)
+	batch := buildBatchFor(recs, g.c.clock.Now().UnixMilli(), p)
+	base, err := g.c.cfg.Log.Append(ctx, g.partition, batch)
 	if err != nil {
-		g.c.log.Warn("write to __consumer_offsets", "group", g.id, "partition", g.partition, "err", err)
-		return err
+		if !errors.Is(err, segment.ErrInvalidProducerEpoch) { // a fenced producer is the client's affair
+			g.c.log.Warn("write to __consumer_offsets", "group", g.id, "partition", g.partition, "err", err)
+		}
+		return 0, err
 	}
-	return nil
+	return base, nil
 }
 
 // writeErr maps an OffsetLog failure to a coordinator error, as Kafka's
-// coordinator does: a lost leadership is NOT_COORDINATOR, anything else
+// coordinator does: a lost leadership is NOT_COORDINATOR, a transactional
+// producer fenced by a newer epoch INVALID_PRODUCER_EPOCH, anything else
 // COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again and
 // retries).
 func writeErr(err error) *kerr.Error {
-	if errors.Is(err, ErrNotLeader) {
+	switch {
+	case errors.Is(err, ErrNotLeader):
 		return kerr.NotCoordinator
+	case errors.Is(err, segment.ErrInvalidProducerEpoch):
+		return kerr.InvalidProducerEpoch
 	}
 	return kerr.CoordinatorNotAvailable
 }

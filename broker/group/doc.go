@@ -15,6 +15,20 @@
 // replays a partition from its start to rebuild its groups, so the log alone
 // is the state: offsets survive restarts and follow partition leadership.
 //
+// # Transactions
+//
+// TxnOffsetCommit (KIP-98, with KIP-447's generation and member checks)
+// writes a transaction's offsets as one transactional batch of its
+// producer. They are pending, per producer, and OffsetFetch does not show
+// them (with RequireStable it answers UNSTABLE_OFFSET_COMMIT) until the
+// broker, once the transaction's marker is committed to the partition,
+// calls CompleteTxn: a commit applies each offset unless a plain commit
+// was written after it, an abort drops them. The loader does the same
+// from the markers in the log, and leaves a transaction still open at the
+// end pending. Retention keeps a partition with a pending offset, and a
+// tombstone (a deleted group, OffsetDelete) drops the pending offsets it
+// covers, so a later commit cannot bring them back.
+//
 // # Concurrency
 //
 // Request methods may be called from any number of goroutines; JoinGroup and

@@ -53,6 +53,9 @@ type group struct {
 	statics map[string]string // group.instance.id -> member id
 
 	offsets offsetTable
+	// txns are offsets written by TxnOffsetCommit whose transaction has
+	// not ended; the coordinator's producers index points at them.
+	txns txnOffsets
 
 	rebalanceTimer Timer
 	timerToken     uint64
@@ -69,6 +72,10 @@ type offset struct {
 	leaderEpoch int32
 	metadata    string
 	commitTime  int64 // Unix ms
+	// logOffset is where the batch that wrote it begins in
+	// __consumer_offsets: a transaction's offset applies on commit only if
+	// it was written after the one committed (txnOffsets.complete).
+	logOffset int64
 }
 
 type protocol struct {
@@ -722,7 +729,7 @@ func (g *group) shutdownLocked(e *kerr.Error) {
 
 // maybeRemoveLocked drops an empty group that has nothing left to keep.
 func (g *group) maybeRemoveLocked() {
-	if g.state == StateEmpty && len(g.members) == 0 && len(g.pending) == 0 && len(g.offsets) == 0 && g.generation == 0 {
+	if g.state == StateEmpty && len(g.members) == 0 && len(g.pending) == 0 && len(g.offsets) == 0 && len(g.txns) == 0 && g.generation == 0 {
 		g.c.removeGroupLocked(g)
 	}
 }

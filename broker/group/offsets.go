@@ -17,17 +17,8 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRe
 	for i, t := range req.Topics {
 		codes[i] = make([]int16, len(t.Partitions))
 	}
-	setAll := func(e *kerr.Error) {
-		for i := range codes {
-			for j := range codes[i] {
-				if codes[i][j] == 0 {
-					codes[i][j] = e.Code
-				}
-			}
-		}
-	}
 	if e := c.commit(ctx, req, codes); e != nil {
-		setAll(e)
+		setUnset(codes, e)
 	}
 	for i, t := range req.Topics {
 		rt := kmsg.NewOffsetCommitResponseTopic()
@@ -79,42 +70,32 @@ func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest,
 	}
 
 	now := c.clock.Now().UnixMilli()
-	type commitAt struct {
-		topicPartition
-		o offset
-	}
 	var recs []record
 	var commits []commitAt
 	for i, t := range req.Topics {
 		for j, p := range t.Partitions {
-			meta := ""
-			if p.Metadata != nil {
-				meta = *p.Metadata
-			}
-			switch {
-			case len(meta) > c.cfg.OffsetMetadataMaxBytes:
-				codes[i][j] = kerr.OffsetMetadataTooLarge.Code
-				continue
-			case !c.cfg.PartitionExists(t.Topic, p.Partition):
-				codes[i][j] = kerr.UnknownTopicOrPartition.Code
-				continue
-			}
 			epoch := p.LeaderEpoch
 			if req.Version < 6 {
 				epoch = -1
 			}
-			o := offset{offset: p.Offset, leaderEpoch: epoch, metadata: meta, commitTime: now}
-			recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition), value: offsetValue(o)})
-			commits = append(commits, commitAt{topicPartition{t.Topic, p.Partition}, o})
+			rec, ca, e := c.offsetRecord(g.id, t.Topic, p.Partition, p.Offset, epoch, p.Metadata, now)
+			if e != nil {
+				codes[i][j] = e.Code
+				continue
+			}
+			recs = append(recs, rec)
+			commits = append(commits, ca)
 		}
 	}
 	if len(recs) == 0 {
 		return nil
 	}
-	if err := g.appendLocked(ctx, recs); err != nil {
+	base, err := g.appendLocked(ctx, recs, noProducer)
+	if err != nil {
 		return writeErr(err)
 	}
 	for _, ca := range commits {
+		ca.o.logOffset = base
 		g.offsets.set(ca.topic, ca.partition, ca.o)
 	}
 	c.commits.Add(uint64(len(commits)))
@@ -122,6 +103,41 @@ func (c *Coordinator) commit(ctx context.Context, req *kmsg.OffsetCommitRequest,
 		g.heartbeatLocked(m)
 	}
 	return nil
+}
+
+// setUnset gives e to every partition of a commit answer that has no
+// error of its own.
+func setUnset(codes [][]int16, e *kerr.Error) {
+	for i := range codes {
+		for j := range codes[i] {
+			if codes[i][j] == 0 {
+				codes[i][j] = e.Code
+			}
+		}
+	}
+}
+
+// commitAt is an offset to commit to a partition.
+type commitAt struct {
+	topicPartition
+	o offset
+}
+
+// offsetRecord checks one partition's offset of a commit and returns its
+// record, or the partition's error.
+func (c *Coordinator) offsetRecord(groupID, topic string, partition int32, at int64, leaderEpoch int32, metadata *string, now int64) (record, commitAt, *kerr.Error) {
+	meta := ""
+	if metadata != nil {
+		meta = *metadata
+	}
+	switch {
+	case len(meta) > c.cfg.OffsetMetadataMaxBytes:
+		return record{}, commitAt{}, kerr.OffsetMetadataTooLarge
+	case !c.cfg.PartitionExists(topic, partition):
+		return record{}, commitAt{}, kerr.UnknownTopicOrPartition
+	}
+	o := offset{offset: at, leaderEpoch: leaderEpoch, metadata: meta, commitTime: now}
+	return record{key: offsetKey(groupID, topic, partition), value: offsetValue(o)}, commitAt{topicPartition{topic, partition}, o}, nil
 }
 
 // fetchedTopic is one topic of an OffsetFetch answer, in either of the
@@ -134,19 +150,26 @@ type fetchedTopic struct {
 type fetchedPartition struct {
 	partition int32
 	o         offset // noOffset where none is committed
+	code      int16  // UNSTABLE_OFFSET_COMMIT, or 0
 }
 
 var noOffset = offset{offset: -1, leaderEpoch: -1}
 
 // fetch returns a group's committed offsets for the requested topics, a
 // topic named twice answered once, or for all of them when topics is nil.
-// With an error, the requested partitions are returned with noOffset.
-func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGroupTopic) ([]fetchedTopic, *kerr.Error) {
+// With an error, the requested partitions are returned with noOffset. With
+// requireStable (KIP-447), a partition with an offset pending in a
+// transaction is UNSTABLE_OFFSET_COMMIT: the consumer retries rather than
+// start from an offset that its commit may replace.
+func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGroupTopic, requireStable bool) ([]fetchedTopic, *kerr.Error) {
 	g, e := c.lookup(groupID, false)
 	if g != nil {
 		defer g.mu.Unlock()
 	}
 	var out []fetchedTopic
+	unstable := func(topic string, partition int32) bool {
+		return requireStable && g.txns.pending(topic, partition)
+	}
 	if topics == nil {
 		if g == nil {
 			return nil, e
@@ -159,7 +182,11 @@ func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGrou
 		for _, t := range names {
 			ft := fetchedTopic{topic: t}
 			for p, o := range g.offsets[t] {
-				ft.parts = append(ft.parts, fetchedPartition{partition: p, o: o})
+				fp := fetchedPartition{partition: p, o: o}
+				if unstable(t, p) {
+					fp.o, fp.code = noOffset, kerr.UnstableOffsetCommit.Code
+				}
+				ft.parts = append(ft.parts, fp)
 			}
 			slices.SortFunc(ft.parts, func(a, b fetchedPartition) int { return int(a.partition - b.partition) })
 			out = append(out, ft)
@@ -177,7 +204,9 @@ func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGrou
 		for _, p := range t.Partitions {
 			fp := fetchedPartition{partition: p, o: noOffset}
 			if g != nil {
-				if o, ok := g.offsets[t.Topic][p]; ok {
+				if o, ok := g.offsets[t.Topic][p]; unstable(t.Topic, p) {
+					fp.code = kerr.UnstableOffsetCommit.Code
+				} else if ok {
 					fp.o = o
 				}
 			}
@@ -188,8 +217,8 @@ func (c *Coordinator) fetch(groupID string, topics []kmsg.OffsetFetchRequestGrou
 }
 
 // OffsetFetch handles an OffsetFetch request: one group before v8, a batch
-// from v8 (KIP-709). There are no transactions, so RequireStable never
-// finds an unstable offset.
+// from v8 (KIP-709). RequireStable (v7+, KIP-447) is answered per
+// partition, as Kafka does in every version.
 func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if req.Version < 8 {
@@ -200,7 +229,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 				topics = append(topics, kmsg.OffsetFetchRequestGroupTopic{Topic: t.Topic, Partitions: t.Partitions})
 			}
 		}
-		fts, e := c.fetch(req.Group, topics)
+		fts, e := c.fetch(req.Group, topics, req.RequireStable)
 		var code int16
 		if e != nil {
 			if req.Version >= 2 {
@@ -215,7 +244,10 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 			rt.Topic = ft.topic
 			for _, fp := range ft.parts {
 				rp := kmsg.NewOffsetFetchResponseTopicPartition()
-				rp.Partition, rp.ErrorCode = fp.partition, code
+				rp.Partition, rp.ErrorCode = fp.partition, fp.code
+				if code != 0 {
+					rp.ErrorCode = code
+				}
 				rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
@@ -226,7 +258,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 	for _, rg := range req.Groups {
 		out := kmsg.NewOffsetFetchResponseGroup()
 		out.Group = rg.Group
-		fts, e := c.fetch(rg.Group, rg.Topics)
+		fts, e := c.fetch(rg.Group, rg.Topics, req.RequireStable)
 		if e != nil {
 			out.ErrorCode = e.Code
 			fts = nil
@@ -236,7 +268,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 			rt.Topic = ft.topic
 			for _, fp := range ft.parts {
 				rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
-				rp.Partition = fp.partition
+				rp.Partition, rp.ErrorCode = fp.partition, fp.code
 				rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.o.offset, fp.o.leaderEpoch, kmsg.StringPtr(fp.o.metadata)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
@@ -287,7 +319,7 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 			switch _, ok := g.offsets[t.Topic][p.Partition]; {
 			case subscribed[t.Topic]:
 				rp.ErrorCode = kerr.GroupSubscribedToTopic.Code
-			case ok:
+			case ok || g.txns.pending(t.Topic, p.Partition):
 				recs = append(recs, record{key: offsetKey(g.id, t.Topic, p.Partition)})
 				dels = append(dels, topicPartition{t.Topic, p.Partition})
 			}
@@ -296,12 +328,13 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 		resp.Topics = append(resp.Topics, rt)
 	}
 	if len(recs) > 0 {
-		if err := g.appendLocked(ctx, recs); err != nil {
+		if _, err := g.appendLocked(ctx, recs, noProducer); err != nil {
 			resp.ErrorCode = writeErr(err).Code
 			return resp
 		}
 		for _, d := range dels {
 			g.offsets.remove(d.topic, d.partition)
+			g.txns.remove(d.topic, d.partition)
 		}
 	}
 	return resp
@@ -310,7 +343,10 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRe
 // ExpireOffsets applies offsets.retention.minutes: the offsets of a group
 // that has been empty for the retention period are deleted, as are, in a
 // group that never had members, offsets committed longer ago than that.
-// An empty group left without offsets is deleted. Call it periodically.
+// An offset pending in a transaction is kept, with the committed one of
+// its partition, until the transaction ends: as in Kafka, whatever may
+// still be committed is not expired. An empty group left without offsets
+// is deleted. Call it periodically.
 func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 	cutoff := c.clock.Now().Add(-c.cfg.OffsetsRetention)
 	for _, g := range c.groups() {
@@ -328,18 +364,19 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 				if g.protocolType == "" {
 					expired = o.commitTime <= cutoff.UnixMilli()
 				}
+				expired = expired && !g.txns.pending(t, p)
 				if expired {
 					recs = append(recs, record{key: offsetKey(g.id, t, p)})
 					dels = append(dels, topicPartition{t, p})
 				}
 			}
 		}
-		groupGone := g.offsets.count() == len(dels)
+		groupGone := g.offsets.count() == len(dels) && len(g.txns) == 0
 		if groupGone {
 			recs = append(recs, record{key: groupKey(g.id)})
 		}
 		if len(recs) > 0 {
-			if err := g.appendLocked(ctx, recs); err != nil {
+			if _, err := g.appendLocked(ctx, recs, noProducer); err != nil {
 				g.mu.Unlock()
 				continue
 			}

@@ -56,20 +56,48 @@ const (
 	batchHeaderLength = 61
 )
 
+// Batch attributes the coordinator reads.
+const (
+	attrCompression   = 0x07
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+// producer is the transactional producer a batch is written for
+// (TxnOffsetCommit), or noProducer for the coordinator's own records.
+type producer struct {
+	id    int64
+	epoch int16
+}
+
+var noProducer = producer{id: -1, epoch: -1}
+
 // buildBatch encodes records as one uncompressed v2 record batch with base
 // offset 0 (the log assigns the real one) and no producer id.
 func buildBatch(recs []record, timestamp int64) []byte {
+	return buildBatchFor(recs, timestamp, noProducer)
+}
+
+// buildBatchFor is buildBatch for producer p: with a producer id the batch
+// is transactional, with base sequence 0 as Kafka's coordinator writes it
+// (the log checks no sequence of the coordinator's batches, only the
+// epoch).
+func buildBatchFor(recs []record, timestamp int64, p producer) []byte {
 	b := make([]byte, batchHeaderLength, batchHeaderLength+64*len(recs))
 	be := binary.BigEndian
+	attrs, seq := uint16(0), ^uint32(0) // base sequence -1
+	if p.id >= 0 {
+		attrs, seq = attrTransactional, 0
+	}
 	be.PutUint32(b[12:], ^uint32(0)) // partition leader epoch: stamped by the log
 	b[16] = 2                        // magic
-	be.PutUint16(b[batchAttrsAt:], 0)
+	be.PutUint16(b[batchAttrsAt:], attrs)
 	be.PutUint32(b[23:], uint32(len(recs)-1)) // last offset delta
 	be.PutUint64(b[27:], uint64(timestamp))   // first timestamp
 	be.PutUint64(b[35:], uint64(timestamp))   // max timestamp
-	be.PutUint64(b[43:], ^uint64(0))          // producer id -1
-	be.PutUint16(b[51:], ^uint16(0))          // producer epoch -1
-	be.PutUint32(b[53:], ^uint32(0))          // base sequence -1
+	be.PutUint64(b[43:], uint64(p.id))
+	be.PutUint16(b[51:], uint16(p.epoch))
+	be.PutUint32(b[53:], seq)
 	be.PutUint32(b[57:], uint32(len(recs)))
 
 	var body []byte
@@ -108,6 +136,7 @@ func eachBatch(buf []byte, fn func(h batchInfo, records []byte) error) (next int
 			attrs:      int16(be.Uint16(b[batchAttrsAt:])),
 			lastDelta:  int32(be.Uint32(b[23:])),
 			timestamp:  int64(be.Uint64(b[27:])),
+			producerID: int64(be.Uint64(b[43:])),
 			count:      int32(be.Uint32(b[57:])),
 		}
 		next = h.baseOffset + int64(h.lastDelta) + 1
@@ -123,11 +152,13 @@ type batchInfo struct {
 	attrs      int16
 	lastDelta  int32
 	timestamp  int64
+	producerID int64
 	count      int32
 }
 
-// compressed and control batches are never written by the coordinator.
-func (h batchInfo) ours() bool { return h.attrs&0x07 == 0 && h.attrs&0x20 == 0 }
+func (h batchInfo) compressed() bool    { return h.attrs&attrCompression != 0 }
+func (h batchInfo) control() bool       { return h.attrs&attrControl != 0 }
+func (h batchInfo) transactional() bool { return h.attrs&attrTransactional != 0 }
 
 // eachRecord decodes the records of an uncompressed batch.
 func eachRecord(h batchInfo, raw []byte, fn func(r record) error) error {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/segment"
 )
 
 // groupValueLocked encodes the group as Kafka's GroupMetadataValue.
@@ -40,31 +42,49 @@ func (g *group) groupValueLocked() []byte {
 
 // storeLocked writes the group's metadata and waits for the commit.
 func (g *group) storeLocked(ctx context.Context) error {
-	return g.appendLocked(ctx, []record{{key: groupKey(g.id), value: g.groupValueLocked()}})
+	_, err := g.appendLocked(ctx, []record{{key: groupKey(g.id), value: g.groupValueLocked()}}, noProducer)
+	return err
 }
 
 // replayed is what a partition's records say about one group.
 type replayed struct {
 	meta    *kmsg.GroupMetadataValue
 	offsets offsetTable
+	txns    txnOffsets
 }
 
-// replayState is what a partition's records say about its groups, by id.
-type replayState map[string]*replayed
+// replayState is what a partition's records say about its groups.
+type replayState struct {
+	groups map[string]*replayed
+	// open are the groups with offsets pending in each producer's
+	// transaction.
+	open map[int64]map[string]struct{}
+}
 
-func (s replayState) get(id string) *replayed {
-	r := s[id]
+func (s *replayState) get(id string) *replayed {
+	r := s.groups[id]
 	if r == nil {
-		r = &replayed{offsets: make(offsetTable)}
-		s[id] = r
+		r = &replayed{offsets: make(offsetTable), txns: make(txnOffsets)}
+		s.groups[id] = r
 	}
 	return r
 }
 
+// endTxn applies a transaction marker of producer pid.
+func (s *replayState) endTxn(pid int64, commit bool) {
+	for id := range s.open[pid] {
+		s.groups[id].txns.complete(pid, commit, s.groups[id].offsets)
+	}
+	delete(s.open, pid)
+}
+
 // replay reads partition from its start and rebuilds its groups. Later
-// records win; tombstones delete.
+// records win; tombstones delete. Records of a transactional batch are
+// pending for its producer until a marker of that producer commits or
+// aborts them; a transaction still open at the end stays pending for
+// CompleteTxn.
 func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, error) {
-	state := make(replayState)
+	state := &replayState{groups: make(map[string]*replayed), open: make(map[int64]map[string]struct{})}
 	var buf []byte
 	var next int64
 	records := 0
@@ -81,13 +101,26 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 			break
 		}
 		n, err := eachBatch(buf, func(h batchInfo, raw []byte) error {
-			if !h.ours() {
+			switch {
+			case h.compressed():
 				c.log.Warn("skipping batch the coordinator did not write", "partition", partition, "offset", h.baseOffset)
 				return nil
+			case h.control():
+				// Compaction may have emptied the marker: then its
+				// transaction's records are gone too.
+				return eachRecord(h, raw, func(r record) error {
+					m, err := segment.DecodeTxnMarker(r.key, r.value)
+					if err != nil {
+						c.log.Warn("skipping control record", "partition", partition, "offset", h.baseOffset, "err", err)
+						return nil
+					}
+					state.endTxn(h.producerID, m.Commit)
+					return nil
+				})
 			}
 			return eachRecord(h, raw, func(r record) error {
 				records++
-				return state.apply(r)
+				return state.apply(r, h)
 			})
 		})
 		if err != nil {
@@ -101,8 +134,8 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 
 	now := c.clock.Now()
 	var groups []*group
-	for id, r := range state {
-		if r.meta == nil && len(r.offsets) == 0 {
+	for id, r := range state.groups {
+		if r.meta == nil && len(r.offsets) == 0 && len(r.txns) == 0 {
 			continue
 		}
 		if Partition(id, c.cfg.Partitions) != partition {
@@ -110,7 +143,7 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 			continue
 		}
 		g := c.newGroup(id, partition)
-		g.offsets = r.offsets
+		g.offsets, g.txns = r.offsets, r.txns
 		g.stateSince = now
 		if v := r.meta; v != nil {
 			g.protocolType = v.ProtocolType
@@ -154,7 +187,8 @@ func (c *Coordinator) replay(ctx context.Context, partition int32) ([]*group, er
 	return groups, nil
 }
 
-func (s replayState) apply(r record) error {
+// apply applies record r of the batch h.
+func (s *replayState) apply(r record, h batchInfo) error {
 	if len(r.key) < 2 {
 		return fmt.Errorf("%w: key of %d bytes", errCorruptBatch, len(r.key))
 	}
@@ -166,7 +200,11 @@ func (s replayState) apply(r record) error {
 		}
 		g := s.get(k.Group)
 		if r.value == nil {
+			if h.transactional() {
+				return nil // the coordinator writes none: nothing to undo
+			}
 			g.offsets.remove(k.Topic, k.Partition)
+			g.txns.remove(k.Topic, k.Partition)
 			return nil
 		}
 		var v kmsg.OffsetCommitValue
@@ -177,14 +215,25 @@ func (s replayState) apply(r record) error {
 		if v.Version < 3 {
 			epoch = -1
 		}
-		g.offsets.set(k.Topic, k.Partition, offset{offset: v.Offset, leaderEpoch: epoch, metadata: v.Metadata, commitTime: v.CommitTimestamp})
+		o := offset{offset: v.Offset, leaderEpoch: epoch, metadata: v.Metadata, commitTime: v.CommitTimestamp, logOffset: h.baseOffset}
+		if !h.transactional() {
+			g.offsets.set(k.Topic, k.Partition, o)
+			return nil
+		}
+		g.txns.add(h.producerID, k.Topic, k.Partition, o)
+		open := s.open[h.producerID]
+		if open == nil {
+			open = make(map[string]struct{})
+			s.open[h.producerID] = open
+		}
+		open[k.Group] = struct{}{}
 	case 2:
 		var k kmsg.GroupMetadataKey
 		if err := k.ReadFrom(r.key); err != nil {
 			return fmt.Errorf("group metadata key: %w", err)
 		}
 		if r.value == nil {
-			if g := s[k.Group]; g != nil {
+			if g := s.groups[k.Group]; g != nil {
 				g.meta = nil
 			}
 			return nil

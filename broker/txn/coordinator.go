@@ -841,3 +841,32 @@ func (c *Coordinator) Describe(id string) (Metadata, *kerr.Error) {
 	}
 	return e.md.Clone(), nil
 }
+
+// Stats are the coordinator's gauges.
+type Stats struct {
+	// ByState counts the transactional ids of the loaded partitions.
+	ByState map[State]int
+	// OldestOngoing is when the longest-running open transaction started;
+	// zero when none is open.
+	OldestOngoing time.Time
+}
+
+// Stats returns the coordinator's gauges.
+func (c *Coordinator) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{ByState: make(map[State]int)}
+	for _, e := range c.mu.ids {
+		md := e.md
+		if md.ProducerEpoch == NoProducerEpoch {
+			continue
+		}
+		s.ByState[md.State]++
+		if md.State == Ongoing && md.StartTime >= 0 {
+			if t := time.UnixMilli(md.StartTime); s.OldestOngoing.IsZero() || t.Before(s.OldestOngoing) {
+				s.OldestOngoing = t
+			}
+		}
+	}
+	return s
+}

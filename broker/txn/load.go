@@ -69,3 +69,12 @@ func (c *Coordinator) unloadLocked(partition int32) {
 		}
 	}
 }
+
+// Loaded reports whether partition is loaded here, and under which
+// coordinator epoch.
+func (c *Coordinator) Loaded(partition int32) (epoch int32, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	epoch, ok = c.mu.partitions[partition]
+	return epoch, ok
+}

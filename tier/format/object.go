@@ -1,7 +1,9 @@
 package format
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -12,24 +14,34 @@ import (
 
 // A segment object is the concatenation, in this order, of
 //
-//	log | offset index | time index | producer snapshot | footer
+//	log | offset index | time index | producer snapshot | txn index | footer
 //
-// where the first four parts are the local segment's files byte for byte
+// where the first five parts are the local segment's files byte for byte
 // (docs/format.md) and the footer, FooterSize bytes at the very end, says
 // where each part starts, how long it is and its CRC-32C. One object per
 // segment means one PUT to upload it and one small ranged GET (the index,
 // located through the manifest) to find any offset in it.
+//
+// Objects of footer version 1, written before transactions existed, have
+// no txn index part and a FooterSizeV1-byte footer; they are read as
+// holding no aborted transaction.
 
-// FooterSize is the size of the footer at the end of every segment object.
-const FooterSize = 136
+// FooterSize is the size of the footer this package writes (version 2).
+const FooterSize = 156
+
+// FooterSizeV1 is the size of a version 1 footer, the smallest there is.
+const FooterSizeV1 = 136
 
 // FooterMagic is the 4-byte magic near the end of every segment object.
 const FooterMagic = "STSG"
 
-// FooterVersion is the footer layout version this package writes and reads.
-const FooterVersion = 1
+// FooterVersion is the footer layout version this package writes; it
+// reads versions 1 and 2.
+const FooterVersion = 2
 
-// Footer field offsets (big-endian throughout).
+// Footer field offsets (big-endian throughout). The last 12 bytes are
+// laid out alike in every version (version, size, magic, CRC), so that a
+// reader holding an object's tail learns the footer's size from them.
 const (
 	ftBase        = 0
 	ftLast        = 8
@@ -37,13 +49,18 @@ const (
 	ftMaxTs       = 24
 	ftRecordCount = 32
 	ftEpoch       = 40
-	ftParts       = 44 // 4 parts of partSize bytes: log, index, time index, snapshot
+	ftParts       = 44 // parts of partSize bytes: log, index, time index, snapshot[, txn index]
 	partSize      = 20 // offset int64, length int64, crc uint32
-	ftVersion     = 124
-	ftSize        = 126
-	ftMagic       = 128
-	ftCRC         = 132
+	// Offsets from the end of the footer.
+	ftVersionEnd = 12
+	ftSizeEnd    = 10
+	ftMagicEnd   = 8
+	ftCRCEnd     = 4
 )
+
+// TxnEntrySize is the size of an entry of the txn index part: Kafka's
+// AbortedTxn (docs/format.md §14).
+const TxnEntrySize = 34
 
 // Entry sizes of the local index formats, reused unchanged in the object.
 const (
@@ -86,6 +103,35 @@ func (p Part) Check(b []byte) error {
 	return nil
 }
 
+// OptionalPart locates a part that objects of an older footer version
+// lack. Its JSON form is a Part's, absent when the part is.
+type OptionalPart struct {
+	Part
+	// Present is false for an object written before the part existed.
+	Present bool
+}
+
+// IsZero reports an absent part, which the manifest omits.
+func (p OptionalPart) IsZero() bool { return !p.Present }
+
+// MarshalJSON writes the part as a Part.
+func (p OptionalPart) MarshalJSON() ([]byte, error) { return json.Marshal(p.Part) }
+
+// UnmarshalJSON reads a Part, strictly, and marks it present.
+func (p *OptionalPart) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return errors.New("null part")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var part Part
+	if err := dec.Decode(&part); err != nil {
+		return err
+	}
+	*p = OptionalPart{Part: part, Present: true}
+	return nil
+}
+
 // Footer is the decoded footer of a segment object.
 // The JSON names are those of the manifest, where a RemoteSegment embeds
 // its object's footer.
@@ -108,12 +154,44 @@ type Footer struct {
 	Index            Part `json:"index"`
 	TimeIndex        Part `json:"timeIndex"`
 	ProducerSnapshot Part `json:"producerSnapshot"`
+	// TxnIndex is the aborted-transaction index part, absent from objects
+	// of footer version 1 (which hold no aborted transaction).
+	TxnIndex OptionalPart `json:"txnIndex,omitzero"`
+}
+
+// Version returns the footer version of f's object.
+func (f Footer) Version() int {
+	if f.TxnIndex.Present {
+		return 2
+	}
+	return 1
+}
+
+// footerSize returns the size of f's encoding.
+func (f Footer) footerSize() int64 {
+	if f.TxnIndex.Present {
+		return FooterSize
+	}
+	return FooterSizeV1
 }
 
 // ObjectSize returns the size of the whole object, footer included.
-func (f Footer) ObjectSize() int64 { return f.ProducerSnapshot.End() + FooterSize }
+func (f Footer) ObjectSize() int64 {
+	if f.TxnIndex.Present {
+		return f.TxnIndex.End() + FooterSize
+	}
+	return f.ProducerSnapshot.End() + FooterSizeV1
+}
 
-func (f Footer) parts() [4]Part { return [4]Part{f.Log, f.Index, f.TimeIndex, f.ProducerSnapshot} }
+// Parts returns the object's parts in their order: log, offset index,
+// time index, producer snapshot and, from version 2, txn index.
+func (f Footer) Parts() []Part {
+	parts := []Part{f.Log, f.Index, f.TimeIndex, f.ProducerSnapshot}
+	if f.TxnIndex.Present {
+		parts = append(parts, f.TxnIndex.Part)
+	}
+	return parts
+}
 
 // validate checks what a footer may claim, whether it came from bytes or
 // from a writer's arguments.
@@ -135,9 +213,13 @@ func (f Footer) validate() error {
 		return fmt.Errorf("offset index of %d bytes", f.Index.Len)
 	case f.TimeIndex.Len%TimeEntrySize != 0:
 		return fmt.Errorf("time index of %d bytes", f.TimeIndex.Len)
+	case f.TxnIndex.Len%TxnEntrySize != 0:
+		return fmt.Errorf("txn index of %d bytes", f.TxnIndex.Len)
+	case !f.TxnIndex.Present && f.TxnIndex.Part != (Part{}):
+		return errors.New("an absent txn index with a location")
 	}
 	var next int64
-	for i, p := range f.parts() {
+	for i, p := range f.Parts() {
 		// Every length is bounded so that no sum below overflows.
 		if p.Offset != next || p.Len < 0 || p.Len > math.MaxInt32 {
 			return fmt.Errorf("part %d at %d length %d, want it at %d", i, p.Offset, p.Len, next)
@@ -156,35 +238,39 @@ func appendFooter(dst []byte, f Footer) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.MaxTimestamp))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.RecordCount))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(f.LeaderEpoch))
-	for _, p := range f.parts() {
+	for _, p := range f.Parts() {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(p.Offset))
 		dst = binary.BigEndian.AppendUint64(dst, uint64(p.Len))
 		dst = binary.BigEndian.AppendUint32(dst, p.CRC)
 	}
-	dst = binary.BigEndian.AppendUint16(dst, FooterVersion)
-	dst = binary.BigEndian.AppendUint16(dst, FooterSize)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(f.Version()))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(f.footerSize()))
 	dst = append(dst, FooterMagic...)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
 // ParseFooter decodes the footer of a segment object from b, which must be
-// exactly the object's last FooterSize bytes. It checks the magic, the
-// version, the CRC and that the parts are consistent with each other.
+// exactly the object's footer: its last FooterSize bytes for version 2,
+// FooterSizeV1 for version 1 (the 2-byte size field, 10 bytes from the
+// end, says which). It checks the magic, the version, the CRC and that the
+// parts are consistent with each other.
 func ParseFooter(b []byte) (Footer, error) {
-	if len(b) != FooterSize {
-		return Footer{}, fmt.Errorf("%w: footer of %d bytes, want %d", ErrCorrupt, len(b), FooterSize)
+	n := len(b)
+	if n != FooterSize && n != FooterSizeV1 {
+		return Footer{}, fmt.Errorf("%w: footer of %d bytes, want %d or %d", ErrCorrupt, n, FooterSize, FooterSizeV1)
 	}
-	if string(b[ftMagic:ftMagic+4]) != FooterMagic {
-		return Footer{}, fmt.Errorf("%w: footer magic %q, want %q", ErrCorrupt, b[ftMagic:ftMagic+4], FooterMagic)
+	if m := b[n-ftMagicEnd : n-ftMagicEnd+4]; string(m) != FooterMagic {
+		return Footer{}, fmt.Errorf("%w: footer magic %q, want %q", ErrCorrupt, m, FooterMagic)
 	}
-	if c, want := crc32.Checksum(b[:ftCRC], castagnoli), binary.BigEndian.Uint32(b[ftCRC:]); c != want {
+	if c, want := crc32.Checksum(b[:n-ftCRCEnd], castagnoli), binary.BigEndian.Uint32(b[n-ftCRCEnd:]); c != want {
 		return Footer{}, fmt.Errorf("%w: footer CRC-32C %08x, stored %08x", ErrCorrupt, c, want)
 	}
-	if v := binary.BigEndian.Uint16(b[ftVersion:]); v != FooterVersion {
-		return Footer{}, fmt.Errorf("%w: footer version %d, want %d", ErrCorrupt, v, FooterVersion)
-	}
-	if n := binary.BigEndian.Uint16(b[ftSize:]); n != FooterSize {
-		return Footer{}, fmt.Errorf("%w: footer size field %d, want %d", ErrCorrupt, n, FooterSize)
+	v, size := binary.BigEndian.Uint16(b[n-ftVersionEnd:]), binary.BigEndian.Uint16(b[n-ftSizeEnd:])
+	switch {
+	case v != 1 && v != 2:
+		return Footer{}, fmt.Errorf("%w: footer version %d, want 1 or 2", ErrCorrupt, v)
+	case v == 1 && size != FooterSizeV1, v == 2 && size != FooterSize, int(size) != n:
+		return Footer{}, fmt.Errorf("%w: footer version %d of size %d in %d bytes", ErrCorrupt, v, size, n)
 	}
 	f := Footer{
 		BaseOffset:     int64(binary.BigEndian.Uint64(b[ftBase:])),
@@ -194,7 +280,11 @@ func ParseFooter(b []byte) (Footer, error) {
 		RecordCount:    int64(binary.BigEndian.Uint64(b[ftRecordCount:])),
 		LeaderEpoch:    int32(binary.BigEndian.Uint32(b[ftEpoch:])),
 	}
-	parts := [4]*Part{&f.Log, &f.Index, &f.TimeIndex, &f.ProducerSnapshot}
+	parts := []*Part{&f.Log, &f.Index, &f.TimeIndex, &f.ProducerSnapshot}
+	if v == 2 {
+		f.TxnIndex.Present = true
+		parts = append(parts, &f.TxnIndex.Part)
+	}
 	for i, p := range parts {
 		o := ftParts + i*partSize
 		p.Offset = int64(binary.BigEndian.Uint64(b[o:]))
@@ -207,6 +297,30 @@ func ParseFooter(b []byte) (Footer, error) {
 	return f, nil
 }
 
+// CheckTxnIndex checks a txn index part of an object covering offsets
+// [base, last]: whole 34-byte entries of version 0, each with a producer
+// id >= 0, 0 <= firstOffset <= lastOffset, its marker (lastOffset) in
+// [base, last] and after the previous entry's, and lastStableOffset >= 0.
+func CheckTxnIndex(b []byte, base, last int64) error {
+	if len(b)%TxnEntrySize != 0 {
+		return fmt.Errorf("%w: txn index of %d bytes", ErrCorrupt, len(b))
+	}
+	prev := base - 1
+	for i := 0; len(b) > 0; i, b = i+1, b[TxnEntrySize:] {
+		v := int16(binary.BigEndian.Uint16(b))
+		pid := int64(binary.BigEndian.Uint64(b[2:]))
+		first := int64(binary.BigEndian.Uint64(b[10:]))
+		marker := int64(binary.BigEndian.Uint64(b[18:]))
+		lso := int64(binary.BigEndian.Uint64(b[26:]))
+		if v != 0 || pid < 0 || first < 0 || first > marker || marker <= prev || marker > last || lso < 0 {
+			return fmt.Errorf("%w: txn index entry %d (version %d, producer %d, offsets [%d, %d], stable %d) in an object of [%d, %d]",
+				ErrCorrupt, i, v, pid, first, marker, lso, base, last)
+		}
+		prev = marker
+	}
+	return nil
+}
+
 // SegmentParts is what WriteSegmentObject puts in a segment object.
 type SegmentParts struct {
 	// Log supplies exactly LogSize bytes: the closed segment's .log file.
@@ -214,10 +328,11 @@ type SegmentParts struct {
 	LogSize int64
 	// Index and TimeIndex are the segment's .index and .timeindex files;
 	// ProducerSnapshot is the producer state after the segment (the
-	// .snapshot file named by its LastOffset+1), opaque here.
-	Index, TimeIndex, ProducerSnapshot []byte
-	BaseOffset, LastOffset             int64
-	FirstTimestamp, MaxTimestamp       int64
+	// .snapshot file named by its LastOffset+1), opaque here. TxnIndex is
+	// the segment's .txnindex (nil for none), checked by CheckTxnIndex.
+	Index, TimeIndex, ProducerSnapshot, TxnIndex []byte
+	BaseOffset, LastOffset                       int64
+	FirstTimestamp, MaxTimestamp                 int64
 	// RecordCount is the number of records, or -1 if unknown.
 	RecordCount int64
 	// LeaderEpoch is the epoch of the uploading leader, as in the key.
@@ -244,6 +359,7 @@ func WriteSegmentObject(w io.Writer, p SegmentParts) (f Footer, objectCRC uint32
 	f.Index = Part{Offset: f.Log.End(), Len: int64(len(p.Index)), CRC: crc32.Checksum(p.Index, castagnoli)}
 	f.TimeIndex = Part{Offset: f.Index.End(), Len: int64(len(p.TimeIndex)), CRC: crc32.Checksum(p.TimeIndex, castagnoli)}
 	f.ProducerSnapshot = Part{Offset: f.TimeIndex.End(), Len: int64(len(p.ProducerSnapshot)), CRC: crc32.Checksum(p.ProducerSnapshot, castagnoli)}
+	f.TxnIndex = OptionalPart{Part{Offset: f.ProducerSnapshot.End(), Len: int64(len(p.TxnIndex)), CRC: crc32.Checksum(p.TxnIndex, castagnoli)}, true}
 	if err := f.validate(); err != nil {
 		return Footer{}, 0, fmt.Errorf("format: segment object: %w", err)
 	}
@@ -253,6 +369,9 @@ func WriteSegmentObject(w io.Writer, p SegmentParts) (f Footer, objectCRC uint32
 	}
 	if err := checkTimeIndex(p.TimeIndex, span); err != nil {
 		return Footer{}, 0, fmt.Errorf("format: segment object: time index: %w", err)
+	}
+	if err := CheckTxnIndex(p.TxnIndex, p.BaseOffset, p.LastOffset); err != nil {
+		return Footer{}, 0, fmt.Errorf("format: segment object: %w", err)
 	}
 
 	whole := crc32.New(castagnoli)
@@ -266,7 +385,7 @@ func WriteSegmentObject(w io.Writer, p SegmentParts) (f Footer, objectCRC uint32
 		return Footer{}, 0, fmt.Errorf("format: writing segment object: %w", err)
 	}
 	f.Log.CRC = logCRC.Sum32()
-	for _, b := range [][]byte{p.Index, p.TimeIndex, p.ProducerSnapshot, appendFooter(nil, f)} {
+	for _, b := range [][]byte{p.Index, p.TimeIndex, p.ProducerSnapshot, p.TxnIndex, appendFooter(nil, f)} {
 		if _, err := out.Write(b); err != nil {
 			return Footer{}, 0, fmt.Errorf("format: writing segment object: %w", err)
 		}
@@ -281,14 +400,27 @@ func WriteSegmentObject(w io.Writer, p SegmentParts) (f Footer, objectCRC uint32
 func (s RemoteSegment) VerifyObject(r io.Reader) error {
 	whole := crc32.New(castagnoli)
 	r = io.TeeReader(r, whole)
-	for _, p := range [4]Part{s.Log, s.Index, s.TimeIndex, s.ProducerSnapshot} {
-		if err := checkStream(r, p, crc32.New(castagnoli)); err != nil {
+	for i, p := range s.Parts() {
+		h := crc32.New(castagnoli)
+		// The txn index part's entries are checked too, not only its
+		// CRC: they are few, 34 bytes per aborted transaction.
+		var txns bytes.Buffer
+		if i == txnPart {
+			h = teeHash{h, &txns}
+		}
+		if err := checkStream(r, p, h); err != nil {
 			return fmt.Errorf("segment %s: %w", s.Key, err)
 		}
+		if i == txnPart {
+			if err := CheckTxnIndex(txns.Bytes(), s.BaseOffset, s.LastOffset); err != nil {
+				return fmt.Errorf("segment %s: %w", s.Key, err)
+			}
+		}
 	}
-	tail := make([]byte, FooterSize+1)
+	size := int(s.footerSize())
+	tail := make([]byte, size+1)
 	n, err := io.ReadFull(r, tail)
-	if err != io.ErrUnexpectedEOF || n != FooterSize {
+	if err != io.ErrUnexpectedEOF || n != size {
 		if err == nil {
 			return fmt.Errorf("%w: segment %s: object is longer than %d bytes", ErrCorrupt, s.Key, s.Size)
 		}
@@ -297,7 +429,7 @@ func (s RemoteSegment) VerifyObject(r io.Reader) error {
 	if c := whole.Sum32(); c != s.CRC {
 		return fmt.Errorf("%w: segment %s: object CRC-32C %08x, want %08x", ErrCorrupt, s.Key, c, s.CRC)
 	}
-	f, err := ParseFooter(tail[:FooterSize])
+	f, err := ParseFooter(tail[:size])
 	if err != nil {
 		return fmt.Errorf("segment %s: %w", s.Key, err)
 	}
@@ -305,6 +437,20 @@ func (s RemoteSegment) VerifyObject(r io.Reader) error {
 		return fmt.Errorf("%w: segment %s: footer %+v disagrees with the manifest", ErrCorrupt, s.Key, f)
 	}
 	return nil
+}
+
+// txnPart is the txn index's place in Footer.Parts.
+const txnPart = 4
+
+// teeHash is a hash that also keeps what it is fed.
+type teeHash struct {
+	hash.Hash32
+	w io.Writer
+}
+
+func (t teeHash) Write(p []byte) (int, error) {
+	t.w.Write(p)
+	return t.Hash32.Write(p)
 }
 
 // checkStream consumes part p from r and checks its CRC-32C.

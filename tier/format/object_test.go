@@ -43,9 +43,23 @@ func testParts() (SegmentParts, []byte) {
 		Index:            offsetIndex([2]uint32{9, 0}, [2]uint32{49, 400}, [2]uint32{98, 800}),
 		TimeIndex:        timeIndex(timeEntry{1000, 9}, timeEntry{1500, 49}, timeEntry{2000, 99}),
 		ProducerSnapshot: []byte("snapshot bytes"),
+		TxnIndex:         txnIndex([4]int64{7, 90, 120, 121}, [4]int64{8, 150, 180, 150}),
 		BaseOffset:       100, LastOffset: 199, FirstTimestamp: 900, MaxTimestamp: 2000,
 		RecordCount: 100, LeaderEpoch: 4,
 	}, log
+}
+
+// txnIndex encodes aborted transactions (producer, first offset, marker
+// offset, last stable offset) as a txn index part.
+func txnIndex(es ...[4]int64) []byte {
+	var b []byte
+	for _, e := range es {
+		b = binary.BigEndian.AppendUint16(b, 0)
+		for _, v := range e {
+			b = binary.BigEndian.AppendUint64(b, uint64(v))
+		}
+	}
+	return b
 }
 
 func writeObject(t testing.TB, p SegmentParts) ([]byte, Footer, uint32) {
@@ -76,6 +90,7 @@ func TestSegmentObjectLayout(t *testing.T) {
 		{"index", f.Index, p.Index},
 		{"timeindex", f.TimeIndex, p.TimeIndex},
 		{"snapshot", f.ProducerSnapshot, p.ProducerSnapshot},
+		{"txn index", f.TxnIndex.Part, p.TxnIndex},
 	} {
 		got := obj[c.part.Offset:c.part.End()]
 		if !bytes.Equal(got, c.want) {
@@ -96,15 +111,59 @@ func TestSegmentObjectLayout(t *testing.T) {
 		Log:              Part{0, 1000, crc32.Checksum(log, castagnoli)},
 		Index:            Part{1000, 24, crc32.Checksum(p.Index, castagnoli)},
 		TimeIndex:        Part{1024, 36, crc32.Checksum(p.TimeIndex, castagnoli)},
-		ProducerSnapshot: Part{1060, 14, crc32.Checksum(p.ProducerSnapshot, castagnoli)}}
+		ProducerSnapshot: Part{1060, 14, crc32.Checksum(p.ProducerSnapshot, castagnoli)},
+		TxnIndex:         OptionalPart{Part{1074, 68, crc32.Checksum(p.TxnIndex, castagnoli)}, true}}
 	if f != want {
 		t.Fatalf("footer %+v, want %+v", f, want)
 	}
-	// The byte layout of docs/bucket-format.md.
+	// The byte layout of docs/bucket-format.md: version 2, 156 bytes, the
+	// txn index as the fifth part.
 	tail := obj[len(obj)-FooterSize:]
-	if string(tail[128:132]) != "STSG" || binary.BigEndian.Uint16(tail[124:]) != 1 || binary.BigEndian.Uint16(tail[126:]) != FooterSize ||
-		binary.BigEndian.Uint64(tail[44+20:]) != 1000 || binary.BigEndian.Uint32(tail[132:]) != crc32.Checksum(tail[:132], castagnoli) {
+	if FooterSize != 156 || string(tail[148:152]) != "STSG" || binary.BigEndian.Uint16(tail[144:]) != 2 || binary.BigEndian.Uint16(tail[146:]) != FooterSize ||
+		binary.BigEndian.Uint64(tail[44+20:]) != 1000 || binary.BigEndian.Uint64(tail[44+80:]) != 1074 || binary.BigEndian.Uint64(tail[44+88:]) != 68 ||
+		binary.BigEndian.Uint32(tail[152:]) != crc32.Checksum(tail[:152], castagnoli) {
 		t.Fatal("footer bytes do not follow the documented layout")
+	}
+}
+
+// An object without aborted transactions has an empty txn index part,
+// still present (version 2), right after the snapshot.
+func TestSegmentObjectEmptyTxnIndex(t *testing.T) {
+	p, _ := testParts()
+	p.TxnIndex = nil
+	obj, f, _ := writeObject(t, p)
+	if !f.TxnIndex.Present || f.TxnIndex.Len != 0 || f.TxnIndex.Offset != f.ProducerSnapshot.End() || f.Version() != 2 {
+		t.Fatalf("empty txn index: %+v", f.TxnIndex)
+	}
+	if parsed, err := ParseFooter(obj[len(obj)-FooterSize:]); err != nil || parsed != f {
+		t.Fatalf("parsed %+v, %v", parsed, err)
+	}
+}
+
+// A version 1 footer (no txn index part, 136 bytes) still parses, and
+// its object verifies, reading as "no aborted transaction".
+func TestFooterVersion1(t *testing.T) {
+	p, _ := testParts()
+	p.TxnIndex = nil
+	obj, f, _ := writeObject(t, p)
+	v1 := f
+	v1.TxnIndex = OptionalPart{}
+	enc := appendFooter(nil, v1)
+	if len(enc) != FooterSizeV1 || binary.BigEndian.Uint16(enc[124:]) != 1 || binary.BigEndian.Uint16(enc[126:]) != FooterSizeV1 || string(enc[128:132]) != "STSG" {
+		t.Fatalf("version 1 footer of %d bytes does not follow the version 1 layout", len(enc))
+	}
+	parsed, err := ParseFooter(enc)
+	if err != nil || parsed != v1 || parsed.Version() != 1 || parsed.ObjectSize() != v1.ProducerSnapshot.End()+FooterSizeV1 {
+		t.Fatalf("parsed %+v, %v", parsed, err)
+	}
+	whole := append(bytes.Clone(obj[:f.ProducerSnapshot.End()]), enc...)
+	if err := v1.Segment("k", crc32.Checksum(whole, castagnoli)).VerifyObject(bytes.NewReader(whole)); err != nil {
+		t.Fatal(err)
+	}
+	// A version 1 footer cut to a version 2 size, or the reverse, is
+	// refused.
+	if _, err := ParseFooter(append(make([]byte, 20), enc...)); err == nil {
+		t.Fatal("a version 1 footer in 156 bytes parsed")
 	}
 }
 
@@ -128,6 +187,12 @@ func TestWriteSegmentObjectRejects(t *testing.T) {
 		{"index past log", func(p *SegmentParts) { p.Index = offsetIndex([2]uint32{1, 1000}) }},
 		{"index past span", func(p *SegmentParts) { p.Index = offsetIndex([2]uint32{100, 1}) }},
 		{"index not increasing", func(p *SegmentParts) { p.Index = offsetIndex([2]uint32{5, 10}, [2]uint32{5, 20}) }},
+		{"torn txn index", func(p *SegmentParts) { p.TxnIndex = p.TxnIndex[:33] }},
+		{"txn marker past the object", func(p *SegmentParts) { p.TxnIndex = txnIndex([4]int64{1, 150, 200, 201}) }},
+		{"txn marker below the object", func(p *SegmentParts) { p.TxnIndex = txnIndex([4]int64{1, 10, 99, 100}) }},
+		{"txn markers out of order", func(p *SegmentParts) { p.TxnIndex = txnIndex([4]int64{1, 150, 160, 161}, [4]int64{2, 150, 155, 161}) }},
+		{"txn first above marker", func(p *SegmentParts) { p.TxnIndex = txnIndex([4]int64{1, 170, 160, 161}) }},
+		{"txn negative producer", func(p *SegmentParts) { p.TxnIndex = txnIndex([4]int64{-1, 150, 160, 161}) }},
 		{"time index not increasing", func(p *SegmentParts) { p.TimeIndex = timeIndex(timeEntry{5, 1}, timeEntry{5, 2}) }},
 		{"time index past span", func(p *SegmentParts) { p.TimeIndex = timeIndex(timeEntry{5, 100}) }},
 		{"negative timestamp entry", func(p *SegmentParts) { p.TimeIndex = timeIndex(timeEntry{-1, 1}) }},
@@ -210,6 +275,8 @@ func TestParseFooterInconsistent(t *testing.T) {
 		{"huge length", func(f *Footer) { f.ProducerSnapshot.Len = 1 << 62 }},
 		{"torn index", func(f *Footer) { f.Index.Len = 7 }},
 		{"last below base", func(f *Footer) { f.LastOffset = 1 }},
+		{"gap before txn index", func(f *Footer) { f.TxnIndex.Offset++ }},
+		{"torn txn index", func(f *Footer) { f.TxnIndex.Len = 35 }},
 	} {
 		f := good
 		c.edit(&f)
@@ -218,10 +285,10 @@ func TestParseFooterInconsistent(t *testing.T) {
 		}
 	}
 	b := appendFooter(nil, good)
-	binary.BigEndian.PutUint16(b[ftVersion:], 2)
-	binary.BigEndian.PutUint32(b[ftCRC:], crc32.Checksum(b[:ftCRC], castagnoli))
+	binary.BigEndian.PutUint16(b[FooterSize-ftVersionEnd:], 3)
+	binary.BigEndian.PutUint32(b[FooterSize-ftCRCEnd:], crc32.Checksum(b[:FooterSize-ftCRCEnd], castagnoli))
 	if _, err := ParseFooter(b); err == nil || !strings.Contains(err.Error(), "version") {
-		t.Fatalf("version 2: %v", err)
+		t.Fatalf("version 3: %v", err)
 	}
 }
 

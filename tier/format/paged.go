@@ -347,7 +347,7 @@ func (p *PageRef) validate(tp TopicPartition, epoch int32, level int) error {
 		return fmt.Errorf("format: page %s: first timestamp %d above max %d", p.Key, p.FirstTimestamp, p.MaxTimestamp)
 	case p.Segments < 1 || p.Segments-1 > p.LastOffset-p.BaseOffset:
 		return fmt.Errorf("format: page %s: %d segments in [%d, %d]", p.Key, p.Segments, p.BaseOffset, p.LastOffset)
-	case p.Bytes/FooterSize < p.Segments || p.Records < -1 || p.Records-1 > p.LastOffset-p.BaseOffset:
+	case p.Bytes/FooterSizeV1 < p.Segments || p.Records < -1 || p.Records-1 > p.LastOffset-p.BaseOffset:
 		return fmt.Errorf("format: page %s: %d bytes, %d records", p.Key, p.Bytes, p.Records)
 	}
 	return nil

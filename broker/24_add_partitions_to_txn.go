@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
+)
+
+// AddPartitionsToTxn: v0-5
+//
+// A transactional producer adds the partitions it is about to write to its
+// transaction (v0-3, one transactional id); the first add starts the
+// transaction and its timeout. The answer waits until the change is
+// committed to __transaction_state. A partition that does not exist gets
+// UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
+// in Kafka; a coordinator error applies to every partition.
+//
+// From v4 the request batches transactional ids and is sent by brokers: a
+// partition leader asks, before appending a transactional batch, whether
+// the partition is in the producer's ongoing transaction (VerifyOnly,
+// KIP-890 part 1), and gets TRANSACTION_ABORTABLE for one that is not. A
+// v4+ add that is not verify-only adds the partitions for the producer; at
+// v5 it marks the client as a KIP-890 part 2 one.
+//
+// Version notes: v1 no change; v2 PRODUCER_FENCED for fenced epochs
+// (KIP-588; v0-1 get INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched,
+// top-level error (KIP-890); v5 TV2 adds.
+func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartitionsToTxn) }
+
+func (b *Broker) handleAddPartitionsToTxn(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.AddPartitionsToTxnRequest)
+	resp := r.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	if r.Version < 4 {
+		rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
+		rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
+		for _, t := range r.Topics {
+			tt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+			tt.Topic, tt.Partitions = t.Topic, t.Partitions
+			rt.Topics = append(rt.Topics, tt)
+		}
+		out := b.addPartitionsToTxn(&rt, r.Version)
+		for _, t := range out.Topics {
+			ct := kmsg.NewAddPartitionsToTxnResponseTopic()
+			ct.Topic = t.Topic
+			for _, p := range t.Partitions {
+				cp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+				cp.Partition, cp.ErrorCode = p.Partition, p.ErrorCode
+				ct.Partitions = append(ct.Partitions, cp)
+			}
+			resp.Topics = append(resp.Topics, ct)
+		}
+		return resp, nil
+	}
+	for i := range r.Transactions {
+		resp.Transactions = append(resp.Transactions, b.addPartitionsToTxn(&r.Transactions[i], r.Version))
+	}
+	return resp, nil
+}
+
+// addPartitionsToTxn answers one transaction of an AddPartitionsToTxn.
+func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransaction, version int16) kmsg.AddPartitionsToTxnResponseTransaction {
+	out := kmsg.NewAddPartitionsToTxnResponseTransaction()
+	out.TransactionalID = rt.TransactionalID
+	var parts []txn.TopicPartition
+	codes := make(map[txn.TopicPartition]int16)
+	unknown := false
+	for _, t := range rt.Topics {
+		mt, ok := b.topicByName(t.Topic)
+		for _, p := range t.Partitions {
+			tp := txn.TopicPartition{Topic: t.Topic, Partition: p}
+			parts = append(parts, tp)
+			if !ok || p < 0 || int(p) >= len(mt.Partitions) {
+				codes[tp] = kerr.UnknownTopicOrPartition.Code
+				unknown = true
+			}
+		}
+	}
+	setAll := func(code int16) {
+		for _, tp := range parts {
+			if _, set := codes[tp]; !set {
+				codes[tp] = code
+			}
+		}
+	}
+	switch {
+	case unknown:
+		setAll(kerr.OperationNotAttempted.Code)
+	case b.txns == nil:
+		setAll(kerr.CoordinatorNotAvailable.Code)
+	case rt.VerifyOnly:
+		res, err := b.txns.c.VerifyPartitions(rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, parts)
+		if err != nil {
+			setAll(err.Code)
+			break
+		}
+		for tp, e := range res {
+			if e != nil {
+				codes[tp] = e.Code
+			}
+		}
+		setAll(0)
+	default:
+		res := b.txns.c.AddPartitions(txn.AddPartitionsRequest{
+			TransactionalID: rt.TransactionalID,
+			ProducerID:      rt.ProducerID,
+			ProducerEpoch:   rt.ProducerEpoch,
+			Partitions:      parts,
+			Version:         version,
+		})
+		var err error
+		if res.Err != nil {
+			err = res.Err
+		} else if res.Transition != nil {
+			ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+			err = b.writeTxnTransition(ctx, res.Transition)
+			cancel()
+		}
+		setAll(errorCode(err))
+	}
+	// The response lists topics in the request's order.
+	seen := make(map[string]int)
+	for _, tp := range parts {
+		i, ok := seen[tp.Topic]
+		if !ok {
+			i = len(out.Topics)
+			seen[tp.Topic] = i
+			t := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
+			t.Topic = tp.Topic
+			out.Topics = append(out.Topics, t)
+		}
+		p := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
+		p.Partition, p.ErrorCode = tp.Partition, codes[tp]
+		if p.ErrorCode != 0 {
+			b.metrics.countError(kmsg.AddPartitionsToTxn, p.ErrorCode)
+		}
+		out.Topics[i].Partitions = append(out.Topics[i].Partitions, p)
+	}
+	return out
+}

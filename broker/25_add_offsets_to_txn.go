@@ -1,0 +1,55 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
+)
+
+// AddOffsetsToTxn: v0-4
+//
+// Adds the group's __consumer_offsets partition to the producer's
+// transaction, so that the offsets it then commits with TxnOffsetCommit
+// are made visible (or dropped) by the transaction's markers. The answer
+// waits until the change is committed to __transaction_state.
+//
+// Version notes: v1 no change; v2 PRODUCER_FENCED (KIP-588; v0-1 get
+// INVALID_PRODUCER_EPOCH); v3 flexible; v4 no wire change (KIP-890).
+func init() { register(kmsg.AddOffsetsToTxn, 0, 4, (*Broker).handleAddOffsetsToTxn) }
+
+func (b *Broker) handleAddOffsetsToTxn(req *request) (kmsg.Response, error) {
+	r := req.kreq.(*kmsg.AddOffsetsToTxnRequest)
+	resp := r.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+	if err := b.addOffsetsToTxn(r); err != nil {
+		resp.ErrorCode, _ = b.answerError(kmsg.AddOffsetsToTxn, err)
+	}
+	return resp, nil
+}
+
+func (b *Broker) addOffsetsToTxn(r *kmsg.AddOffsetsToTxnRequest) error {
+	if b.txns == nil {
+		return kerr.CoordinatorNotAvailable
+	}
+	if r.Group == "" {
+		return kerr.InvalidGroupID
+	}
+	res := b.txns.c.AddOffsets(txn.AddOffsetsRequest{
+		TransactionalID: r.TransactionalID,
+		ProducerID:      r.ProducerID,
+		ProducerEpoch:   r.ProducerEpoch,
+		Group:           r.Group,
+		Version:         r.Version,
+	})
+	if res.Err != nil {
+		return res.Err
+	}
+	if res.Transition == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	defer cancel()
+	return b.writeTxnTransition(ctx, res.Transition)
+}

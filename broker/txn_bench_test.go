@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/loadtest"
+	"strata/loadtest/loadtesttest"
 	"strata/localstack"
 	"strata/tier"
 	"strata/tier/objstore"
@@ -28,6 +29,15 @@ var (
 	txnBenchProducers = flag.Int("txn-bench-producers", 1, "producer clients of BenchmarkTxnProduce")
 	txnBenchMB        = flag.Int("txn-bench-mb", 256, "MiB of history BenchmarkTxnConsume reads, local and from the bucket")
 )
+
+// TestLoadtestTransactionsAgainstStrata runs strata loadtest's
+// transactional suite (the one it passes against kfake) against an
+// in-process Strata broker: transactional producers with aborted
+// transactions, read back read_committed and read_uncommitted, verified.
+// The benchmarks below rely on the same runs.
+func TestLoadtestTransactionsAgainstStrata(t *testing.T) {
+	loadtesttest.RunTransactions(t, testBroker(t, "").Addr().String())
+}
 
 // BenchmarkTxnProduce compares transactional produce (transactions of 100
 // records, committed one after the other by each producer) with idempotent

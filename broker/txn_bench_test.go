@@ -234,7 +234,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 				}
 				br := start() // cold chunk cache
 				t0 := time.Now()
-				n, aborted := readIsolated(b, br, r.topic, r.ends, r.readCommitted)
+				n, aborted := countIsolated(b, br, r.topic, r.ends, r.readCommitted)
 				el := time.Since(t0)
 				if err := br.Close(); err != nil {
 					b.Fatal(err)
@@ -269,7 +269,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 // producer wrote in a transaction it aborted. Transaction markers are
 // kept (and not counted), so that a partition whose range ends in one is
 // seen to end.
-func readIsolated(tb testing.TB, b *Broker, topic string, ends map[int32]int64, readCommitted bool) (records, aborted int64) {
+func countIsolated(tb testing.TB, b *Broker, topic string, ends map[int32]int64, readCommitted bool) (records, aborted int64) {
 	iso := kgo.ReadUncommitted()
 	if readCommitted {
 		iso = kgo.ReadCommitted()

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
 )
 
 // txnOffsetsClient sends raw group requests for group g.
@@ -215,4 +217,60 @@ func TestTxnOffsetsVerifyCodes(t *testing.T) {
 			t.Errorf("verification error %v answered %v, want %v", c.err, got, c.want)
 		}
 	}
+}
+
+// KIP-890 part 1 for offsets: if the transaction ends (its marker is
+// written to the group's offsets partition) between the coordinator's
+// "yes, it is in the transaction" and the append, the offsets are refused
+// with INVALID_TXN_STATE instead of opening a transaction on
+// __consumer_offsets that no coordinator will ever end (a hanging
+// transaction, which would hold its last stable offset and keep the
+// offsets pending for good).
+func TestTxnOffsetCommitMarkerBetweenVerifyAndAppend(t *testing.T) {
+	b := groupBroker(t, "")
+	createTopic(t, testAdmin(t, b), "in", 1, nil)
+	c := newTxnOffsetsClient(t, b, "txn-race")
+	pid := c.producerID()
+	index := b.groups.PartitionFor(c.g)
+	p := b.partition(offsetsTopic, index)
+	verified := 0
+	fakeVerify(t, func(_ *Broker, _ context.Context, _ string, vpid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+		verified++
+		// The coordinator answered for the transaction, then ended it:
+		// its marker reaches the partition before the commit's batch.
+		if _, _, err := p.appendMarker(vpid, epoch, false, 0); err != nil {
+			t.Errorf("marker: %v", err)
+		}
+		out := make(map[txn.TopicPartition]error, len(parts))
+		for _, tp := range parts {
+			out[tp] = nil
+		}
+		return out
+	})
+	if err := c.commit(pid, 0, "in", 0, 10); err != kerr.InvalidTxnState {
+		t.Errorf("TxnOffsetCommit whose transaction ended after its verification: %v, want INVALID_TXN_STATE", err)
+	}
+	if verified != 1 {
+		t.Fatalf("verified %d times, want 1", verified)
+	}
+	if off, ok := p.log.FirstUnstableOffset(); ok {
+		t.Errorf("%s-%d has a transaction open at %d: the late commit opened one", offsetsTopic, index, off)
+	}
+	c.wantOffset("refused commit", "in", 0, true, -1, nil)
+
+	// A commit joining a transaction already ongoing on the partition
+	// needs no verification.
+	verifyEverything(t)
+	if err := c.commit(pid, 1, "in", 0, 20); err != nil {
+		t.Fatalf("TxnOffsetCommit of the next transaction: %v", err)
+	}
+	fakeVerify(t, func(*Broker, context.Context, string, int64, int16, []txn.TopicPartition) map[txn.TopicPartition]error {
+		t.Error("a commit joining an ongoing transaction was verified again")
+		return nil
+	})
+	if err := c.commit(pid, 1, "in", 0, 21); err != nil {
+		t.Fatalf("second TxnOffsetCommit of the transaction: %v", err)
+	}
+	c.endTxn(pid, 1, true)
+	c.wantOffset("committed", "in", 0, true, 21, nil)
 }

@@ -373,3 +373,16 @@ func TestTxnOffsetsRetentionAndDeletion(t *testing.T) {
 		}
 	}
 }
+
+// A batch the log refuses because the producer's transaction ended after
+// its verification (KIP-890) is answered INVALID_TXN_STATE, and nothing
+// becomes pending.
+func TestTxnOffsetCommitNotVerified(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.log.fail = fmt.Errorf("append: %w", kerr.InvalidTxnState)
+	if got := h.txnCommit("", 1, 0, 0, 10); got != kerr.InvalidTxnState.Message {
+		t.Fatalf("commit of an ended transaction: %s, want INVALID_TXN_STATE", got)
+	}
+	h.log.fail = nil
+	wantFetch(t, "refused", h.fetchAt(0, true), "-1:OK")
+}

@@ -136,7 +136,7 @@ func listTransactions(ctx context.Context, cl *kgo.Client, states []string, prod
 	req.ProducerIDFilters = producerIDs
 	req.DurationFilterMillis = -1
 	if minDuration > 0 {
-		req.DurationFilterMillis = minDuration.Milliseconds()
+		req.DurationFilterMillis = max(minDuration.Milliseconds(), 1) // under 1ms would be "no filter"
 	}
 	rows := []txnSummary{}
 	var failed []string

@@ -161,6 +161,13 @@ func TestTxnVerbs(t *testing.T) {
 		t.Fatalf("find-hanging --max-transaction-timeout 1s: %+v", hanging)
 	}
 	h0 := hanging[0]
+	// Both transactions have run for over a second, neither for an hour.
+	if out := cli("txn", "list", "--min-duration", "1s"); !strings.Contains(out, "pay-1") || !strings.Contains(out, "pay-2") {
+		t.Errorf("txn list --min-duration 1s:\n%s", out)
+	}
+	if out := cli("txn", "list", "--min-duration", "1h"); strings.Contains(out, "pay-") {
+		t.Errorf("txn list --min-duration 1h lists transactions a few seconds old:\n%s", out)
+	}
 	if out := cli("txn", "find-hanging", "--topic", "payments", "--partition", "1", "--max-transaction-timeout", "1s"); !strings.Contains(out,
 		fmt.Sprintf("abort one with: strata txn abort --topic payments --partition 1 --start-offset %d", start)) {
 		t.Errorf("find-hanging does not say how to abort:\n%s", out)

@@ -243,41 +243,58 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 			}
 		}
 	}
-	committedAll := func() (bool, string) {
+	// committed counts the input records whose offsets the group has
+	// committed.
+	committed := func() (int64, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		offs, err := adm.FetchOffsets(ctx, group)
 		if err != nil {
-			return false, err.Error()
+			return 0, err.Error()
 		}
-		done, behind := true, int64(0)
+		var done, behind int64
 		ends.Each(func(e kadm.ListedOffset) {
-			o, ok := offs.Lookup(input, e.Partition)
-			switch {
-			case !ok:
-				done, behind = false, behind+e.Offset
-			case o.At != e.Offset:
-				done, behind = false, behind+e.Offset-o.At
+			if o, ok := offs.Lookup(input, e.Partition); ok && o.At >= 0 {
+				done += o.At
+				behind += e.Offset - o.At
+				return
 			}
+			behind += e.Offset
 		})
-		return done, fmt.Sprintf("%d input records not committed", behind)
+		return done, fmt.Sprintf("%d input records committed, %d not", done, behind)
+	}
+	committedAll := func() (bool, string) {
+		done, state := committed()
+		return done == int64(n), state
 	}
 
+	// The kills are spread over the stream: kill r of k comes once about
+	// (r+1)/(k+1) of the input is committed, a little earlier at random,
+	// so that every one lands in the middle of the work.
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rounds := faultRounds(t, 6, 3)
 	t.Logf("fault seed %d, %d kills", seed, rounds)
-	for r := 0; r < rounds; r++ {
-		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
-		done, state := committedAll()
-		if done {
-			if r == 0 {
-				t.Fatalf("the input was all committed before the first kill: no member was killed mid-way")
+	for r := range rounds {
+		step := int64(n / (rounds + 1))
+		target := int64(r+1)*step - int64(rng.IntN(int(step/2)))
+		var state string
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			var done int64
+			done, state = committed()
+			if done == int64(n) {
+				t.Fatalf("the input was all committed before kill %d of %d: no member was killed there mid-way", r+1, rounds)
 			}
-			t.Logf("the input was all committed after %d kills", r)
-			break
+			if done >= target {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("before kill %d: %s; not %d within 2 minutes", r+1, state, target)
+			}
+			restartExited()
+			time.Sleep(50 * time.Millisecond)
 		}
-		restartExited()
 		i := rng.IntN(len(members))
 		t.Logf("killing member %d: %s", i, state)
 		members[i].kill()

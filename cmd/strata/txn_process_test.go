@@ -488,12 +488,16 @@ type txnLedger struct {
 	keys map[string]string     // record key → its transaction
 }
 
-func (l *txnLedger) committed() int {
+func (l *txnLedger) committed() int { return l.committedBy("") }
+
+// committedBy counts the committed transactions of producer p ("p0"), or
+// of all producers for "".
+func (l *txnLedger) committedBy(p string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, o := range l.txns {
-		if o == outcomeCommitted {
+	for id, o := range l.txns {
+		if o == outcomeCommitted && strings.HasPrefix(id, p) {
 			n++
 		}
 	}
@@ -712,10 +716,16 @@ func TestTxnCoordinatorFailover(t *testing.T) {
 		return resp.Coordinators[0].NodeID
 	}
 	victim := coordinator()
-	before := ledger.committed()
+	before, before0 := ledger.committed(), ledger.committedBy("p0 ")
 	c.kill(victim)
 	t.Logf("killed node %d, the coordinator of %s-producer-0, with %d transactions committed", victim, topic, before)
 	waitCommitted(t, ledger, before+30, 2*time.Minute, "after the coordinator's failover")
+	// The producer whose coordinator died goes on with the new one.
+	for deadline := time.Now().Add(time.Minute); ledger.committedBy("p0 ") < before0+5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("producer 0 committed %d transactions in the minute after its coordinator died", ledger.committedBy("p0 ")-before0)
+		}
+	}
 	if now := coordinator(); now == victim {
 		t.Fatalf("node %d is still named the coordinator", victim)
 	}

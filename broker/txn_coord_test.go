@@ -302,7 +302,7 @@ func TestTxnCoordinatorStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestTxnTimeoutAborts(t *testing.T) {
+func TestTxnCoordinatorTimeoutAbortAndMetrics(t *testing.T) {
 	b := testBroker(t, "", func(c *Config) {
 		c.TransactionAbortInterval = 50 * time.Millisecond
 		c.HTTPListen = "127.0.0.1:0"

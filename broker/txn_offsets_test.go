@@ -107,6 +107,7 @@ func (c *txnOffsetsClient) endTxn(pid int64, epoch int16, commit bool) {
 // (KIP-447) answers UNSTABLE_OFFSET_COMMIT. A producer fenced by a newer
 // epoch has its commit refused by the log with INVALID_PRODUCER_EPOCH.
 func TestTxnOffsetCommitVisibleAfterMarker(t *testing.T) {
+	verifyEverything(t)
 	dir := t.TempDir()
 	b := groupBroker(t, dir)
 	createTopic(t, testAdmin(t, b), "in", 2, nil)
@@ -160,6 +161,7 @@ func TestTxnOffsetCommitVisibleAfterMarker(t *testing.T) {
 // of a committed transaction, keeps those of one still open pending, and
 // the open one's marker, written after the restart, completes it.
 func TestTxnOffsetsSurviveRestart(t *testing.T) {
+	verifyEverything(t)
 	dir := t.TempDir()
 	b := groupBroker(t, dir)
 	createTopic(t, testAdmin(t, b), "in", 2, nil)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -689,6 +690,14 @@ func (b *Broker) txnLoop() {
 	}
 }
 
+// verifyTxnFunc is Broker.verifyTxn's signature.
+type verifyTxnFunc func(b *Broker, ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error
+
+// testVerifyTxn, when a test sets it, answers in place of the transaction
+// coordinator: tests of the partition and group sides write transactional
+// data without running a transaction through the coordinator.
+var testVerifyTxn atomic.Pointer[verifyTxnFunc]
+
 // verifyTxn asks the transaction coordinator of txnID (on this node, or on
 // another broker with a verification-only AddPartitionsToTxn, v4+) whether
 // each of parts is in producer pid's ongoing transaction at epoch: KIP-890
@@ -699,6 +708,9 @@ func (b *Broker) txnLoop() {
 // PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING, NOT_COORDINATOR or
 // COORDINATOR_NOT_AVAILABLE when the coordinator could not answer).
 func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+	if f := testVerifyTxn.Load(); f != nil {
+		return (*f)(b, ctx, txnID, pid, epoch, parts)
+	}
 	out := make(map[txn.TopicPartition]error, len(parts))
 	all := func(err error) map[txn.TopicPartition]error {
 		for _, p := range parts {

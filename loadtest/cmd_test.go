@@ -52,6 +52,14 @@ func TestBadFlagValuesAreUsageErrors(t *testing.T) {
 		{"consume", "--bootstrap", bs, "--records", "1", "--topic", ""},
 		{"e2e", "--bootstrap", bs, "--duration", "-1s"},
 		{"e2e", "--bootstrap", bs, "--duration", "1s", "--acks", "0", "--idempotent"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--transactional-id", "x", "--acks", "1"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--transactional-id", "x", "--idempotent=false"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--transactional-id", "x", "--txn-records", "0"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--transactional-id", "x", "--txn-abort-every", "-1"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--txn-records", "10"},
+		{"produce", "--bootstrap", bs, "--records", "1", "--txn-abort-every", "2"},
+		{"e2e", "--bootstrap", bs, "--records", "1", "--transactional-id", "x", "--acks", "0"},
+		{"consume", "--bootstrap", bs, "--records", "1", "--isolation", "serializable"},
 	} {
 		out, err := runUnder(t, loadtest.Options{}, args...)
 		var fe *flagError

@@ -32,7 +32,7 @@ type ProduceConfig struct {
 	RateMB float64
 
 	Acks          string        // "all" (default, also "-1"), "1" or "0"
-	Idempotent    bool          // requires Acks "all"
+	Idempotent    bool          // requires Acks "all"; implied by TransactionalID
 	Compression   string        // "none" (default), "gzip", "snappy", "lz4" or "zstd"
 	Linger        time.Duration // how long a partition's batch waits for more records; 0 sends at once
 	BatchMaxBytes int32         // largest record batch; 0 keeps the client default (1 MB)
@@ -45,6 +45,18 @@ type ProduceConfig struct {
 	Partitions        int32 // for Create; 0 or -1 take the broker default
 	ReplicationFactor int16 // for Create; 0 or -1 take the broker default
 	TopicConfigs      map[string]string
+
+	// TransactionalID makes every producer client transactional, client i
+	// with the transactional id "TransactionalID-i": it writes its records
+	// in transactions of TxnRecords records (default 100) and commits
+	// each, but aborts every TxnAbortEvery'th transaction (0: none) on
+	// purpose, to give read_committed consumers something to skip.
+	// Requires Acks "all". Records then bounds the records sent, aborted
+	// ones included; Result counts committed records as records, and
+	// their latency runs from each record's due time to its commit.
+	TransactionalID string
+	TxnRecords      int
+	TxnAbortEvery   int
 
 	// Verify derives every value from Seed (instead of reusing one random
 	// payload) and writes the end markers a verifying consumer needs.
@@ -78,6 +90,13 @@ type ConsumeConfig struct {
 	// (default), "latest" or an RFC 3339 time.
 	From  string
 	Group string // consume in this consumer group; empty reads partitions directly
+
+	// Isolation is "read_uncommitted" (default: every record, aborted
+	// transactions' too, up to the high watermark) or "read_committed"
+	// (committed records only, up to the last stable offset). A verifying
+	// read_committed consumer counts every record of an aborted
+	// transaction it is given as a fault.
+	Isolation string
 
 	Verify bool
 	Seed   int64 // must match the producer's
@@ -129,10 +148,19 @@ func (c *ProduceConfig) validate() error {
 		return fmt.Errorf("linger %v is negative", c.Linger)
 	case c.BatchMaxBytes < 0:
 		return fmt.Errorf("batch max bytes %d is negative", c.BatchMaxBytes)
+	case c.TxnRecords < 0:
+		return fmt.Errorf("records per transaction %d is negative", c.TxnRecords)
+	case c.TxnAbortEvery < 0:
+		return fmt.Errorf("abort every %d transactions: negative", c.TxnAbortEvery)
+	case c.TransactionalID == "" && (c.TxnRecords > 0 || c.TxnAbortEvery > 0):
+		return errors.New("transaction settings without a transactional id")
 	}
 	acks, err := parseAcks(c.Acks)
 	if err != nil {
 		return err
+	}
+	if c.TransactionalID != "" && acks != -1 {
+		return fmt.Errorf("transactions require acks=all, not acks=%s", c.Acks)
 	}
 	if c.Idempotent && acks != -1 {
 		return fmt.Errorf("idempotence requires acks=all, not acks=%s", c.Acks)
@@ -155,8 +183,42 @@ func (c *ConsumeConfig) validate() error {
 	if c.UnreadableAfter < 0 {
 		return fmt.Errorf("unreadable-after %v is negative", c.UnreadableAfter)
 	}
+	if _, err := parseIsolation(c.Isolation); err != nil {
+		return err
+	}
 	_, err := parseFrom(c.From)
 	return err
+}
+
+// parseIsolation reports whether s names read_committed.
+func parseIsolation(s string) (readCommitted bool, err error) {
+	switch strings.ToLower(s) {
+	case "", "read_uncommitted":
+		return false, nil
+	case "read_committed":
+		return true, nil
+	}
+	return false, fmt.Errorf("isolation %q is not read_committed or read_uncommitted", s)
+}
+
+// isolationOpt is the kgo option of a consumer reading at that isolation.
+func isolationOpt(readCommitted bool) kgo.Opt {
+	if readCommitted {
+		return kgo.FetchIsolationLevel(kgo.ReadCommitted())
+	}
+	return kgo.FetchIsolationLevel(kgo.ReadUncommitted())
+}
+
+// defaultTxnRecords is ProduceConfig.TxnRecords' default, the transaction
+// size docs/benchmarks.md measures.
+const defaultTxnRecords = 100
+
+// txnRecords is the transaction size of a transactional run.
+func (c *ProduceConfig) txnRecords() int {
+	if c.TxnRecords > 0 {
+		return c.TxnRecords
+	}
+	return defaultTxnRecords
 }
 
 func validateCommon(bootstrap []string, topic string, records int64, d time.Duration) error {
@@ -241,8 +303,8 @@ func (s startPoint) offset() kgo.Offset {
 	return kgo.NewOffset().AfterMilli(s.milli)
 }
 
-// producerOpts are the kgo options of every producer client of a run.
-func (c *ProduceConfig) producerOpts() []kgo.Opt {
+// producerOpts are the kgo options of producer client i of a run.
+func (c *ProduceConfig) producerOpts(i int) []kgo.Opt {
 	acks, _ := parseAcks(c.Acks)
 	codec, _ := parseCompression(c.Compression)
 	opts := []kgo.Opt{
@@ -262,7 +324,10 @@ func (c *ProduceConfig) producerOpts() []kgo.Opt {
 	case 0:
 		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
 	}
-	if !c.Idempotent {
+	switch {
+	case c.TransactionalID != "":
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("%s-%d", c.TransactionalID, i)))
+	case !c.Idempotent:
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
 	if c.BatchMaxBytes > 0 {

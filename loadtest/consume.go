@@ -29,6 +29,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 		return Result{}, err
 	}
 	from, _ := parseFrom(cfg.From)
+	readCommitted, _ := parseIsolation(cfg.Isolation)
 
 	a, err := openAdmin(cfg.Bootstrap, cfg.ClientOpts)
 	if err != nil {
@@ -37,7 +38,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	nparts, err := a.partitions(ctx, cfg.Topic, 0, false)
 	var unread, starts map[int32]int64
 	if err == nil && cfg.Verify {
-		unread, starts, err = a.unread(ctx, cfg.Topic, from, cfg.Group)
+		unread, starts, err = a.unread(ctx, cfg.Topic, from, cfg.Group, readCommitted)
 	}
 	a.close()
 	if err != nil {
@@ -48,6 +49,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 		kgo.SeedBrokers(cfg.Bootstrap...),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.ConsumeResetOffset(from.offset()),
+		isolationOpt(readCommitted),
 	}
 	if cfg.Group != "" {
 		opts = append(opts, kgo.ConsumerGroup(cfg.Group))
@@ -56,6 +58,9 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 		// A partition that keeps failing must be seen failing, to be
 		// given up on (see consumer.giveUp); the client retries either way.
 		opts = append(opts, kgo.KeepRetryableFetchErrors())
+		// A transaction's marker may be the last offset of a partition;
+		// only the marker itself shows the consumer has got there.
+		opts = append(opts, kgo.KeepControlRecords())
 	}
 	cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
 	if err != nil {
@@ -66,6 +71,7 @@ func consume(ctx context.Context, cfg *ConsumeConfig) (Result, error) {
 	c := &consumer{cl: cl, limit: cfg.Records, pending: unread, next: starts, lat: newLatencies()}
 	if cfg.Verify {
 		c.ver = newVerifier(cfg.Seed, nparts)
+		c.ver.readCommitted = readCommitted
 		c.unreadableAfter = cfg.UnreadableAfter
 		if c.unreadableAfter == 0 {
 			c.unreadableAfter = defaultUnreadable
@@ -184,6 +190,9 @@ func (c *consumer) take(r *kgo.Record, now time.Time) bool {
 		}
 	}
 	delete(c.failing, r.Partition)
+	if r.Attrs.IsControl() {
+		return true // a transaction marker: nobody's record
+	}
 	h, err := findHeader(r)
 	data := err != nil || h.kind != kindEnd
 	if c.ver != nil {

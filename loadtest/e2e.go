@@ -11,8 +11,8 @@ import (
 )
 
 // E2E produces as Produce does while a consumer in the same process reads
-// every partition from the end offsets at start, and reports what the
-// consumer received: throughput and end-to-end latency (due send time to
+// every partition from the end offsets at start (read_committed when the
+// producer is transactional), and reports what the consumer received: throughput and end-to-end latency (due send time to
 // receipt). Result.Errors counts records the producer failed to write. The
 // consumer stops once it has received as many records as were acknowledged
 // (and, verifying, every end marker) or cfg.Drain after the producer
@@ -40,7 +40,7 @@ func e2e(ctx context.Context, cfg *E2EConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	ends, err := a.endOffsets(ctx, cfg.Topic)
+	ends, err := a.endOffsets(ctx, cfg.Topic, false)
 	a.close()
 	if err != nil {
 		return Result{}, err
@@ -57,9 +57,13 @@ func e2e(ctx context.Context, cfg *E2EConfig) (Result, error) {
 			offsets[p] = kgo.NewOffset().AtEnd()
 		}
 	}
+	// A transactional run is read as its records become visible to the
+	// applications it stands for: committed.
+	readCommitted := cfg.TransactionalID != ""
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Bootstrap...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: offsets}),
+		isolationOpt(readCommitted),
 	}
 	cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
 	if err != nil {
@@ -70,6 +74,7 @@ func e2e(ctx context.Context, cfg *E2EConfig) (Result, error) {
 	c := &consumer{cl: cl, lat: newLatencies()}
 	if cfg.Verify {
 		c.ver = newVerifier(cfg.Seed, nparts)
+		c.ver.readCommitted = readCommitted
 	}
 	p := newProducer(&cfg.ProduceConfig, nparts)
 

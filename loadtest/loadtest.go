@@ -41,6 +41,14 @@ type Result struct {
 	Errors     int64  `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
 
+	// Transactions counts the transactions a transactional producer
+	// committed; AbortedTransactions those it aborted on purpose
+	// (ProduceConfig.TxnAbortEvery), which held AbortedRecords records.
+	// A transaction that failed is counted in Errors, by its records.
+	Transactions        int64 `json:"transactions,omitempty"`
+	AbortedTransactions int64 `json:"aborted_transactions,omitempty"`
+	AbortedRecords      int64 `json:"aborted_records,omitempty"`
+
 	// Verify is set when the run verified what it consumed.
 	Verify *VerifyReport `json:"verify,omitempty"`
 }
@@ -75,6 +83,13 @@ type VerifyReport struct {
 	// Foreign counts records without a loadtest header, which other
 	// clients wrote to the same topic: skipped, and not a fault.
 	Foreign int64 `json:"foreign,omitempty"`
+	// Aborted counts records of transactions their producer aborted that
+	// a read_uncommitted consumer read, as it may; AbortedRead those a
+	// read_committed consumer was given, a fault (an "aborted read").
+	// Either way they are counted in Records but not judged for order
+	// or completeness.
+	Aborted     int64 `json:"aborted,omitempty"`
+	AbortedRead int64 `json:"aborted_read,omitempty"`
 
 	Partitions []PartitionReport `json:"partitions"`
 }
@@ -87,6 +102,7 @@ type PartitionReport struct {
 	Duplicated int64 `json:"duplicated"`
 	Corrupt    int64 `json:"corrupt"`
 	OutOfOrder int64 `json:"out_of_order"`
+	Aborted    int64 `json:"aborted,omitempty"`
 }
 
 // Err returns nil if verification found nothing wrong, and otherwise one
@@ -105,6 +121,7 @@ func (v *VerifyReport) Err() error {
 	add(v.Duplicated, "duplicated")
 	add(v.Corrupt, "corrupt")
 	add(v.OutOfOrder, "out of order")
+	add(v.AbortedRead, "aborted reads")
 	add(v.Unterminated, "streams without end marker")
 	if len(parts) == 0 {
 		return nil

@@ -91,7 +91,7 @@ func (p *producer) run(ctx context.Context) (time.Duration, error) {
 		}
 	}()
 	for i := range clients {
-		cl, err := kgo.NewClient(p.cfg.producerOpts()...)
+		cl, err := kgo.NewClient(p.cfg.producerOpts(i)...)
 		if err != nil {
 			return 0, fmt.Errorf("producer client: %w", err)
 		}
@@ -141,8 +141,16 @@ func (p *producer) run(ctx context.Context) (time.Duration, error) {
 	for i, cl := range clients {
 		wg.Go(func() {
 			s := &stream{p: p, cl: cl, id: uint32(i), seqs: make([]uint64, p.nparts)}
+			if p.cfg.TransactionalID != "" {
+				s.txn = &txnBatch{}
+				s.abortSeqs = make([]uint64, p.nparts)
+			}
 			s.send(ctx, sendCtx, start, deadline, rate)
-			_ = cl.Flush(sendCtx) // unflushed records fail and are counted
+			if s.txn != nil {
+				s.endTxn(sendCtx)
+			} else {
+				_ = cl.Flush(sendCtx) // unflushed records fail and are counted
+			}
 			now := time.Now()
 			mu.Lock()
 			if now.After(lastAck) {
@@ -164,6 +172,12 @@ type stream struct {
 	cl   *kgo.Client
 	id   uint32
 	seqs []uint64 // next sequence per partition
+
+	// Transactional streams only (nil otherwise): the open transaction,
+	// and the next sequence per partition of records written in
+	// transactions to be aborted.
+	txn       *txnBatch
+	abortSeqs []uint64
 
 	part      int32 // current partition without keys
 	partBytes int   // bytes written to part since the last switch
@@ -217,8 +231,18 @@ func (s *stream) send(ctx, sendCtx context.Context, start, deadline time.Time, r
 				due = now
 			}
 		}
+		if s.txn != nil && s.txn.n == 0 && !s.beginTxn() {
+			return
+		}
 		r := s.next(i, due)
 		payload := int64(len(r.Key) + len(r.Value))
+		if s.txn != nil {
+			s.produceInTxn(sendCtx, r, due, payload)
+			if s.txn.n >= p.cfg.txnRecords() && !s.endTxn(sendCtx) {
+				return
+			}
+			continue
+		}
 		s.cl.Produce(sendCtx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				p.m.fail(err)
@@ -247,8 +271,12 @@ func (s *stream) next(i uint64, due time.Time) *kgo.Record {
 			s.partBytes = 0
 		}
 	}
-	seq := s.seqs[r.Partition]
-	s.seqs[r.Partition]++
+	kind, seqs := byte(kindData), s.seqs
+	if s.txn != nil && s.txn.abort {
+		kind, seqs = kindAborted, s.abortSeqs
+	}
+	seq := seqs[r.Partition]
+	seqs[r.Partition]++
 	if p.cfg.Verify {
 		r.Value = make([]byte, p.cfg.Size)
 		fillValue(r.Value, p.cfg.Seed, s.id, r.Partition, seq)
@@ -256,7 +284,7 @@ func (s *stream) next(i uint64, due time.Time) *kgo.Record {
 		r.Value = p.payload
 	}
 	h := header{
-		kind:      kindData,
+		kind:      kind,
 		run:       p.runID,
 		stream:    s.id,
 		streams:   uint32(p.cfg.Producers),
@@ -289,9 +317,118 @@ func (s *stream) writeMarkers(ctx context.Context) {
 			Headers:   []kgo.RecordHeader{{Key: headerKey, Value: h.appendTo(nil)}},
 		}
 	}
+	// A transactional client writes nothing outside a transaction.
+	if s.txn != nil {
+		if err := s.cl.BeginTransaction(); err != nil {
+			p.m.fail(fmt.Errorf("end marker: %w", err))
+			return
+		}
+	}
 	for _, res := range s.cl.ProduceSync(ctx, rs...) {
 		if res.Err != nil {
 			p.m.fail(fmt.Errorf("end marker: %w", res.Err))
 		}
 	}
+	if s.txn != nil {
+		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			p.m.fail(fmt.Errorf("end marker: commit: %w", err))
+		}
+	}
+}
+
+// txnBatch is the transaction a transactional stream has open. Its fields
+// but failed and firstErr are owned by the stream's goroutine; those two
+// are written by the records' promises, which have all run once the
+// client is flushed.
+type txnBatch struct {
+	number int64 // of the stream's transactions, from 1
+	abort  bool  // to be aborted on purpose
+	n      int   // records handed to the client
+	bytes  int64 // keys and values of those records
+	dues   []time.Time
+
+	failed   atomic.Int64
+	firstErr atomic.Pointer[error]
+}
+
+// beginTxn opens the stream's next transaction and reports whether the
+// stream can go on.
+func (s *stream) beginTxn() bool {
+	t := s.txn
+	if err := s.cl.BeginTransaction(); err != nil {
+		s.p.m.fail(fmt.Errorf("begin transaction: %w", err))
+		return false
+	}
+	t.number++
+	every := int64(s.p.cfg.TxnAbortEvery)
+	t.abort = every > 0 && t.number%every == 0
+	return true
+}
+
+// produceInTxn hands r, due at due, to the client in the open transaction.
+// Its fate is the transaction's, known at endTxn: a record's
+// acknowledgement does not make it visible to a read_committed consumer.
+func (s *stream) produceInTxn(ctx context.Context, r *kgo.Record, due time.Time, payload int64) {
+	t := s.txn
+	t.n++
+	t.bytes += payload
+	t.dues = append(t.dues, due)
+	s.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		if err != nil {
+			t.failed.Add(1)
+			t.firstErr.CompareAndSwap(nil, &err)
+		}
+	})
+}
+
+// endTxn flushes the open transaction, if any, and commits it, or aborts
+// it when that was planned or a record of it failed; it counts its records
+// and reports whether the stream can go on. A committed record's latency
+// runs from its due time to the commit's acknowledgement, when it becomes
+// visible to read_committed consumers.
+func (s *stream) endTxn(ctx context.Context) (ok bool) {
+	t, p := s.txn, s.p
+	if t.n == 0 {
+		return true
+	}
+	ferr := s.cl.Flush(ctx)
+	commit := !t.abort && t.failed.Load() == 0 && ferr == nil
+	err := s.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	done := time.Now()
+	// The stream goes on after a transaction that failed if it could
+	// be aborted: the client is then in a state to begin another.
+	ok = err == nil && ferr == nil
+	if err != nil && commit {
+		// The commit's outcome is unknown or refused; franz-go asks
+		// for an abort, which fences whatever is left of it.
+		if aerr := s.cl.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+			err = fmt.Errorf("%w; then abort: %w", err, aerr)
+		} else {
+			err = fmt.Errorf("%w (aborted)", err)
+			ok = true
+		}
+	}
+	n := int64(t.n)
+	switch {
+	case err != nil:
+		p.m.failN(n, fmt.Errorf("end transaction: %w", err))
+	case ferr != nil:
+		p.m.failN(n, fmt.Errorf("flush transaction: %w", ferr))
+	case t.failed.Load() > 0:
+		p.m.failN(n, fmt.Errorf("transaction aborted: %w", *t.firstErr.Load()))
+	case t.abort:
+		p.m.abortedTxns.Add(1)
+		p.m.abortedRecords.Add(n)
+	default:
+		for _, due := range t.dues {
+			p.lat.record(done.Sub(due))
+		}
+		p.m.txns.Add(1)
+		p.m.bytes.Add(t.bytes)
+		p.m.records.Add(n)
+	}
+	t.n, t.bytes, t.dues = 0, 0, t.dues[:0]
+	t.failed.Store(0)
+	t.firstErr.Store(nil)
+	return ok
 }

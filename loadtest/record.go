@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The record format written by producers and read by consumers.
@@ -13,12 +15,13 @@ import (
 //
 //	off size field
 //	  0    1 version    (1)
-//	  1    1 kind       (kindData or kindEnd)
+//	  1    1 kind       (kindData, kindEnd or kindAborted)
 //	  2    8 run        random per produce run, so runs sharing a topic are told apart
 //	 10    4 stream     the producer client that wrote it, 0..streams-1
 //	 14    4 streams    how many producer clients the run had
 //	 18    8 seq        data: sequence within (run, stream, partition), from 0
 //	                    end:  how many data records the stream sent to the partition
+//	                    aborted: sequence within the stream's aborted records
 //	 26    8 sendNanos  Unix nanoseconds when the record was due to be sent
 //	 34    4 size       length of the value
 //
@@ -33,13 +36,21 @@ import (
 // marker (kind kindEnd, empty value) to every partition; the count it
 // carries is what lets a consumer see records lost at the tail of a
 // partition, where no later record reveals the gap.
+//
+// A transactional producer decides before it writes a transaction whether
+// it will abort it (ProduceConfig.TxnAbortEvery), and writes that
+// transaction's records as kindAborted, numbered apart from its data
+// records: a consumer knows every record it must never see read_committed
+// without asking the producer, and the data records' sequences stay
+// gapless for the completeness check.
 const (
 	headerKey     = "strata-loadtest"
 	headerVersion = 1
 	headerLen     = 38
 
-	kindData = 0
-	kindEnd  = 1
+	kindData    = 0
+	kindEnd     = 1
+	kindAborted = 2
 )
 
 // header is the decoded value of a record's headerKey header.
@@ -83,7 +94,7 @@ func parseHeader(b []byte) (header, error) {
 		sendNanos: int64(binary.BigEndian.Uint64(b[26:])),
 		size:      binary.BigEndian.Uint32(b[34:]),
 	}
-	if h.kind != kindData && h.kind != kindEnd || h.streams == 0 || h.stream >= h.streams {
+	if h.kind > kindAborted || h.streams == 0 || h.stream >= h.streams {
 		return header{}, errBadHeader
 	}
 	return h, nil
@@ -152,4 +163,13 @@ func valueMatches(v []byte, size uint32, seed int64, stream uint32, partition in
 // keyFor names key k of the key space; readable keys keep kcat output useful.
 func keyFor(k uint64) []byte {
 	return strconv.AppendUint([]byte("key-"), k, 10)
+}
+
+// IsAborted reports whether r was written by a loadtest producer in a
+// transaction it aborted on purpose (ProduceConfig.TxnAbortEvery): a record
+// no read_committed consumer may be given. Benchmarks that read a run's
+// records with a client of their own use it to check what they read.
+func IsAborted(r *kgo.Record) bool {
+	h, err := findHeader(r)
+	return err == nil && h.kind == kindAborted
 }

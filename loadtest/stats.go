@@ -14,12 +14,19 @@ type meter struct {
 	bytes   atomic.Int64
 	errors  atomic.Int64
 
+	txns           atomic.Int64 // committed
+	abortedTxns    atomic.Int64 // aborted on purpose
+	abortedRecords atomic.Int64
+
 	firstErrOnce sync.Once
 	firstErr     atomic.Pointer[string]
 }
 
-func (m *meter) fail(err error) {
-	m.errors.Add(1)
+func (m *meter) fail(err error) { m.failN(1, err) }
+
+// failN counts n records failed for err.
+func (m *meter) failN(n int64, err error) {
+	m.errors.Add(n)
 	m.firstErrOnce.Do(func() {
 		s := err.Error()
 		m.firstErr.Store(&s)
@@ -81,6 +88,10 @@ func (m *meter) result(d time.Duration, lat *latencies) Result {
 		Bytes:    m.bytes.Load(),
 		Errors:   m.errors.Load(),
 		Duration: d,
+
+		Transactions:        m.txns.Load(),
+		AbortedTransactions: m.abortedTxns.Load(),
+		AbortedRecords:      m.abortedRecords.Load(),
 	}
 	if p := m.firstErr.Load(); p != nil {
 		r.FirstError = *p

@@ -128,8 +128,14 @@ func prepareTopic(ctx context.Context, cfg *ProduceConfig) (int32, error) {
 	return n, err
 }
 
-// endOffsets returns the end offset of every partition of topic.
-func (a *admin) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+// endOffsets returns the end offset of every partition of topic: its high
+// watermark, or its last stable offset for a read_committed consumer,
+// which reads no further.
+func (a *admin) endOffsets(ctx context.Context, topic string, readCommitted bool) (map[int32]int64, error) {
+	if readCommitted {
+		l, err := a.adm.ListCommittedOffsets(ctx, topic)
+		return offsetsOf("last stable", l, err)
+	}
 	l, err := a.adm.ListEndOffsets(ctx, topic)
 	return offsetsOf("end", l, err)
 }
@@ -150,8 +156,8 @@ func offsetsOf(what string, l kadm.ListedOffsets, err error) (map[int32]int64, e
 // consumer will start and the end offsets now, the end offset it must
 // reach, and the offset it starts from. A verifying consumer is not done
 // before it has read them all.
-func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string) (unread, starts map[int32]int64, err error) {
-	ends, err := a.endOffsets(ctx, topic)
+func (a *admin) unread(ctx context.Context, topic string, from startPoint, group string, readCommitted bool) (unread, starts map[int32]int64, err error) {
+	ends, err := a.endOffsets(ctx, topic, readCommitted)
 	if err != nil {
 		return nil, nil, err
 	}

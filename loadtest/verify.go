@@ -16,11 +16,14 @@ import (
 type verifier struct {
 	seed   int64
 	nparts int32
+	// readCommitted makes records of aborted transactions faults.
+	readCommitted bool
 
 	streams map[streamKey]*streamState
 	runs    map[uint64]*runState
 	parts   map[int32]*PartitionReport
 	foreign int64 // records without a loadtest header
+	aborted int64 // records of aborted transactions
 	// unreadableParts were given up on: their end markers cannot come.
 	unreadableParts map[int32]bool
 }
@@ -164,6 +167,17 @@ func (v *verifier) check(r *kgo.Record, h header, hdrErr error) (data bool) {
 	}
 
 	pr.Records++
+	if h.kind == kindAborted {
+		// Their value is checked, but not their order or completeness:
+		// an aborted transaction promises nothing about either.
+		if !valueMatches(r.Value, h.size, v.seed, h.stream, r.Partition, h.seq) {
+			pr.Corrupt++
+		}
+		pr.Aborted++
+		v.aborted++
+		v.run(h.run, h.streams)
+		return true
+	}
 	if !valueMatches(r.Value, h.size, v.seed, h.stream, r.Partition, h.seq) {
 		pr.Corrupt++
 		// Count the damaged record as arrived, so that one fault is not
@@ -221,6 +235,11 @@ func (v *verifier) report() *VerifyReport {
 		}
 	}
 	rep := &VerifyReport{Foreign: v.foreign}
+	if v.readCommitted {
+		rep.AbortedRead = v.aborted
+	} else {
+		rep.Aborted = v.aborted
+	}
 	for id, r := range v.runs {
 		// An unreadable partition's unread records, end markers among
 		// them, are already counted as missing.

@@ -25,6 +25,9 @@ func TestLoadtestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"loadtest", "produce"}, "unbounded run"},
 		{[]string{"loadtest", "consume", "--records", "1", "--from", "yesterday"}, `from "yesterday"`},
 		{[]string{"loadtest", "e2e", "--duration", "1s", "--compression", "brotli"}, "brotli"},
+		{[]string{"loadtest", "produce", "--records", "1", "--txn-records", "0", "--transactional-id", "t"}, "--txn-records 0"},
+		{[]string{"loadtest", "produce", "--records", "1", "--txn-records", "5"}, "--transactional-id"},
+		{[]string{"loadtest", "consume", "--records", "1", "--isolation", "serializable"}, `isolation "serializable"`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, []string{"STRATA_BOOTSTRAP=127.0.0.1:1"}, tt.args...)

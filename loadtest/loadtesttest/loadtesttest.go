@@ -275,3 +275,143 @@ func produceWithoutCreate(t *testing.T, bootstrap string, autoCreates bool) {
 		t.Fatalf("produce --json printed %q (%v), want 300 records", out, err)
 	}
 }
+
+// RunTransactions runs the transactional part of the suite against the
+// broker at bootstrap, which must support transactions and allow creating
+// topics: producers that commit every few records and abort some
+// transactions on purpose, read back read_committed (no aborted record, and
+// every committed one once) and read_uncommitted (the aborted ones too).
+func RunTransactions(t *testing.T, bootstrap string) {
+	t.Run("ReadCommitted", func(t *testing.T) { txnReadCommitted(t, bootstrap) })
+	t.Run("Command", func(t *testing.T) { txnCommand(t, bootstrap) })
+}
+
+func txnReadCommitted(t *testing.T, bootstrap string) {
+	topic := Topic(t)
+	const records, perTxn = 1200, 50
+	p, err := loadtest.Produce(ctx(t), loadtest.ProduceConfig{
+		Bootstrap:       []string{bootstrap},
+		Topic:           topic,
+		Records:         records,
+		Size:            64,
+		Producers:       2,
+		Create:          true,
+		Partitions:      3,
+		TransactionalID: topic,
+		TxnRecords:      perTxn,
+		TxnAbortEvery:   4,
+		Verify:          true,
+		Seed:            11,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Records+p.AbortedRecords != records || p.Records == 0 || p.AbortedRecords == 0 {
+		t.Fatalf("produced %d committed and %d aborted records, want %d in all, some of each", p.Records, p.AbortedRecords, records)
+	}
+	// Every transaction holds perTxn records but each producer's last,
+	// which the shared record budget may cut short.
+	if p.Transactions*perTxn < p.Records || (p.Transactions-2)*perTxn > p.Records ||
+		p.AbortedTransactions*perTxn < p.AbortedRecords || (p.AbortedTransactions-2)*perTxn > p.AbortedRecords {
+		t.Fatalf("%d records in %d committed transactions and %d in %d aborted ones, of %d records each",
+			p.Records, p.Transactions, p.AbortedRecords, p.AbortedTransactions, perTxn)
+	}
+	if p.Bytes != p.Records*64 || p.Latency.P50 <= 0 {
+		t.Fatalf("implausible figures: %+v", p)
+	}
+
+	c, err := loadtest.Consume(ctx(t), loadtest.ConsumeConfig{
+		Bootstrap: []string{bootstrap},
+		Topic:     topic,
+		Duration:  20 * time.Second,
+		Isolation: "read_committed",
+		Verify:    true,
+		Seed:      11,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("read_committed: %v", err)
+	}
+	if c.Records != p.Records || c.Bytes != p.Bytes || c.Verify.AbortedRead != 0 {
+		t.Fatalf("read_committed consumer read %d records, %d bytes, %d of aborted transactions; want %d, %d, 0",
+			c.Records, c.Bytes, c.Verify.AbortedRead, p.Records, p.Bytes)
+	}
+
+	u, err := loadtest.Consume(ctx(t), loadtest.ConsumeConfig{
+		Bootstrap: []string{bootstrap},
+		Topic:     topic,
+		Duration:  20 * time.Second,
+		Isolation: "read_uncommitted",
+		Verify:    true,
+		Seed:      11,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Err(); err != nil {
+		t.Fatalf("read_uncommitted: %v", err)
+	}
+	if u.Verify.Aborted != p.AbortedRecords || u.Records != p.Records+p.AbortedRecords {
+		t.Fatalf("read_uncommitted consumer read %d records, %d of aborted transactions; want %d, %d",
+			u.Records, u.Verify.Aborted, p.Records+p.AbortedRecords, p.AbortedRecords)
+	}
+}
+
+func txnCommand(t *testing.T, bootstrap string) {
+	topic := Topic(t)
+	out, err := RunCommand(t, "produce", "--bootstrap", bootstrap, "--topic", topic,
+		"--create", "--partitions", "2", "--records", "400", "--size", "32",
+		"--transactional-id", topic, "--txn-records", "20", "--txn-abort-every", "2",
+		"--verify", "--seed", "5", "--json")
+	if err != nil {
+		t.Fatalf("produce: %v\n%s", err, out)
+	}
+	var p jsonResult
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("produce --json printed %q: %v", out, err)
+	}
+	// One producer, 20 transactions of 20 records, every second aborted.
+	if p.Records != 200 || p.Transactions != 10 || p.AbortedRecords != 200 || p.AbortedTransactions != 10 || p.Errors != 0 {
+		t.Fatalf("produce --json: %+v", p)
+	}
+
+	for _, iso := range []string{"read_committed", "read_uncommitted"} {
+		out, err = RunCommand(t, "consume", "--bootstrap", bootstrap, "--topic", topic,
+			"--isolation", iso, "--duration", "20s", "--verify", "--seed", "5", "--json")
+		if err != nil {
+			t.Fatalf("consume --isolation %s: %v\n%s", iso, err, out)
+		}
+		var c jsonResult
+		if err := json.Unmarshal([]byte(out), &c); err != nil {
+			t.Fatalf("consume --json printed %q: %v", out, err)
+		}
+		want := p.Records
+		if iso == "read_uncommitted" {
+			want += p.AbortedRecords
+		}
+		if c.Records != want || c.Verify == nil || c.Verify.Err() != nil {
+			t.Fatalf("consume --isolation %s: %d records, want %d; verify %+v", iso, c.Records, want, c.Verify)
+		}
+	}
+
+	// E2E with transactions reads what is committed, as it is committed.
+	out, err = RunCommand(t, "e2e", "--bootstrap", bootstrap, "--topic", topic,
+		"--records", "300", "--size", "16", "--transactional-id", topic+"-e2e", "--txn-records", "30",
+		"--txn-abort-every", "3", "--verify", "--seed", "6", "--json")
+	if err != nil {
+		t.Fatalf("e2e: %v\n%s", err, out)
+	}
+	var e jsonResult
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatalf("e2e --json printed %q: %v", out, err)
+	}
+	const txns = 300 / 30
+	if want := int64(txns-txns/3) * 30; e.Records != want || e.Verify == nil || e.Verify.AbortedRead != 0 {
+		t.Fatalf("e2e received %d records (want the %d committed), verify %+v", e.Records, want, e.Verify)
+	}
+}

@@ -528,8 +528,8 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 					var err error
 					cl, err = kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(fmt.Sprintf("%s-producer-%d", topic, p)),
 						kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-						kgo.TransactionTimeout(5*time.Second), kgo.RecordDeliveryTimeout(20*time.Second),
-						kgo.RequestTimeoutOverhead(5*time.Second))
+						kgo.TransactionTimeout(5*time.Second), kgo.RecordDeliveryTimeout(5*time.Second),
+						kgo.RequestTimeoutOverhead(2*time.Second))
 					if err != nil {
 						t.Errorf("producer %d: %v", p, err)
 						return
@@ -541,7 +541,7 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 				ledger.mu.Unlock()
 				commit := x%4 != 3
 				err := func() error {
-					tctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
 					if err := cl.BeginTransaction(); err != nil {
 						return err
@@ -672,6 +672,10 @@ func TestTxnRestartLosesNoCommit(t *testing.T) {
 	<-n.exited
 	before := ledger.committed()
 	t.Logf("killed the node with %d transactions committed", before)
+	// Down for longer than the producers wait for a record: some of them
+	// give up on a transaction without knowing its outcome, and start
+	// again with a new client (which fences the old one) once it is back.
+	time.Sleep(7 * time.Second)
 	n = startNode(t, nil, args...)
 	waitCommitted(t, ledger, before+30, 2*time.Minute, "after the restart")
 	cancel()

@@ -243,41 +243,58 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 			}
 		}
 	}
-	committedAll := func() (bool, string) {
+	// committed counts the input records whose offsets the group has
+	// committed.
+	committed := func() (int64, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		offs, err := adm.FetchOffsets(ctx, group)
 		if err != nil {
-			return false, err.Error()
+			return 0, err.Error()
 		}
-		done, behind := true, int64(0)
+		var done, behind int64
 		ends.Each(func(e kadm.ListedOffset) {
-			o, ok := offs.Lookup(input, e.Partition)
-			switch {
-			case !ok:
-				done, behind = false, behind+e.Offset
-			case o.At != e.Offset:
-				done, behind = false, behind+e.Offset-o.At
+			if o, ok := offs.Lookup(input, e.Partition); ok && o.At >= 0 {
+				done += o.At
+				behind += e.Offset - o.At
+				return
 			}
+			behind += e.Offset
 		})
-		return done, fmt.Sprintf("%d input records not committed", behind)
+		return done, fmt.Sprintf("%d input records committed, %d not", done, behind)
+	}
+	committedAll := func() (bool, string) {
+		done, state := committed()
+		return done == int64(n), state
 	}
 
+	// The kills are spread over the stream: kill r of k comes once about
+	// (r+1)/(k+1) of the input is committed, a little earlier at random,
+	// so that every one lands in the middle of the work.
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rounds := faultRounds(t, 6, 3)
 	t.Logf("fault seed %d, %d kills", seed, rounds)
-	for r := 0; r < rounds; r++ {
-		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
-		done, state := committedAll()
-		if done {
-			if r == 0 {
-				t.Fatalf("the input was all committed before the first kill: no member was killed mid-way")
+	for r := range rounds {
+		step := int64(n / (rounds + 1))
+		target := int64(r+1)*step - int64(rng.IntN(int(step/2)))
+		var state string
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			var done int64
+			done, state = committed()
+			if done == int64(n) {
+				t.Fatalf("the input was all committed before kill %d of %d: no member was killed there mid-way", r+1, rounds)
 			}
-			t.Logf("the input was all committed after %d kills", r)
-			break
+			if done >= target {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("before kill %d: %s; not %d within 2 minutes", r+1, state, target)
+			}
+			restartExited()
+			time.Sleep(50 * time.Millisecond)
 		}
-		restartExited()
 		i := rng.IntN(len(members))
 		t.Logf("killing member %d: %s", i, state)
 		members[i].kill()
@@ -471,12 +488,16 @@ type txnLedger struct {
 	keys map[string]string     // record key → its transaction
 }
 
-func (l *txnLedger) committed() int {
+func (l *txnLedger) committed() int { return l.committedBy("") }
+
+// committedBy counts the committed transactions of producer p ("p0"), or
+// of all producers for "".
+func (l *txnLedger) committedBy(p string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, o := range l.txns {
-		if o == outcomeCommitted {
+	for id, o := range l.txns {
+		if o == outcomeCommitted && strings.HasPrefix(id, p) {
 			n++
 		}
 	}
@@ -507,8 +528,8 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 					var err error
 					cl, err = kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(fmt.Sprintf("%s-producer-%d", topic, p)),
 						kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-						kgo.TransactionTimeout(5*time.Second), kgo.RecordDeliveryTimeout(20*time.Second),
-						kgo.RequestTimeoutOverhead(5*time.Second))
+						kgo.TransactionTimeout(5*time.Second), kgo.RecordDeliveryTimeout(5*time.Second),
+						kgo.RequestTimeoutOverhead(2*time.Second))
 					if err != nil {
 						t.Errorf("producer %d: %v", p, err)
 						return
@@ -520,7 +541,7 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 				ledger.mu.Unlock()
 				commit := x%4 != 3
 				err := func() error {
-					tctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
 					if err := cl.BeginTransaction(); err != nil {
 						return err
@@ -651,6 +672,10 @@ func TestTxnRestartLosesNoCommit(t *testing.T) {
 	<-n.exited
 	before := ledger.committed()
 	t.Logf("killed the node with %d transactions committed", before)
+	// Down for longer than the producers wait for a record: some of them
+	// give up on a transaction without knowing its outcome, and start
+	// again with a new client (which fences the old one) once it is back.
+	time.Sleep(7 * time.Second)
 	n = startNode(t, nil, args...)
 	waitCommitted(t, ledger, before+30, 2*time.Minute, "after the restart")
 	cancel()
@@ -695,10 +720,16 @@ func TestTxnCoordinatorFailover(t *testing.T) {
 		return resp.Coordinators[0].NodeID
 	}
 	victim := coordinator()
-	before := ledger.committed()
+	before, before0 := ledger.committed(), ledger.committedBy("p0 ")
 	c.kill(victim)
 	t.Logf("killed node %d, the coordinator of %s-producer-0, with %d transactions committed", victim, topic, before)
 	waitCommitted(t, ledger, before+30, 2*time.Minute, "after the coordinator's failover")
+	// The producer whose coordinator died goes on with the new one.
+	for deadline := time.Now().Add(time.Minute); ledger.committedBy("p0 ") < before0+5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("producer 0 committed %d transactions in the minute after its coordinator died", ledger.committedBy("p0 ")-before0)
+		}
+	}
 	if now := coordinator(); now == victim {
 		t.Fatalf("node %d is still named the coordinator", victim)
 	}

@@ -51,6 +51,11 @@ type txns struct {
 	// createMu serialises the creation of __transaction_state on a single
 	// node.
 	createMu sync.Mutex
+	// syncMu serialises syncTxnCoordinator: the reconcile loop and txnLoop
+	// both call it, and two loads of one partition must not overlap (the
+	// slower would replace, with the log as it read it, state the faster
+	// one had already served and changed).
+	syncMu sync.Mutex
 
 	mu sync.Mutex
 	// sending holds the transactions whose markers a goroutine is writing,
@@ -192,13 +197,17 @@ func (b *Broker) syncTxnCoordinator(ctx context.Context) {
 	if !ok {
 		return
 	}
+	b.txns.syncMu.Lock()
+	defer b.txns.syncMu.Unlock()
 	c := b.txns.c
 	for _, mp := range t.Partitions {
 		epoch, leads := b.leadsTxnPartition(mp.Index)
 		loaded, isLoaded := c.Loaded(mp.Index)
 		switch {
 		case leads && (!isLoaded || loaded != epoch):
-			if err := b.loadTxnPartition(ctx, mp.Index, epoch); err != nil {
+			if err := b.loadTxnPartition(ctx, mp.Index, epoch); errors.Is(err, txn.ErrLoaded) {
+				// Loaded meanwhile at this epoch or a newer one: keep it.
+			} else if err != nil {
 				b.log.Error("load transaction state partition", "partition", mp.Index, "err", err)
 				c.Unload(mp.Index)
 			} else if e, still := b.leadsTxnPartition(mp.Index); !still || e != epoch {

@@ -100,8 +100,14 @@ func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition, *
 	}
 	index := b.groups.PartitionFor(r.Group)
 	p := b.partition(offsetsTopic, index)
-	if p == nil || !b.groups.Leads(index) {
-		return nil, nil, nil
+	// Never written unverified: a partition this node does not lead, or
+	// has not loaded yet, is answered as the group coordinator would, and
+	// the client retries.
+	switch {
+	case p == nil || !b.leadsOffsets(index):
+		return nil, nil, kerr.NotCoordinator
+	case !b.groups.Leads(index):
+		return nil, nil, kerr.CoordinatorLoadInProgress
 	}
 	tx := &txnAppend{pid: r.ProducerID, epoch: r.ProducerEpoch}
 	var err error

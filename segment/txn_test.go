@@ -495,7 +495,7 @@ func TestTxnUnstableUntilMarkerReplicated(t *testing.T) {
 	mustAppend(t, l, txnBatch(t, clock, 2, 0, 0, 2), 0) // 2-3
 	mustMarker(t, l, 1, 0, true, 0)                     // 4
 	mustMarker(t, l, 2, 0, false, 0)                    // 5
-	wantUnstable(t, l, -1) // every transaction has its marker locally
+	wantUnstable(t, l, -1)                              // every transaction has its marker locally
 	below := func(hw, want int64) {
 		t.Helper()
 		got, ok := l.FirstUnstableOffsetBelow(hw)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -273,4 +274,130 @@ func TestTxnOffsetCommitMarkerBetweenVerifyAndAppend(t *testing.T) {
 	}
 	c.endTxn(pid, 1, true)
 	c.wantOffset("committed", "in", 0, true, 21, nil)
+}
+
+// With a real client (franz-go's GroupTransactSession, a
+// consume-transform-produce loop): the input offsets a transaction commits
+// reach the group only if the transaction commits; an aborted one leaves
+// the group's offsets as they were, and the session reads its records
+// again from there. In the end the group has committed every input record
+// once and the output holds each exactly once (read_committed).
+func TestTxnOffsetsGroupTransactSession(t *testing.T) {
+	const n = 300
+	b := txnBroker(t, "")
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "gts-in", 2, nil)
+	createTopic(t, adm, "gts-out", 1, nil)
+	produceSeq(t, b, "gts-in", 0, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The group starts from offsets committed the plain way: what the
+	// session rewinds to after an abort (franz-go rewinds only partitions
+	// that have a committed offset).
+	start := kadm.Offsets{}
+	start.Add(kadm.Offset{Topic: "gts-in", Partition: 0, At: 0, LeaderEpoch: -1})
+	start.Add(kadm.Offset{Topic: "gts-in", Partition: 1, At: 0, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctx, "gts-group", start); err != nil {
+		t.Fatalf("commit the starting offsets: %v", err)
+	}
+
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(b.Addr().String()),
+		kgo.TransactionalID("gts-tx"),
+		kgo.ConsumerGroup("gts-group"),
+		kgo.ConsumeTopics("gts-in"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.DefaultProduceTopic("gts-out"),
+		kgo.TransactionTimeout(10*time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+
+	// RequireStable: End returns once the commit is decided, and the
+	// offsets are the group's once its marker reaches __consumer_offsets;
+	// until then the partition answers UNSTABLE_OFFSET_COMMIT, and we ask
+	// again, as a consumer does.
+	committedTotal := func() int64 {
+		t.Helper()
+		for {
+			offs, err := adm.FetchOffsets(kadm.RequireStable(ctx), "gts-group")
+			if err != nil {
+				t.Fatalf("fetch offsets: %v", err)
+			}
+			var sum int64
+			unstable := false
+			offs.Each(func(o kadm.OffsetResponse) {
+				switch {
+				case errors.Is(o.Err, kerr.UnstableOffsetCommit):
+					unstable = true
+				case o.Err != nil:
+					t.Fatalf("offset of %s-%d: %v", o.Topic, o.Partition, o.Err)
+				}
+				sum += o.At
+			})
+			if !unstable {
+				return sum
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("offsets still unstable: %v", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+
+	round := func(commit bool) int {
+		t.Helper()
+		var fs kgo.Fetches
+		for fs.NumRecords() == 0 {
+			if fs = sess.PollFetches(ctx); ctx.Err() != nil {
+				t.Fatalf("poll: %v", ctx.Err())
+			}
+			fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s-%d: %v", topic, p, err) })
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			sess.Produce(ctx, &kgo.Record{Value: r.Value}, func(_ *kgo.Record, err error) {
+				if err != nil && commit { // an abort fails what is still buffered
+					t.Errorf("produce: %v", err)
+				}
+			})
+		})
+		end := kgo.TryAbort
+		if commit {
+			end = kgo.TryCommit
+		}
+		committed, err := sess.End(ctx, end)
+		if err != nil {
+			t.Fatalf("end (commit %v): %v", commit, err)
+		}
+		if committed != commit {
+			t.Fatalf("end (commit %v) committed %v", commit, committed)
+		}
+		return fs.NumRecords()
+	}
+
+	round(false)
+	if got := committedTotal(); got != 0 {
+		t.Fatalf("after an aborted transaction the group has committed %d records, want 0", got)
+	}
+	for committedTotal() < n {
+		round(true)
+	}
+	if got := committedTotal(); got != n {
+		t.Fatalf("the group committed %d records, want %d", got, n)
+	}
+	out := readIsolated(t, b, "gts-out", true)
+	seen := map[string]int{}
+	for _, r := range out[0] {
+		seen[string(r.Value)]++
+	}
+	if len(seen) != n || len(out[0]) != n {
+		t.Fatalf("output holds %d records, %d distinct, want %d once each", len(out[0]), len(seen), n)
+	}
 }

@@ -746,8 +746,8 @@ func TestTxnLateProduceRefused(t *testing.T) {
 				if got := highWatermark(t, cl, topic, late.partition); got != hw[late.partition] {
 					t.Errorf("partition %d: high watermark %d after the late produce, was %d: it was written", late.partition, got, hw[late.partition])
 				}
-				if lso := lastStable(t, cl, topic, late.partition); lso != hw[late.partition] {
-					t.Errorf("partition %d: last stable offset %d, high watermark %d: the late produce left a transaction hanging", late.partition, lso, hw[late.partition])
+				if lso, now := lastStable(t, cl, topic, late.partition), highWatermark(t, cl, topic, late.partition); lso != now {
+					t.Errorf("partition %d: last stable offset %d, high watermark %d: the late produce left a transaction hanging", late.partition, lso, now)
 				}
 			}
 			got := readIsolated(t, b, topic, true)

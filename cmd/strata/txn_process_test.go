@@ -85,9 +85,9 @@ func TestTxnPipelineMember(t *testing.T) {
 	defer sess.Close()
 	for ctx.Err() == nil {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		// Transactions of at most 1,000 records: many of them, so that
+		// Transactions of at most 100 records: many of them, so that
 		// the kills land in the middle of the stream.
-		fs := sess.PollRecords(pctx, 1000)
+		fs := sess.PollRecords(pctx, 100)
 		pcancel()
 		fs.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -230,7 +230,7 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 			Group: group, Input: input, Output: output}
 		members[i] = startMember(t, configs[i])
 	}
-	restarts, crashes := 0, 0
+	crashes := 0
 	// restartExited starts again any member that exited on its own (a
 	// member stops on an error its session cannot absorb), as a supervisor
 	// would, and logs what it printed.
@@ -275,6 +275,8 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rounds := faultRounds(t, 6, 3)
 	t.Logf("fault seed %d, %d kills", seed, rounds)
+	kills := 0
+kill:
 	for r := range rounds {
 		step := int64(n / (rounds + 1))
 		target := int64(r+1)*step - int64(rng.IntN(int(step/2)))
@@ -284,7 +286,13 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 			var done int64
 			done, state = committed()
 			if done == int64(n) {
-				t.Fatalf("the input was all committed before kill %d of %d: no member was killed there mid-way", r+1, rounds)
+				// The survivors of a kill go on while it restarts, and
+				// can finish the stream before the next kill's turn.
+				if kills == 0 {
+					t.Fatalf("the input was all committed before the first kill")
+				}
+				t.Logf("the input was all committed after %d of %d kills", kills, rounds)
+				break kill
 			}
 			if done >= target {
 				break
@@ -298,7 +306,7 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 		i := rng.IntN(len(members))
 		t.Logf("killing member %d: %s", i, state)
 		members[i].kill()
-		restarts++
+		kills++
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		members[i] = startMember(t, configs[i])
 	}
@@ -322,7 +330,7 @@ func runPipeline(t *testing.T, bootstrap string, n int) {
 	for _, m := range members {
 		m.kill()
 	}
-	t.Logf("%d kills, %d members exited on their own", restarts, crashes)
+	t.Logf("%d kills, %d members exited on their own", kills, crashes)
 
 	got := readTxnTopic(t, []string{node.bootstrap}, output, true)
 	count := make([]int, n)

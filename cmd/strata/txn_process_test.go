@@ -578,10 +578,38 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 	return ledger, wg.Wait
 }
 
+// watchCommitted consumes topic read_committed from the start, as a live
+// consumer does while the nodes are killed, until stop is called; stop
+// returns the keys it saw. What it saw must agree with the final read: a
+// record it saw whose transaction is not visible at the end is an aborted
+// read.
+func watchCommitted(t *testing.T, seeds []string, topic string) (stop func() map[string]bool) {
+	t.Helper()
+	cl := newClient(t, seeds[0], kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
+		}
+	}()
+	return func() map[string]bool {
+		cancel()
+		<-done
+		cl.Close()
+		return seen
+	}
+}
+
 // checkLedger reads topic read_committed and checks it against l: every
 // committed transaction whole and once, no aborted one, a transaction of
-// unknown outcome whole or not at all, and nothing else.
-func checkLedger(t *testing.T, seeds []string, topic string, l *txnLedger) {
+// unknown outcome whole or not at all, and nothing else; and every record
+// a live read_committed consumer saw (live) belongs to a transaction
+// visible in the end.
+func checkLedger(t *testing.T, seeds []string, topic string, l *txnLedger, live map[string]bool) {
 	t.Helper()
 	got := readTxnTopic(t, seeds, topic, true)
 	count := map[string]int{}
@@ -632,6 +660,19 @@ func checkLedger(t *testing.T, seeds []string, topic string, l *txnLedger) {
 	}
 	t.Logf("%d transactions committed, %d aborted, %d of unknown outcome (%d visible, %d not)",
 		committed, aborted, unknownIn+unknownOut, unknownIn, unknownOut)
+	bad := 0
+	for k := range live {
+		id, ok := l.keys[k]
+		switch {
+		case !ok:
+			t.Errorf("the live consumer saw %q, which was never produced", k)
+		case perTxn[id] == 0:
+			if bad++; bad <= 5 {
+				t.Errorf("the live consumer saw %q of transaction %s (%v), which is not visible in the end: an aborted read", k, id, l.txns[id])
+			}
+		}
+	}
+	t.Logf("the live read_committed consumer saw %d records, %d of them of transactions not visible in the end", len(live), bad)
 }
 
 // waitCommitted waits until the ledger counts at least n committed
@@ -665,6 +706,7 @@ func TestTxnRestartLosesNoCommit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ledger, wait := txnLoad(ctx, t, []string{addr}, topic, 3)
+	watch := watchCommitted(t, []string{addr}, topic)
 	waitCommitted(t, ledger, 30, time.Minute, "before the kill")
 	if err := n.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -685,7 +727,7 @@ func TestTxnRestartLosesNoCommit(t *testing.T) {
 	waitStable(t, cl, topic, 3, time.Minute)
 	ledger.mu.Lock()
 	defer ledger.mu.Unlock()
-	checkLedger(t, []string{addr}, topic, ledger)
+	checkLedger(t, []string{addr}, topic, ledger, watch())
 	n.stop(t)
 }
 
@@ -702,6 +744,7 @@ func TestTxnCoordinatorFailover(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ledger, wait := txnLoad(ctx, t, c.kafka, topic, 3)
+	watch := watchCommitted(t, c.kafka, topic)
 	waitCommitted(t, ledger, 30, time.Minute, "before the kill")
 
 	coordinator := func() int32 {
@@ -742,5 +785,5 @@ func TestTxnCoordinatorFailover(t *testing.T) {
 	waitStable(t, cl, topic, 3, time.Minute)
 	ledger.mu.Lock()
 	defer ledger.mu.Unlock()
-	checkLedger(t, c.kafka, topic, ledger)
+	checkLedger(t, c.kafka, topic, ledger, watch())
 }

@@ -441,13 +441,14 @@ func (b *Broker) sendMarkers(m *txn.Markers) {
 	}
 	tx.sending[key] = true
 	tx.mu.Unlock()
+	release := sync.OnceFunc(func() {
+		tx.mu.Lock()
+		delete(tx.sending, key)
+		tx.mu.Unlock()
+	})
 	b.goFunc(func() {
-		defer func() {
-			tx.mu.Lock()
-			delete(tx.sending, key)
-			tx.mu.Unlock()
-		}()
-		b.writeAllMarkers(m)
+		defer release()
+		b.writeAllMarkers(m, release)
 	})
 }
 
@@ -458,7 +459,11 @@ func (b *Broker) stillCoordinates(m *txn.Markers) bool {
 	return ok && epoch == m.CoordinatorEpoch
 }
 
-func (b *Broker) writeAllMarkers(m *txn.Markers) {
+// writeAllMarkers calls release before it records the transaction
+// complete: from then on the producer may end its next transaction, under
+// the same key when its epoch is not bumped (clients without KIP-890 part
+// 2), and those markers must not be taken for these, already being sent.
+func (b *Broker) writeAllMarkers(m *txn.Markers, release func()) {
 	pending := slices.Clone(m.Partitions)
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -480,6 +485,7 @@ func (b *Broker) writeAllMarkers(m *txn.Markers) {
 			if err != nil {
 				return // stale or moved: nothing left for this node to do
 			}
+			release()
 			ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
 			err = b.writeTxnTransition(ctx, t)
 			cancel()

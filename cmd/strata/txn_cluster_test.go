@@ -22,9 +22,20 @@ func TestTxnVerbsCluster(t *testing.T) {
 	n := startNode(t, nil, "dev", "--nodes", "3", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
 	env := []string{"STRATA_BOOTSTRAP=" + n.bootstrap}
 	cliOK(t, env, "topic", "create", "ledger", "--partitions", "3", "--replication-factor", "3")
+	// The node describe asks may learn of the new topic a moment after
+	// the controller answered the create.
 	var desc []topicDescription
-	if err := json.Unmarshal([]byte(cliOK(t, env, "topic", "describe", "ledger", "--json")), &desc); err != nil || len(desc) != 1 {
-		t.Fatalf("topic describe: %v %+v", err, desc)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, out, stderr := runCLI(t, env, "topic", "describe", "ledger", "--json")
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &desc); err != nil || len(desc) != 1 {
+				t.Fatalf("topic describe: %v %+v", err, desc)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("strata topic describe ledger: exit %d: %s", code, stderr)
+		}
 	}
 	leaders := map[int32]bool{}
 	for _, p := range desc[0].Partitions {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -352,26 +351,15 @@ func transactionalProducer(r *kmsg.ProduceRequest) (txnProducer, error) {
 	return tp, nil
 }
 
-// verifyTxnFunc is Broker.verifyTxn's signature.
-type verifyTxnFunc func(b *Broker, ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error
-
-// testVerifyTxn, when a test sets it, answers in place of the transaction
-// coordinator.
-var testVerifyTxn atomic.Pointer[verifyTxnFunc]
-
 // verifyProduce asks the coordinator whether parts are in the producer's
 // ongoing transaction (KIP-890 part 1) and returns the ones that are not,
 // each with the error the request's version knows, as Kafka's
 // ReplicaManager and AddPartitionsToTxnManager translate them.
 func (b *Broker) verifyProduce(r *kmsg.ProduceRequest, tp txnProducer, parts []txn.TopicPartition) map[txn.TopicPartition]error {
-	verify := (*Broker).verifyTxn
-	if f := testVerifyTxn.Load(); f != nil {
-		verify = *f
-	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	failed := make(map[txn.TopicPartition]error)
-	answers := verify(b, ctx, tp.id, tp.pid, tp.epoch, parts)
+	answers := b.verifyTxn(ctx, tp.id, tp.pid, tp.epoch, parts)
 	for _, part := range parts {
 		err, ok := answers[part]
 		if !ok {

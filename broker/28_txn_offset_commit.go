@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -34,7 +35,8 @@ func init() { register(kmsg.TxnOffsetCommit, 0, 4, (*Broker).handleTxnOffsetComm
 func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.TxnOffsetCommitRequest)
 	var resp *kmsg.TxnOffsetCommitResponse
-	if e := b.verifyTxnOffsets(r); e != nil {
+	p, tx, e := b.verifyTxnOffsets(r)
+	if e != nil {
 		resp = r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 		for _, t := range r.Topics {
 			rt := kmsg.NewTxnOffsetCommitResponseTopic()
@@ -47,7 +49,16 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 			resp.Topics = append(resp.Topics, rt)
 		}
 	} else {
-		resp = b.groups.TxnOffsetCommit(b.ctx, r)
+		ctx := b.ctx
+		if tx != nil {
+			ctx = context.WithValue(ctx, txnAppendKey{}, tx)
+		}
+		resp = b.groups.TxnOffsetCommit(ctx, r)
+		if tx != nil && tx.guard != nil && !anyCommitted(resp) {
+			// Refused before its append (a stale member, an unknown
+			// partition): nothing will use the verification.
+			p.dropTxnVerification(tx.pid, tx.guard)
+		}
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
@@ -57,32 +68,65 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
+func anyCommitted(resp *kmsg.TxnOffsetCommitResponse) bool {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// txnAppendKey carries a TxnOffsetCommit's verification (a *txnAppend)
+// in the context the group coordinator passes to offsetsLog.Append: the
+// coordinator's interface knows nothing of partitions and guards.
+type txnAppendKey struct{}
+
 // verifyTxnOffsets asks the transaction coordinator whether the group's
-// offsets partition is in the producer's ongoing transaction. Requests the
-// group coordinator answers by itself (not the coordinator here, a bad
-// group or producer id) are left to it. Errors are answered as Kafka's
-// coordinator answers them: a fenced producer INVALID_PRODUCER_EPOCH, a
-// partition not in the transaction INVALID_TXN_STATE (TRANSACTION_ABORTABLE
-// needs v5), and a transaction coordinator that could not answer
-// COORDINATOR_NOT_AVAILABLE, so the client retries.
-func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) *kerr.Error {
+// offsets partition is in the producer's ongoing transaction (KIP-890
+// part 1), as a produce's transactional batch is verified: not at all if
+// the producer's transaction is already ongoing on the partition, else
+// with a guard (startTxnVerification) that a marker written meanwhile
+// voids, so that the append that follows is refused rather than open a
+// transaction nobody will end. It returns the offsets partition and what
+// the append must present. Requests the group coordinator answers by
+// itself (not the coordinator here, a bad group or producer id) are left
+// to it.
+func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition, *txnAppend, *kerr.Error) {
 	if r.Group == "" || r.ProducerID < 0 || r.ProducerEpoch < 0 {
-		return nil
+		return nil, nil, nil
 	}
 	index := b.groups.PartitionFor(r.Group)
-	if !b.groups.Leads(index) {
-		return nil
+	p := b.partition(offsetsTopic, index)
+	// Never written unverified: a partition this node does not lead, or
+	// has not loaded yet, is answered as the group coordinator would, and
+	// the client retries.
+	switch {
+	case p == nil || !b.leadsOffsets(index):
+		return nil, nil, kerr.NotCoordinator
+	case !b.groups.Leads(index):
+		return nil, nil, kerr.CoordinatorLoadInProgress
+	}
+	tx := &txnAppend{pid: r.ProducerID, epoch: r.ProducerEpoch}
+	var err error
+	if tx.guard, err = p.startTxnVerification(tx.pid, tx.epoch); err != nil {
+		return nil, nil, nil // no longer the leader: the coordinator's append says so
+	}
+	if tx.guard == nil {
+		return p, tx, nil
 	}
 	tp := txn.TopicPartition{Topic: offsetsTopic, Partition: index}
-	err := b.verifyTxn(b.ctx, r.TransactionalID, r.ProducerID, r.ProducerEpoch, []txn.TopicPartition{tp})[tp]
-	if err == nil {
-		return nil
+	if err := b.verifyTxn(b.ctx, r.TransactionalID, r.ProducerID, r.ProducerEpoch, []txn.TopicPartition{tp})[tp]; err != nil {
+		p.dropTxnVerification(tx.pid, tx.guard)
+		e := txnOffsetsVerifyCode(err)
+		if e == kerr.CoordinatorNotAvailable {
+			b.log.Debug("transactional offset commit not verified", "group", r.Group, "producer_id", r.ProducerID, "err", err)
+		}
+		return nil, nil, e
 	}
-	e := txnOffsetsVerifyCode(err)
-	if e == kerr.CoordinatorNotAvailable {
-		b.log.Debug("transactional offset commit not verified", "group", r.Group, "producer_id", r.ProducerID, "err", err)
-	}
-	return e
+	return p, tx, nil
 }
 
 // txnOffsetsVerifyCode is the answer to a TxnOffsetCommit that verifyTxn

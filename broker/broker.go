@@ -205,6 +205,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.meta = m
 
 	b.pids.store = controllerIDs{b}
+	b.pids.ahead = func(reserve func(context.Context)) {
+		b.goFunc(func() {
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			defer cancel()
+			reserve(ctx)
+		})
+	}
 	b.replicas = replica.NewManager(b.ctx, cfg.NodeID, func(leader int32) replica.Client { return peerClient{b, leader} },
 		b.cluster.brokerEpoch, b.log.With("component", "replica"))
 

@@ -78,7 +78,7 @@ func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 			continue
 		}
 		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: *s.compaction,
-			FirstUnstableOffset: p.log.FirstUnstableOffset})
+			FirstUnstableOffset: func() (int64, bool) { return p.log.FirstUnstableOffsetBelow(p.highWatermark()) }})
 	}
 	return out
 }

@@ -275,7 +275,11 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
 	}
 	batches.FromCoordinator()
-	info, epoch, err := p.appendPrepared(batches, nil)
+	// A TxnOffsetCommit's batch presents its verification (KIP-890): it
+	// may join the producer's ongoing transaction, or open one only if no
+	// marker came since the coordinator said the partition is in it.
+	tx, _ := ctx.Value(txnAppendKey{}).(*txnAppend)
+	info, epoch, err := p.appendPrepared(batches, tx)
 	if err != nil {
 		if errors.Is(err, segment.ErrClosed) || errors.Is(err, errNotLeader) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)

@@ -320,16 +320,17 @@ func (p *partition) close() error {
 
 // lastStableOffset is the offset a read_committed consumer reads up to
 // (KIP-98): the first offset of the earliest transaction still open, or
-// the high watermark when that is lower (a marker not yet replicated
-// completes nothing for consumers). Followers replicate producer state,
-// so theirs is right too.
+// whose marker the high watermark has not passed yet (a marker not yet
+// replicated completes nothing for consumers: a new leader may not have
+// it), or the high watermark when that is lower. Followers replicate
+// producer state, so theirs is right too.
 //
 // The high watermark is read first: a transaction that opens after it
 // starts at or above the log end of that moment, never below it, so the
 // pair read in this order can only understate the offset.
 func (p *partition) lastStableOffset() int64 {
 	hw := p.highWatermark()
-	if first, ok := p.log.FirstUnstableOffset(); ok && first < hw {
+	if first, ok := p.log.FirstUnstableOffsetBelow(hw); ok && first < hw {
 		return first
 	}
 	return hw

@@ -17,25 +17,55 @@ type idAllocator interface {
 	AllocateProducerIDs(ctx context.Context, n int64) (first int64, err error)
 }
 
-// producerIDs hands out idempotent-producer ids from reserved blocks.
+// producerIDs hands out producer ids from reserved blocks. Once half of a
+// block is used the next one is reserved in the background, so that a
+// caller rarely waits for the metadata log (or the controller): the
+// transaction coordinator allocates while it holds its lock, and every
+// decision of the node's coordinator would wait with it.
 type producerIDs struct {
 	store idAllocator
+	// ahead runs a reservation ahead of need; nil reserves only on demand.
+	// The broker runs it as one of its goroutines, stopped by its context.
+	ahead func(reserve func(context.Context))
 
 	mu        sync.Mutex
 	next, end int64 // guarded by mu; [next, end) is still free
+	spare     int64 // first id of the block reserved ahead, if haveSpare
+	haveSpare bool
+	reserving bool // a reservation ahead is running
 }
 
 func (p *producerIDs) allocate(ctx context.Context) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.next >= p.end {
-		first, err := p.store.AllocateProducerIDs(ctx, producerIDBlock)
-		if err != nil {
-			return -1, err
+		if p.haveSpare {
+			p.next, p.end, p.haveSpare = p.spare, p.spare+producerIDBlock, false
+		} else {
+			first, err := p.store.AllocateProducerIDs(ctx, producerIDBlock)
+			if err != nil {
+				return -1, err
+			}
+			p.next, p.end = first, first+producerIDBlock
 		}
-		p.next, p.end = first, first+producerIDBlock
 	}
 	id := p.next
 	p.next++
+	if p.ahead != nil && !p.reserving && !p.haveSpare && p.end-p.next <= producerIDBlock/2 {
+		p.reserving = true
+		p.ahead(p.reserveAhead)
+	}
 	return id, nil
+}
+
+// reserveAhead reserves the block after the current one; a failure is
+// left to the next allocation that needs it, which reserves on demand.
+func (p *producerIDs) reserveAhead(ctx context.Context) {
+	first, err := p.store.AllocateProducerIDs(ctx, producerIDBlock)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reserving = false
+	if err == nil {
+		p.spare, p.haveSpare = first, true
+	}
 }

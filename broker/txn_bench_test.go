@@ -292,7 +292,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 				br := start() // cold chunk cache
 				before := metrics.Counts()
 				t0 := time.Now()
-				n, aborted := readIsolated(b, br, r.topic, r.ends, r.readCommitted)
+				n, aborted := countIsolated(b, br, r.topic, r.ends, r.readCommitted)
 				el := time.Since(t0)
 				gets := metrics.Counts().Sub(before)[objstore.OpGet]
 				if err := br.Close(); err != nil {
@@ -329,7 +329,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 // producer wrote in a transaction it aborted. Transaction markers are
 // kept (and not counted), so that a partition whose range ends in one is
 // seen to end.
-func readIsolated(tb testing.TB, b *Broker, topic string, ends map[int32]int64, readCommitted bool) (records, aborted int64) {
+func countIsolated(tb testing.TB, b *Broker, topic string, ends map[int32]int64, readCommitted bool) (records, aborted int64) {
 	iso := kgo.ReadUncommitted()
 	if readCommitted {
 		iso = kgo.ReadCommitted()

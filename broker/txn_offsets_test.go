@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/txn"
 )
 
 // txnOffsetsClient sends raw group requests for group g.
@@ -107,6 +110,7 @@ func (c *txnOffsetsClient) endTxn(pid int64, epoch int16, commit bool) {
 // (KIP-447) answers UNSTABLE_OFFSET_COMMIT. A producer fenced by a newer
 // epoch has its commit refused by the log with INVALID_PRODUCER_EPOCH.
 func TestTxnOffsetCommitVisibleAfterMarker(t *testing.T) {
+	verifyEverything(t)
 	dir := t.TempDir()
 	b := groupBroker(t, dir)
 	createTopic(t, testAdmin(t, b), "in", 2, nil)
@@ -160,6 +164,7 @@ func TestTxnOffsetCommitVisibleAfterMarker(t *testing.T) {
 // of a committed transaction, keeps those of one still open pending, and
 // the open one's marker, written after the restart, completes it.
 func TestTxnOffsetsSurviveRestart(t *testing.T) {
+	verifyEverything(t)
 	dir := t.TempDir()
 	b := groupBroker(t, dir)
 	createTopic(t, testAdmin(t, b), "in", 2, nil)
@@ -212,5 +217,187 @@ func TestTxnOffsetsVerifyCodes(t *testing.T) {
 		if got := txnOffsetsVerifyCode(c.err); got != c.want {
 			t.Errorf("verification error %v answered %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// KIP-890 part 1 for offsets: if the transaction ends (its marker is
+// written to the group's offsets partition) between the coordinator's
+// "yes, it is in the transaction" and the append, the offsets are refused
+// with INVALID_TXN_STATE instead of opening a transaction on
+// __consumer_offsets that no coordinator will ever end (a hanging
+// transaction, which would hold its last stable offset and keep the
+// offsets pending for good).
+func TestTxnOffsetCommitMarkerBetweenVerifyAndAppend(t *testing.T) {
+	b := groupBroker(t, "")
+	createTopic(t, testAdmin(t, b), "in", 1, nil)
+	c := newTxnOffsetsClient(t, b, "txn-race")
+	pid := c.producerID()
+	index := b.groups.PartitionFor(c.g)
+	p := b.partition(offsetsTopic, index)
+	verified := 0
+	fakeVerify(t, func(_ *Broker, _ context.Context, _ string, vpid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+		verified++
+		// The coordinator answered for the transaction, then ended it:
+		// its marker reaches the partition before the commit's batch.
+		if _, _, err := p.appendMarker(vpid, epoch, false, 0); err != nil {
+			t.Errorf("marker: %v", err)
+		}
+		out := make(map[txn.TopicPartition]error, len(parts))
+		for _, tp := range parts {
+			out[tp] = nil
+		}
+		return out
+	})
+	if err := c.commit(pid, 0, "in", 0, 10); err != kerr.InvalidTxnState {
+		t.Errorf("TxnOffsetCommit whose transaction ended after its verification: %v, want INVALID_TXN_STATE", err)
+	}
+	if verified != 1 {
+		t.Fatalf("verified %d times, want 1", verified)
+	}
+	if off, ok := p.log.FirstUnstableOffset(); ok {
+		t.Errorf("%s-%d has a transaction open at %d: the late commit opened one", offsetsTopic, index, off)
+	}
+	c.wantOffset("refused commit", "in", 0, true, -1, nil)
+
+	// A commit joining a transaction already ongoing on the partition
+	// needs no verification.
+	verifyEverything(t)
+	if err := c.commit(pid, 1, "in", 0, 20); err != nil {
+		t.Fatalf("TxnOffsetCommit of the next transaction: %v", err)
+	}
+	fakeVerify(t, func(*Broker, context.Context, string, int64, int16, []txn.TopicPartition) map[txn.TopicPartition]error {
+		t.Error("a commit joining an ongoing transaction was verified again")
+		return nil
+	})
+	if err := c.commit(pid, 1, "in", 0, 21); err != nil {
+		t.Fatalf("second TxnOffsetCommit of the transaction: %v", err)
+	}
+	c.endTxn(pid, 1, true)
+	c.wantOffset("committed", "in", 0, true, 21, nil)
+}
+
+// With a real client (franz-go's GroupTransactSession, a
+// consume-transform-produce loop): the input offsets a transaction commits
+// reach the group only if the transaction commits; an aborted one leaves
+// the group's offsets as they were, and the session reads its records
+// again from there. In the end the group has committed every input record
+// once and the output holds each exactly once (read_committed).
+func TestTxnOffsetsGroupTransactSession(t *testing.T) {
+	const n = 300
+	b := txnBroker(t, "")
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "gts-in", 2, nil)
+	createTopic(t, adm, "gts-out", 1, nil)
+	produceSeq(t, b, "gts-in", 0, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The group starts from offsets committed the plain way: what the
+	// session rewinds to after an abort (franz-go rewinds only partitions
+	// that have a committed offset).
+	start := kadm.Offsets{}
+	start.Add(kadm.Offset{Topic: "gts-in", Partition: 0, At: 0, LeaderEpoch: -1})
+	start.Add(kadm.Offset{Topic: "gts-in", Partition: 1, At: 0, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctx, "gts-group", start); err != nil {
+		t.Fatalf("commit the starting offsets: %v", err)
+	}
+
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(b.Addr().String()),
+		kgo.TransactionalID("gts-tx"),
+		kgo.ConsumerGroup("gts-group"),
+		kgo.ConsumeTopics("gts-in"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.DefaultProduceTopic("gts-out"),
+		kgo.TransactionTimeout(10*time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+
+	// RequireStable: End returns once the commit is decided, and the
+	// offsets are the group's once its marker reaches __consumer_offsets;
+	// until then the partition answers UNSTABLE_OFFSET_COMMIT, and we ask
+	// again, as a consumer does.
+	committedTotal := func() int64 {
+		t.Helper()
+		for {
+			offs, err := adm.FetchOffsets(kadm.RequireStable(ctx), "gts-group")
+			if err != nil {
+				t.Fatalf("fetch offsets: %v", err)
+			}
+			var sum int64
+			unstable := false
+			offs.Each(func(o kadm.OffsetResponse) {
+				switch {
+				case errors.Is(o.Err, kerr.UnstableOffsetCommit):
+					unstable = true
+				case o.Err != nil:
+					t.Fatalf("offset of %s-%d: %v", o.Topic, o.Partition, o.Err)
+				}
+				sum += o.At
+			})
+			if !unstable {
+				return sum
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("offsets still unstable: %v", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+
+	round := func(commit bool) int {
+		t.Helper()
+		var fs kgo.Fetches
+		for fs.NumRecords() == 0 {
+			if fs = sess.PollFetches(ctx); ctx.Err() != nil {
+				t.Fatalf("poll: %v", ctx.Err())
+			}
+			fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s-%d: %v", topic, p, err) })
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			sess.Produce(ctx, &kgo.Record{Value: r.Value}, func(_ *kgo.Record, err error) {
+				if err != nil && commit { // an abort fails what is still buffered
+					t.Errorf("produce: %v", err)
+				}
+			})
+		})
+		end := kgo.TryAbort
+		if commit {
+			end = kgo.TryCommit
+		}
+		committed, err := sess.End(ctx, end)
+		if err != nil {
+			t.Fatalf("end (commit %v): %v", commit, err)
+		}
+		if committed != commit {
+			t.Fatalf("end (commit %v) committed %v", commit, committed)
+		}
+		return fs.NumRecords()
+	}
+
+	round(false)
+	if got := committedTotal(); got != 0 {
+		t.Fatalf("after an aborted transaction the group has committed %d records, want 0", got)
+	}
+	for committedTotal() < n {
+		round(true)
+	}
+	if got := committedTotal(); got != n {
+		t.Fatalf("the group committed %d records, want %d", got, n)
+	}
+	out := readIsolated(t, b, "gts-out", true)
+	seen := map[string]int{}
+	for _, r := range out[0] {
+		seen[string(r.Value)]++
+	}
+	if len(seen) != n || len(out[0]) != n {
+		t.Fatalf("output holds %d records, %d distinct, want %d once each", len(out[0]), len(seen), n)
 	}
 }

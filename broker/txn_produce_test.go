@@ -76,6 +76,20 @@ func fakeVerify(t *testing.T, fn verifyTxnFunc) {
 	t.Cleanup(func() { testVerifyTxn.Store(nil) })
 }
 
+// verifyEverything makes the coordinator's verification say yes to every
+// partition until the test ends: for tests of what the partition (or the
+// group coordinator) does with transactional data, written without a
+// transaction run through the coordinator.
+func verifyEverything(t *testing.T) {
+	fakeVerify(t, func(_ *Broker, _ context.Context, _ string, _ int64, _ int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+		out := make(map[txn.TopicPartition]error, len(parts))
+		for _, p := range parts {
+			out[p] = nil
+		}
+		return out
+	})
+}
+
 // Kafka's rules for who may write what (KafkaApis.handleProduceRequest,
 // ReplicaManager.handleProduceAppend, LogValidator): transactional
 // batches need a transactional id in the request
@@ -84,6 +98,7 @@ func fakeVerify(t *testing.T, fn verifyTxnFunc) {
 // batches (INVALID_RECORD). A request with a transactional id takes
 // transactional batches, and idempotent ones as Kafka does.
 func TestTxnProduceWhoMayWrite(t *testing.T) {
+	verifyEverything(t)
 	b := testBroker(t, "")
 	cl := testClient(t, b)
 	createTopic(t, kadmFor(cl), "who", 2, nil)
@@ -131,6 +146,7 @@ func TestTxnProduceWhoMayWrite(t *testing.T) {
 // seen starts at any sequence (KIP-360: Kafka no longer answers
 // UNKNOWN_PRODUCER_ID to a produce).
 func TestTxnProduceBadEpochAndSequence(t *testing.T) {
+	verifyEverything(t)
 	b := testBroker(t, "")
 	cl := testClient(t, b)
 	createTopic(t, kadmFor(cl), "bad", 1, nil)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,11 @@ type txns struct {
 	// createMu serialises the creation of __transaction_state on a single
 	// node.
 	createMu sync.Mutex
+	// syncMu serialises syncTxnCoordinator: the reconcile loop and txnLoop
+	// both call it, and two loads of one partition must not overlap (the
+	// slower would replace, with the log as it read it, state the faster
+	// one had already served and changed).
+	syncMu sync.Mutex
 
 	mu sync.Mutex
 	// sending holds the transactions whose markers a goroutine is writing,
@@ -191,13 +197,17 @@ func (b *Broker) syncTxnCoordinator(ctx context.Context) {
 	if !ok {
 		return
 	}
+	b.txns.syncMu.Lock()
+	defer b.txns.syncMu.Unlock()
 	c := b.txns.c
 	for _, mp := range t.Partitions {
 		epoch, leads := b.leadsTxnPartition(mp.Index)
 		loaded, isLoaded := c.Loaded(mp.Index)
 		switch {
 		case leads && (!isLoaded || loaded != epoch):
-			if err := b.loadTxnPartition(ctx, mp.Index, epoch); err != nil {
+			if err := b.loadTxnPartition(ctx, mp.Index, epoch); errors.Is(err, txn.ErrLoaded) {
+				// Loaded meanwhile at this epoch or a newer one: keep it.
+			} else if err != nil {
 				b.log.Error("load transaction state partition", "partition", mp.Index, "err", err)
 				c.Unload(mp.Index)
 			} else if e, still := b.leadsTxnPartition(mp.Index); !still || e != epoch {
@@ -695,6 +705,14 @@ func (b *Broker) txnLoop() {
 	}
 }
 
+// verifyTxnFunc is Broker.verifyTxn's signature.
+type verifyTxnFunc func(b *Broker, ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error
+
+// testVerifyTxn, when a test sets it, answers in place of the transaction
+// coordinator: tests of the partition and group sides write transactional
+// data without running a transaction through the coordinator.
+var testVerifyTxn atomic.Pointer[verifyTxnFunc]
+
 // verifyTxn asks the transaction coordinator of txnID (on this node, or on
 // another broker with a verification-only AddPartitionsToTxn, v4+) whether
 // each of parts is in producer pid's ongoing transaction at epoch: KIP-890
@@ -705,6 +723,9 @@ func (b *Broker) txnLoop() {
 // PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING, NOT_COORDINATOR or
 // COORDINATOR_NOT_AVAILABLE when the coordinator could not answer).
 func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
+	if f := testVerifyTxn.Load(); f != nil {
+		return (*f)(b, ctx, txnID, pid, epoch, parts)
+	}
 	out := make(map[txn.TopicPartition]error, len(parts))
 	all := func(err error) map[txn.TopicPartition]error {
 		for _, p := range parts {

@@ -204,8 +204,20 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 	defer func() { w.Discard() }() // after Finish, a no-op
 	// finish PUTs the current output, covering offsets up to lastOffset,
 	// and starts the next right after it.
+	// markers holds the offsets of the markers written with their
+	// record, ascending: an output's aborted-transaction index part lists
+	// the aborts whose marker it holds, as a local segment's .txnindex
+	// does, and never one whose marker the pass removed (a read_committed
+	// reader would skip the producer's later batches).
+	var markers []int64
 	finish := func(lastOffset int64, snap []byte) error {
-		w.SetAborted(cl.txns.seenIn(wBase, lastOffset))
+		var held []segment.AbortedTxn
+		for _, a := range aborted {
+			if _, ok := slices.BinarySearch(markers, a.LastOffset); ok && a.LastOffset >= wBase && a.LastOffset <= lastOffset {
+				held = append(held, a)
+			}
+		}
+		w.SetAborted(held)
 		seg, release, err := w.Finish(ctx, lastOffset, snap)
 		if err != nil {
 			return err
@@ -222,6 +234,9 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		h, err := segment.ParseBatchHeader(out)
 		if err != nil {
 			return err
+		}
+		if h.IsControl() && h.NumRecords > 0 {
+			markers = append(markers, h.LastOffset())
 		}
 		if n := w.Bytes(); n > 0 && n+int64(len(out)) > p.Policy.SegmentBytes {
 			if err := finish(h.BaseOffset-1, nil); err != nil {

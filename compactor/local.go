@@ -71,8 +71,9 @@ func localPlan(p *LocalPartition, now time.Time) (plan, []segment.SegmentInfo, e
 		end = min(end, log.TieredOffset())
 	}
 	// Records of a transaction still open are neither judged nor
-	// removed: its outcome decides whether they count at all.
-	if fuo, ok := log.FirstUnstableOffset(); ok {
+	// removed: its outcome decides whether they count at all. Nor are
+	// those of one whose marker the replicas may not all have yet.
+	if fuo, ok := log.FirstUnstableOffsetBelow(p.HighWatermark()); ok {
 		end = min(end, fuo)
 	}
 	var cleanable []segment.SegmentInfo

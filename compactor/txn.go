@@ -22,15 +22,11 @@ type txns struct {
 	// committed marks the producers with a batch of a committed
 	// transaction whose COMMIT marker is still to come.
 	committed map[int64]bool
-	// seen lists the aborted transactions the pass met a batch of, in the
-	// order met: their markers stay, and so do their index entries.
-	seen []segment.AbortedTxn
 }
 
-type abortedTxn struct {
-	txn  segment.AbortedTxn
-	seen bool
-}
+// abortedTxn is an aborted transaction being read; seen says the pass met
+// a batch of it.
+type abortedTxn struct{ seen bool }
 
 // newTxns follows the transactions of a pass that starts at from, given
 // the aborted transactions overlapping its range.
@@ -53,7 +49,7 @@ func (t *txns) reach(offset int64) {
 		a := t.pending[0]
 		t.pending = t.pending[1:]
 		if _, ok := t.aborted[a.ProducerID]; !ok {
-			t.aborted[a.ProducerID] = &abortedTxn{txn: a}
+			t.aborted[a.ProducerID] = &abortedTxn{}
 		}
 	}
 }
@@ -67,10 +63,7 @@ func (t *txns) onBatch(h *segment.BatchHeader) bool {
 		return false
 	}
 	if a, ok := t.aborted[h.ProducerID]; ok {
-		if !a.seen {
-			a.seen = true
-			t.seen = append(t.seen, a.txn)
-		}
+		a.seen = true
 		return true
 	}
 	t.committed[h.ProducerID] = true
@@ -95,18 +88,4 @@ func (t *txns) onControl(h *segment.BatchHeader, m segment.TxnMarker, ok bool) b
 	a, ongoing := t.aborted[h.ProducerID]
 	delete(t.aborted, h.ProducerID)
 	return !ongoing || !a.seen
-}
-
-// seenIn returns the aborted transactions the pass met a batch of that
-// overlap [first, last]: the aborted-transaction index of an output
-// covering those offsets.
-func (t *txns) seenIn(first, last int64) []segment.AbortedTxn {
-	var out []segment.AbortedTxn
-	for _, a := range t.seen {
-		if a.FirstOffset <= last && a.LastOffset >= first {
-			out = append(out, a)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b segment.AbortedTxn) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	return out
 }

@@ -355,16 +355,30 @@ func coldTxnSetup(t *testing.T, clk *clock) (*tier.Tier, *txnLog) {
 	l := openLog(t, t.TempDir(), 2<<10, clk.now)
 	t.Cleanup(func() { l.Close() })
 	tl := writeTxnLog(t, l, clk.now().UnixMilli())
+	uploadNew(t, tr, l)
+	return tr, tl
+}
+
+// uploadNew uploads the closed segments of l the bucket does not have.
+func uploadNew(t *testing.T, tr *tier.Tier, l *segment.Log) {
+	t.Helper()
+	ctx := context.Background()
+	root, err := tr.Manifest(ctx, testTP)
+	if err != nil {
+		t.Fatal(err)
+	}
 	segs, err := l.ClosedSegments(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range segs {
-		if _, err := tr.Upload(context.Background(), testTP, s, 0); err != nil {
+		if !root.Empty() && s.BaseOffset < root.EndOffset() {
+			continue
+		}
+		if _, err := tr.Upload(ctx, testTP, s, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return tr, tl
 }
 
 func tierView(t testing.TB, tr *tier.Tier, upTo int64, readCommitted bool) ([]readRecord, [][]byte) {
@@ -517,6 +531,53 @@ func TestColdCompactionTransactions(t *testing.T) {
 	}
 	if ab, err := tr.AbortedTransactions(ctx, testTP, 0, tl.openC); err != nil || len(ab) != 1 || ab[0].ProducerID != pidB {
 		t.Fatalf("aborted transactions after the pass: %+v, %v", ab, err)
+	}
+
+	// C commits and its segments go up: the next pass finds A's first and
+	// B's aborted transactions without a batch left, and stamps their
+	// markers; the one after the horizon removes them, B's entry too.
+	l := tl.l
+	if _, err := l.AppendMarker(pidC, 0, true, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	end := l.EndOffset()
+	for l.ActiveBase() < end {
+		if _, err := l.Append(keyedBatch(clk.now().UnixMilli(), rec{[]byte("roll"), make([]byte, 300)}), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uploadNew(t, tr, l)
+	tl.wantCommitted["k3"], tl.wantCommitted["k2"] = "n3", "n2"
+	tl.openC = 1 << 62
+	uncommittedBefore, _ = tierView(t, tr, 1<<62, false)
+	clk.add(time.Minute)
+	if err := c.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed, _ = tierView(t, tr, 1<<62, true)
+	uncommitted, batches = tierView(t, tr, 1<<62, false)
+	checkTxnView(t, tl, committed, uncommitted, uncommittedBefore)
+	ms = markersOf(t, batches)
+	for _, off := range []int64{tl.commitA1, tl.abortB} {
+		if m, ok := ms[off]; !ok || !m.hasRecord || !m.hasHorizon {
+			t.Fatalf("after pass 2, marker at %d: %+v (present %v)", off, m, ok)
+		}
+	}
+	clk.add(time.Hour)
+	if err := c.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed, _ = tierView(t, tr, 1<<62, true)
+	uncommitted, batches = tierView(t, tr, 1<<62, false)
+	checkTxnView(t, tl, committed, uncommitted, uncommittedBefore)
+	ms = markersOf(t, batches)
+	for _, off := range []int64{tl.commitA1, tl.abortB} {
+		if m, ok := ms[off]; ok {
+			t.Fatalf("after the horizon, marker at %d still there: %+v", off, m)
+		}
+	}
+	if ab, err := tr.AbortedTransactions(ctx, testTP, 0, 1<<62); err != nil || len(ab) != 0 {
+		t.Fatalf("aborted transactions left without their marker: %+v, %v", ab, err)
 	}
 }
 

@@ -69,6 +69,15 @@ type Log struct {
 	// the writer changes it rarely.
 	unstable atomic.Int64
 
+	// unreplicated holds the transactions completed by markers that may
+	// be above the high watermark (Kafka's unreplicatedTxns): until the
+	// high watermark passes its marker a transaction is unstable for
+	// read_committed readers (FirstUnstableOffsetBelow).
+	unreplicated struct {
+		sync.Mutex
+		txns []completedTxn // in marker order
+	}
+
 	// cleaner is the cleaner checkpoint (cleaner.go), nil if never cleaned.
 	cleaner atomic.Pointer[cleanerMark]
 

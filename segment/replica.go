@@ -418,6 +418,7 @@ func (l *Log) rebuildProducersLocked() error {
 		return fmt.Errorf("rebuilding producer state: %w", err)
 	}
 	l.w.producers = producers
+	l.dropUnreplicatedFrom(l.mu.end)
 	l.publishUnstableLocked()
 	return nil
 }
@@ -487,6 +488,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	releaseAll(old)
 	l.size.Store(0)
 	l.w.producers = make(map[int64]*producerEntry)
+	l.dropUnreplicatedFrom(-1)
 	l.publishUnstableLocked()
 	l.w.snapshots = nil
 	l.w.failed = nil

@@ -162,6 +162,53 @@ func (l *Log) FirstUnstableOffset() (int64, bool) {
 	return v - 1, v > 0
 }
 
+// FirstUnstableOffsetBelow is FirstUnstableOffset for a reader bounded by
+// the high watermark hw: a transaction whose marker is at or above hw is
+// still unstable there (the marker may not survive a change of leader, so
+// neither may the outcome a reader would draw from it), as in Kafka's
+// ProducerStateManager.firstUnstableOffset. Transactions whose markers
+// hw has passed are forgotten: hw only moves past what the replicas hold.
+func (l *Log) FirstUnstableOffsetBelow(hw int64) (int64, bool) {
+	first, ok := l.FirstUnstableOffset()
+	u := &l.unreplicated
+	u.Lock()
+	defer u.Unlock()
+	drop := 0
+	for drop < len(u.txns) && u.txns[drop].lastOffset < hw {
+		drop++
+	}
+	u.txns = u.txns[drop:]
+	for _, c := range u.txns {
+		if !ok || c.firstOffset < first {
+			first, ok = c.firstOffset, true
+		}
+	}
+	return first, ok
+}
+
+// addUnreplicated records the transactions markers just completed.
+func (l *Log) addUnreplicated(completed []completedTxn) {
+	u := &l.unreplicated
+	u.Lock()
+	u.txns = append(u.txns, completed...)
+	u.Unlock()
+}
+
+// dropUnreplicatedFrom forgets the completed transactions whose markers a
+// truncation to end removed.
+func (l *Log) dropUnreplicatedFrom(end int64) {
+	u := &l.unreplicated
+	u.Lock()
+	defer u.Unlock()
+	keep := u.txns[:0]
+	for _, c := range u.txns {
+		if c.lastOffset < end {
+			keep = append(keep, c)
+		}
+	}
+	u.txns = keep
+}
+
 // publishUnstableLocked recomputes the first unstable offset from the
 // producer state after it changed.
 func (l *Log) publishUnstableLocked() {
@@ -251,6 +298,7 @@ func (l *Log) completeTxnsLocked(s *segment) error {
 	}
 	l.w.txnChanged = false
 	err := l.indexAbortsLocked(s, l.w.completed)
+	l.addUnreplicated(l.w.completed)
 	l.publishUnstableLocked()
 	return err
 }

@@ -482,3 +482,43 @@ func TestTxnReadersConcurrentWithWriter(t *testing.T) {
 	}
 	wantUnstable(t, l, -1)
 }
+
+// TestTxnUnstableUntilMarkerReplicated: a transaction stays unstable for
+// a reader bounded by the high watermark until the high watermark passes
+// its marker (Kafka's unreplicatedTxns): the marker may not survive a
+// change of leader. A truncation that removes the marker forgets it.
+func TestTxnUnstableUntilMarkerReplicated(t *testing.T) {
+	clock := newClock()
+	l := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer l.Close()
+	mustAppend(t, l, txnBatch(t, clock, 1, 0, 0, 2), 0) // 0-1
+	mustAppend(t, l, txnBatch(t, clock, 2, 0, 0, 2), 0) // 2-3
+	mustMarker(t, l, 1, 0, true, 0)                     // 4
+	mustMarker(t, l, 2, 0, false, 0)                    // 5
+	wantUnstable(t, l, -1)                              // every transaction has its marker locally
+	below := func(hw, want int64) {
+		t.Helper()
+		got, ok := l.FirstUnstableOffsetBelow(hw)
+		if !ok {
+			got = -1
+		}
+		if got != want {
+			t.Fatalf("first unstable offset below high watermark %d: %d, want %d", hw, got, want)
+		}
+	}
+	below(4, 0) // neither marker replicated
+	below(5, 2) // producer 1's replicated, producer 2's not
+	below(6, -1)
+	below(4, -1) // forgotten once passed: the high watermark never goes back
+
+	mustAppend(t, l, txnBatch(t, clock, 3, 0, 0, 2), 0) // 6-7
+	mustMarker(t, l, 3, 0, false, 0)                    // 8
+	below(8, 6)
+	if _, err := l.TruncateTo(8); err != nil {
+		t.Fatal(err)
+	}
+	// The marker went with the truncation: the transaction is open again,
+	// and unstable whatever the high watermark.
+	wantUnstable(t, l, 6)
+	below(100, 6)
+}

@@ -695,8 +695,11 @@ func (t *Tier) part(ctx context.Context, tp format.TopicPartition, s *format.Rem
 		return nil, fmt.Errorf("%w: %s of %s at [%d, %d) outside the %d-byte object", segment.ErrCorruptSegment, what, s.Key, p.Offset, p.End(), s.Size)
 	}
 	b, err := t.index.get(ctx, t, s.Key, s.Size, p)
-	if err != nil && errors.Is(err, segment.ErrCorruptSegment) {
-		t.reportCorrupt(tp, s.Key, err, false)
+	if err != nil {
+		if errors.Is(err, segment.ErrCorruptSegment) {
+			t.reportCorrupt(tp, s.Key, err, false)
+		}
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return b, err
+	return b, nil
 }

@@ -29,8 +29,10 @@ type OffsetLog interface {
 	// wrapping ErrNotLeader means this node no longer leads the partition.
 	// A transactional batch (TxnOffsetCommit) is the coordinator's own
 	// write for its producer: the log checks its producer epoch, not its
-	// sequence (segment.Batches.FromCoordinator), and an error wrapping
-	// segment.ErrInvalidProducerEpoch means the producer is fenced.
+	// sequence (segment.Batches.FromCoordinator); an error wrapping
+	// segment.ErrInvalidProducerEpoch means the producer is fenced, one
+	// wrapping kerr.InvalidTxnState that its transaction ended after the
+	// commit was verified (KIP-890) and the batch would open a new one.
 	// It is called with a group's lock held and must never call back into
 	// the Coordinator.
 	Append(ctx context.Context, partition int32, batch []byte) (int64, error)
@@ -392,7 +394,7 @@ func (g *group) appendLocked(ctx context.Context, recs []record, p producer) (in
 	batch := buildBatchFor(recs, g.c.clock.Now().UnixMilli(), p)
 	base, err := g.c.cfg.Log.Append(ctx, g.partition, batch)
 	if err != nil {
-		if !errors.Is(err, segment.ErrInvalidProducerEpoch) { // a fenced producer is the client's affair
+		if !errors.Is(err, segment.ErrInvalidProducerEpoch) && !errors.Is(err, kerr.InvalidTxnState) { // the client's affair
 			g.c.log.Warn("write to __consumer_offsets", "group", g.id, "partition", g.partition, "err", err)
 		}
 		return 0, err
@@ -402,7 +404,8 @@ func (g *group) appendLocked(ctx context.Context, recs []record, p producer) (in
 
 // writeErr maps an OffsetLog failure to a coordinator error, as Kafka's
 // coordinator does: a lost leadership is NOT_COORDINATOR, a transactional
-// producer fenced by a newer epoch INVALID_PRODUCER_EPOCH, anything else
+// producer fenced by a newer epoch INVALID_PRODUCER_EPOCH, a transaction
+// that ended after its verification INVALID_TXN_STATE, anything else
 // COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again and
 // retries).
 func writeErr(err error) *kerr.Error {
@@ -411,6 +414,8 @@ func writeErr(err error) *kerr.Error {
 		return kerr.NotCoordinator
 	case errors.Is(err, segment.ErrInvalidProducerEpoch):
 		return kerr.InvalidProducerEpoch
+	case errors.Is(err, kerr.InvalidTxnState):
+		return kerr.InvalidTxnState
 	}
 	return kerr.CoordinatorNotAvailable
 }

@@ -152,14 +152,12 @@ func (c *Coordinator) txnCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRe
 	if len(recs) == 0 {
 		return nil
 	}
-	base, err := g.appendLocked(ctx, recs, producer{id: req.ProducerID, epoch: req.ProducerEpoch})
-	if err != nil {
-		return writeErr(err)
-	}
-	for _, ca := range commits {
-		ca.o.logOffset = base
-		g.txns.add(req.ProducerID, ca.topic, ca.partition, ca.o)
-	}
+	// The group is registered as the producer's before the write, while
+	// g.mu is held: a marker that lands while the batch commits (a
+	// timeout abort, a fence) then finds the group, and its CompleteTxn
+	// waits for g.mu, so it ends these offsets instead of missing them
+	// and leaving them pending for the producer's next transaction to
+	// apply. If the write fails the entry ends nothing.
 	c.mu.Lock()
 	m := c.mu.producers[req.ProducerID]
 	if m == nil {
@@ -168,6 +166,14 @@ func (c *Coordinator) txnCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRe
 	}
 	m[g.id] = g.partition
 	c.mu.Unlock()
+	base, err := g.appendLocked(ctx, recs, producer{id: req.ProducerID, epoch: req.ProducerEpoch})
+	if err != nil {
+		return writeErr(err)
+	}
+	for _, ca := range commits {
+		ca.o.logOffset = base
+		g.txns.add(req.ProducerID, ca.topic, ca.partition, ca.o)
+	}
 	return nil
 }
 

@@ -373,3 +373,93 @@ func TestTxnOffsetsRetentionAndDeletion(t *testing.T) {
 		}
 	}
 }
+
+// A batch the log refuses because the producer's transaction ended after
+// its verification (KIP-890) is answered INVALID_TXN_STATE, and nothing
+// becomes pending.
+func TestTxnOffsetCommitNotVerified(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.log.fail = fmt.Errorf("append: %w", kerr.InvalidTxnState)
+	if got := h.txnCommit("", 1, 0, 0, 10); got != kerr.InvalidTxnState.Message {
+		t.Fatalf("commit of an ended transaction: %s, want INVALID_TXN_STATE", got)
+	}
+	h.log.fail = nil
+	wantFetch(t, "refused", h.fetchAt(0, true), "-1:OK")
+}
+
+// hookLog runs after, once, right after the inner log appended a batch
+// and before Append returns: what happens when a transaction marker is
+// written and committed while a TxnOffsetCommit waits for its batch to be
+// committed (acks=all), e.g. a fence or a timeout abort by the coordinator.
+type hookLog struct {
+	*memLog
+	after func()
+}
+
+func (l *hookLog) Append(ctx context.Context, p int32, batch []byte) (int64, error) {
+	base, err := l.memLog.Append(ctx, p, batch)
+	if f := l.after; f != nil && err == nil {
+		l.after = nil
+		f()
+	}
+	return base, err
+}
+
+// TestMarkerDuringTxnOffsetCommit: the coordinator aborts a producer's
+// transaction (a fence, a timeout) while that producer's TxnOffsetCommit
+// waits for its batch to commit. The abort must end those offsets: not
+// leave them pending (UNSTABLE_OFFSET_COMMIT for ever), nor let the
+// producer's next commit apply them.
+func TestMarkerDuringTxnOffsetCommit(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.commit("", 5)
+	h.c.Close()
+	hl := &hookLog{memLog: h.log}
+	c, err := New(Config{Partitions: 3, Clock: h.clock, Log: hl, MinSessionTimeout: h.c.cfg.MinSessionTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(3) {
+		if err := c.Load(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.c = c
+	wantFetch(t, "before", h.fetchAt(0, true), "5:OK")
+
+	// The coordinator aborts producer 1's transaction (fence, timeout)
+	// while its TxnOffsetCommit of offset 10 is being committed: the
+	// ABORT marker is written after the batch, then CompleteTxn runs.
+	// The marker's CompleteTxn runs on its own goroutine, as the
+	// WriteTxnMarkers handler's does, and may have to wait for the commit.
+	done := make(chan struct{})
+	hl.after = func() {
+		p := Partition(testGroup, 3)
+		if _, err := h.log.Append(context.Background(), p, markerBatch(1, 0, false)); err != nil {
+			t.Error(err)
+		}
+		go func() {
+			defer close(done)
+			c.CompleteTxn(p, 1, false)
+		}()
+		// Give CompleteTxn the time to run ahead of the commit's end.
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := h.txnCommit("", 1, 0, 0, 10); got != "OK" {
+		t.Fatalf("TxnOffsetCommit: %s", got)
+	}
+	<-done
+	// The transaction is over (aborted): the offset must be 5, stable.
+	wantFetch(t, "after the abort", h.fetchAt(0, true), "5:OK")
+
+	// The same producer id (epoch bumped by the fence) runs a new
+	// transaction that commits an offset for another partition only.
+	if got := h.txnCommit("", 1, 1, 1, 20); got != "OK" {
+		t.Fatalf("TxnOffsetCommit: %s", got)
+	}
+	h.endTxn(1, true)
+	wantFetch(t, "partition 0 after the next commit", h.fetchAt(0, true), "5:OK")
+	wantFetch(t, "partition 1 after the next commit", h.fetchAt(1, true), "20:OK")
+	h.restart()
+	wantFetch(t, "replayed", h.fetchAt(0, true), "5:OK")
+}

@@ -376,7 +376,9 @@ func TestInitProducerIDEpochExhausted(t *testing.T) {
 func loadOne(t *testing.T, h *harness, m Metadata) {
 	t.Helper()
 	p := h.c.PartitionFor(m.TransactionalID)
-	if _, err := h.c.Load(p, 3, []Record{{Key: EncodeKey(m.TransactionalID), Value: EncodeValue(m)}}); err != nil {
+	// As a new leader of the partition would: under the next epoch.
+	epoch, _ := h.c.Loaded(p)
+	if _, err := h.c.Load(p, epoch+1, []Record{{Key: EncodeKey(m.TransactionalID), Value: EncodeValue(m)}}); err != nil {
 		t.Fatal(err)
 	}
 }

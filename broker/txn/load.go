@@ -40,6 +40,11 @@ func (c *Coordinator) Load(partition, coordinatorEpoch int32, recs []Record) ([]
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if loaded, ok := c.mu.partitions[partition]; ok && loaded >= coordinatorEpoch {
+		// Already deciding under this epoch (or a newer one): what the
+		// caller read may be older than what has been decided since.
+		return nil, fmt.Errorf("%w: partition %d is loaded at coordinator epoch %d, not below %d", ErrLoaded, partition, loaded, coordinatorEpoch)
+	}
 	c.unloadLocked(partition)
 	c.mu.partitions[partition] = coordinatorEpoch
 	var resend []*Markers
@@ -52,6 +57,10 @@ func (c *Coordinator) Load(partition, coordinatorEpoch int32, recs []Record) ([]
 	slices.SortFunc(resend, func(a, b *Markers) int { return strings.Compare(a.TransactionalID, b.TransactionalID) })
 	return resend, nil
 }
+
+// ErrLoaded is wrapped when Load is asked to replace a partition already
+// loaded under the same or a newer coordinator epoch.
+var ErrLoaded = errors.New("txn: partition already loaded")
 
 // Unload stops deciding for partition's transactional ids, as when this
 // node stops leading it; their pending transitions can no longer complete.

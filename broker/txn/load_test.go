@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -111,6 +112,31 @@ func TestLoadReplaces(t *testing.T) {
 	}
 	if s := h.state(ids[1]); s.State != PrepareAbort {
 		t.Fatalf("loaded %+v", s)
+	}
+}
+
+// TestLoadKeepsNewerState: a second load of a partition under the epoch it
+// is already loaded at (two loaders that overlapped) is refused: it read
+// the log before changes the coordinator has decided and applied since.
+func TestLoadKeepsNewerState(t *testing.T) {
+	h := newHarness(t)
+	id := idsOnPartition(h.c, 1, 1)[0]
+	pid, epoch := h.mustInit(id)
+	before := h.log[1]
+	wantErr(t, "add", h.add(id, pid, epoch, 3, tp("a", 0)), nil)
+	cepoch, _ := h.c.Loaded(1)
+	if _, err := h.c.Load(1, cepoch, before); !errors.Is(err, ErrLoaded) {
+		t.Fatalf("a second load at epoch %d: %v, want ErrLoaded", cepoch, err)
+	}
+	if s := h.state(id); s.State != Ongoing || !s.HasPartition(tp("a", 0)) {
+		t.Fatalf("state after the refused load: %+v", s)
+	}
+	// A newer epoch (the partition moved away and back) does replace it.
+	if _, err := h.c.Load(1, cepoch+1, before); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.state(id); s.State != Empty {
+		t.Fatalf("state after a load at a newer epoch: %+v", s)
 	}
 }
 

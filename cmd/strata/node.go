@@ -118,6 +118,8 @@ func (d *devNode) config(cmd *cobra.Command, stderr io.Writer) (broker.Config, e
 		DefaultPartitions: 1,
 		OffsetsPartitions: 3, // a laptop needs no 50 offsets partitions
 		Logger:            newLogger(stderr, level, "text"),
+
+		TransactionStatePartitions: 3, // nor 50 transaction state partitions
 	}, nil
 }
 
@@ -215,6 +217,11 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		SessionTimeout:           c.Cluster.SessionTimeout,
 		HeartbeatInterval:        c.Cluster.HeartbeatInterval,
 		ReplicaLagTimeMax:        c.Cluster.ReplicaLagTimeMax,
+
+		TransactionStatePartitions: c.Transactions.StatePartitions,
+		TransactionMaxTimeout:      c.Transactions.MaxTimeout,
+		TransactionalIDExpiration:  c.Transactions.IDExpiration,
+		TransactionAbortInterval:   c.Transactions.AbortInterval,
 
 		Compactor: compactor.Config{
 			MemoryBytes:   c.Compactor.MemoryBytes,

@@ -36,7 +36,9 @@ type Config struct {
 	S3        S3
 	Tier      Tier
 	Compactor Compactor
-	Logging   Logging
+	// Transactions configures the transaction coordinator.
+	Transactions Transactions
+	Logging      Logging
 }
 
 // Node identifies this broker and where it keeps its data.
@@ -161,6 +163,20 @@ type Compactor struct {
 	TestPauseAt string
 }
 
+// Transactions configures the transaction coordinator (docs/transactions.md).
+// See broker.Config for what each knob does; the names in parentheses are
+// Kafka's.
+type Transactions struct {
+	// StatePartitions is transactions.state_partitions: partitions of
+	// __transaction_state when the node creates it, which fixes the
+	// coordinator of each transactional id
+	// (transaction.state.log.num.partitions).
+	StatePartitions int32
+	MaxTimeout      time.Duration // transactions.max_timeout: the longest transaction.timeout.ms a producer may ask for (transaction.max.timeout.ms)
+	IDExpiration    time.Duration // transactions.id_expiration: forget a transactional id idle this long (transactional.id.expiration.ms)
+	AbortInterval   time.Duration // transactions.abort_interval: how often timed-out transactions are looked for (transaction.abort.timed.out.transaction.cleanup.interval.ms)
+}
+
 // Logging configures the node's log output.
 type Logging struct {
 	Level  slog.Level // logging.level
@@ -218,9 +234,19 @@ func Defaults() Config {
 
 			DefaultReplicationFactor: 1, // Kafka's default.replication.factor
 		},
+		Transactions: Transactions{
+			StatePartitions: txnDefaults.TransactionStatePartitions,
+			MaxTimeout:      txnDefaults.TransactionMaxTimeout,
+			IDExpiration:    txnDefaults.TransactionalIDExpiration,
+			AbortInterval:   txnDefaults.TransactionAbortInterval,
+		},
 		Logging: Logging{Level: slog.LevelInfo, Format: "text"},
 	}
 }
+
+// txnDefaults holds the broker's transaction defaults (Kafka's), taken from
+// the broker itself so that the two can never disagree.
+var txnDefaults = broker.Config{}.WithDefaults()
 
 // checkQuorum checks this node's place in the metadata quorum, once every
 // source is applied: the raft listener and the voters may come from

@@ -90,6 +90,11 @@ compactor:
   workers: 2
   io_bytes_per_sec: 50MB
   interval: 30s
+transactions:
+  state_partitions: 7
+  max_timeout: 5m
+  id_expiration: 48h
+  abort_interval: 3s
 logging:
   level: debug
   format: json
@@ -120,8 +125,9 @@ func TestFileSetsEverySetting(t *testing.T) {
 			UploadInterval: 5 * time.Second, IdleUpload: time.Minute, OrphanGrace: 2 * time.Hour,
 			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
 		},
-		Compactor: Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
-		Logging:   Logging{Level: slog.LevelDebug, Format: "json"},
+		Compactor:    Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
+		Transactions: Transactions{StatePartitions: 7, MaxTimeout: 5 * time.Minute, IDExpiration: 48 * time.Hour, AbortInterval: 3 * time.Second},
+		Logging:      Logging{Level: slog.LevelDebug, Format: "json"},
 	}
 	if !equal(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
@@ -689,5 +695,83 @@ func TestConnectionSettings(t *testing.T) {
 		if _, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d", env}); err == nil {
 			t.Errorf("%s accepted", env)
 		}
+	}
+}
+
+// TestTransactionSettings: the four transaction settings default to
+// Kafka's (transaction.state.log.num.partitions 50,
+// transaction.max.timeout.ms 15 min, transactional.id.expiration.ms 7
+// days, transaction.abort.timed.out.transaction.cleanup.interval.ms 10 s),
+// are read from each source, and a bad value is one line naming it.
+func TestTransactionSettings(t *testing.T) {
+	cfg, _, err := load(t, "", []string{"STRATA_DATA_DIR=/d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Transactions{StatePartitions: 50, MaxTimeout: 15 * time.Minute, IDExpiration: 7 * 24 * time.Hour, AbortInterval: 10 * time.Second}
+	if cfg.Transactions != want {
+		t.Errorf("defaults %+v, want %+v", cfg.Transactions, want)
+	}
+	want = Transactions{StatePartitions: 3, MaxTimeout: time.Hour, IDExpiration: 24 * time.Hour, AbortInterval: time.Second}
+	for _, src := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+	}{
+		{"file", "transactions:\n  state_partitions: 3\n  max_timeout: 1h\n  id_expiration: 24h\n  abort_interval: 1s\n", nil, nil},
+		{"env", "", []string{"STRATA_TRANSACTION_STATE_PARTITIONS=3", "STRATA_TRANSACTION_MAX_TIMEOUT=1h",
+			"STRATA_TRANSACTIONAL_ID_EXPIRATION=24h", "STRATA_TRANSACTION_ABORT_INTERVAL=1s"}, nil},
+		{"flags", "", nil, []string{"--transaction-state-partitions", "3", "--transaction-max-timeout", "1h",
+			"--transactional-id-expiration", "24h", "--transaction-abort-interval", "1s"}},
+	} {
+		cfg, warnings, err := load(t, src.yaml, append([]string{"STRATA_DATA_DIR=/d"}, src.env...), src.args...)
+		if err != nil || len(warnings) != 0 {
+			t.Errorf("%s: %v %v", src.name, err, warnings)
+			continue
+		}
+		if cfg.Transactions != want {
+			t.Errorf("%s: %+v, want %+v", src.name, cfg.Transactions, want)
+		}
+	}
+
+	for _, tt := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+		want []string
+	}{
+		{name: "zero partitions", env: []string{"STRATA_TRANSACTION_STATE_PARTITIONS=0"},
+			want: []string{`environment STRATA_TRANSACTION_STATE_PARTITIONS: "0" is less than 1`}},
+		{name: "partitions not a number", yaml: "transactions:\n  state_partitions: many\n",
+			want: []string{`strata.yaml:2: transactions.state_partitions: "many" is not an integer`}},
+		{name: "max timeout below a millisecond", args: []string{"--transaction-max-timeout", "10us"},
+			want: []string{`"--transaction-max-timeout"`, `"10us" is not a duration from 1ms to`}},
+		// transaction.timeout.ms is an int32 of milliseconds on the wire:
+		// a bound beyond it could never be reached.
+		{name: "max timeout beyond int32 milliseconds", env: []string{"STRATA_TRANSACTION_MAX_TIMEOUT=600h"},
+			want: []string{`STRATA_TRANSACTION_MAX_TIMEOUT: "600h" is not a duration from 1ms to 596h31m23.647s`}},
+		{name: "zero expiration", yaml: "transactions:\n  id_expiration: 0\n",
+			want: []string{`strata.yaml:2: transactions.id_expiration: "0" is not a duration of at least 1ms`}},
+		{name: "negative abort interval", args: []string{"--transaction-abort-interval", "-1s"},
+			want: []string{`"--transaction-abort-interval"`, `"-1s" is not a duration of at least 1ms`}},
+		{name: "misplaced key", yaml: "topics:\n  max_timeout: 1m\n",
+			want: []string{"unknown key topics.max_timeout (did you mean transactions.max_timeout?)"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := load(t, tt.yaml, append([]string{"STRATA_DATA_DIR=/d"}, tt.env...), tt.args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if msg := err.Error(); strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
 	}
 }

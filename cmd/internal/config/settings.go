@@ -309,6 +309,26 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Compactor.Interval.String() },
 	},
 	{
+		key: "transactions.state_partitions", flag: "transaction-state-partitions", typ: "int", usage: "partitions of __transaction_state when the node creates it; fixes which partition owns each transactional id (transaction.state.log.num.partitions)",
+		set: int32Setter(func(c *Config) *int32 { return &c.Transactions.StatePartitions }, 1),
+		get: func(c *Config) string { return strconv.Itoa(int(c.Transactions.StatePartitions)) },
+	},
+	{
+		key: "transactions.max_timeout", flag: "transaction-max-timeout", typ: "duration", usage: "longest transaction timeout a producer may ask for (transaction.max.timeout.ms)",
+		set: millisSetter(func(c *Config) *time.Duration { return &c.Transactions.MaxTimeout }, math.MaxInt32*time.Millisecond),
+		get: func(c *Config) string { return c.Transactions.MaxTimeout.String() },
+	},
+	{
+		key: "transactions.id_expiration", flag: "transactional-id-expiration", typ: "duration", usage: "forget a transactional id that has had no transaction for this long (transactional.id.expiration.ms)",
+		set: millisSetter(func(c *Config) *time.Duration { return &c.Transactions.IDExpiration }, 0),
+		get: func(c *Config) string { return c.Transactions.IDExpiration.String() },
+	},
+	{
+		key: "transactions.abort_interval", flag: "transaction-abort-interval", typ: "duration", usage: "how often transactions open past their timeout are looked for and aborted (transaction.abort.timed.out.transaction.cleanup.interval.ms)",
+		set: millisSetter(func(c *Config) *time.Duration { return &c.Transactions.AbortInterval }, 0),
+		get: func(c *Config) string { return c.Transactions.AbortInterval.String() },
+	},
+	{
 		key: "logging.level", flag: "log-level", typ: "level", usage: "debug, info, warn or error",
 		set: func(c *Config, raw string) error {
 			l, err := ParseLevel(raw)
@@ -513,6 +533,23 @@ func positiveDurationSetter(field func(*Config) *time.Duration) func(*Config, st
 		d, err := time.ParseDuration(strings.TrimSpace(raw))
 		if err != nil || d <= 0 {
 			return fmt.Errorf("%q is not a positive duration (e.g. 500ms, 1s, 5m)", raw)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+// millisSetter parses a duration of at least a millisecond, the unit
+// Kafka counts these settings in (below it the broker would round to zero),
+// and at most max when max is not zero.
+func millisSetter(field func(*Config) *time.Duration, max time.Duration) func(*Config, string) error {
+	return func(c *Config, raw string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		switch {
+		case max > 0 && (err != nil || d < time.Millisecond || d > max):
+			return fmt.Errorf("%q is not a duration from 1ms to %s", raw, max)
+		case err != nil || d < time.Millisecond:
+			return fmt.Errorf("%q is not a duration of at least 1ms (e.g. 10s, 15m, 24h)", raw)
 		}
 		*field(c) = d
 		return nil

@@ -14,7 +14,10 @@ import (
 // A transactional producer adds the partitions it is about to write to its
 // transaction (v0-3, one transactional id); the first add starts the
 // transaction and its timeout. The answer waits until the change is
-// committed to __transaction_state. A partition that does not exist gets
+// committed to __transaction_state. A producer whose previous transaction
+// is still writing its markers waits for it to complete (at most 100 ms)
+// instead of being answered CONCURRENT_TRANSACTIONS at once, which its
+// client would retry only 20 ms later. A partition that does not exist gets
 // UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
 // in Kafka; a coordinator error applies to every partition.
 //
@@ -103,12 +106,14 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		}
 		setAll(0)
 	default:
-		res := b.txns.c.AddPartitions(txn.AddPartitionsRequest{
-			TransactionalID: rt.TransactionalID,
-			ProducerID:      rt.ProducerID,
-			ProducerEpoch:   rt.ProducerEpoch,
-			Partitions:      parts,
-			Version:         version,
+		res := b.retryWhileCompleting(func() txn.AddPartitionsResult {
+			return b.txns.c.AddPartitions(txn.AddPartitionsRequest{
+				TransactionalID: rt.TransactionalID,
+				ProducerID:      rt.ProducerID,
+				ProducerEpoch:   rt.ProducerEpoch,
+				Partitions:      parts,
+				Version:         version,
+			})
 		})
 		var err error
 		if res.Err != nil {

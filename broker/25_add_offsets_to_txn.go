@@ -36,12 +36,14 @@ func (b *Broker) addOffsetsToTxn(r *kmsg.AddOffsetsToTxnRequest) error {
 	if r.Group == "" {
 		return kerr.InvalidGroupID
 	}
-	res := b.txns.c.AddOffsets(txn.AddOffsetsRequest{
-		TransactionalID: r.TransactionalID,
-		ProducerID:      r.ProducerID,
-		ProducerEpoch:   r.ProducerEpoch,
-		Group:           r.Group,
-		Version:         r.Version,
+	res := b.retryWhileCompleting(func() txn.AddPartitionsResult {
+		return b.txns.c.AddOffsets(txn.AddOffsetsRequest{
+			TransactionalID: r.TransactionalID,
+			ProducerID:      r.ProducerID,
+			ProducerEpoch:   r.ProducerEpoch,
+			Group:           r.Group,
+			Version:         r.Version,
+		})
 	})
 	if res.Err != nil {
 		return res.Err

@@ -1,15 +1,12 @@
 package broker
 
 import (
-	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/group"
@@ -434,32 +431,4 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// TestTxnBackToBackTransactions: a producer that ends transaction after
-// transaction at the same epoch (clients before KIP-890 part 2) never
-// finds its next end's markers taken for the previous one's, still being
-// completed: every transaction commits.
-func TestTxnBackToBackTransactions(t *testing.T) {
-	b := testBroker(t, "")
-	cl := testClient(t, b)
-	createTopic(t, kadmFor(cl), "tx-b2b", 1, nil)
-	p := testClient(t, b, kgo.TransactionalID("b2b"), kgo.DefaultProduceTopic("tx-b2b"), kgo.TransactionTimeout(30*time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const n = 200
-	for i := range n {
-		if err := p.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.ProduceSync(ctx, kgo.StringRecord(fmt.Sprint(i))).FirstErr(); err != nil {
-			t.Fatalf("transaction %d: produce: %v", i, err)
-		}
-		if err := p.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Fatalf("transaction %d: commit: %v", i, err)
-		}
-	}
-	if m := markers(t, b, "tx-b2b", 0); len(m) != n {
-		t.Fatalf("%d markers after %d transactions", len(m), n)
-	}
 }

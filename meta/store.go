@@ -289,7 +289,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("meta: no raft state in %s and Bootstrap not set", cfg.Dir)
 		}
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.logs, snaps, s.trans)
+	s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, closingStable{s.logs}, snaps, s.trans)
 	if err != nil {
 		return nil, fmt.Errorf("meta: start raft: %w", err)
 	}
@@ -621,4 +621,28 @@ func newTopicID() [16]byte {
 			return id
 		}
 	}
+}
+
+// closingStable is the raft stable store. The TCP transport serves
+// heartbeats on its own goroutines, outside the ones raft.Shutdown waits
+// for: one that passed raft's shutdown check just before Close may update
+// the current term after the store closed, and raft panics on a failed
+// write. Such a write is dropped instead. Nothing is lost that matters: a
+// shut-down raft grants no vote (votes go through its main loop, stopped
+// first), and a term learnt from a heartbeat is learnt again from the
+// leader's next one after a restart.
+type closingStable struct{ *badgerstore.Store }
+
+func (c closingStable) Set(key, val []byte) error {
+	if err := c.Store.Set(key, val); err != nil && !errors.Is(err, badgerstore.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func (c closingStable) SetUint64(key []byte, val uint64) error {
+	if err := c.Store.SetUint64(key, val); err != nil && !errors.Is(err, badgerstore.ErrClosed) {
+		return err
+	}
+	return nil
 }

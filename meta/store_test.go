@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"strata/meta/internal/badgerstore"
 )
 
 type testWriter struct{ t *testing.T }
@@ -414,4 +416,28 @@ func TestOpenAsAnotherNode(t *testing.T) {
 		t.Errorf("error %q (made by %q)", err, other.MadeBy())
 	}
 	openStore(t, dir) // still opens as node 1
+}
+
+// TestStableWriteAfterCloseIsDropped: a heartbeat the TCP transport
+// serves while the store closes may set the current term after the
+// database closed; raft panics on a failed stable write, so the write is
+// dropped (CI once saw that panic when a test cluster node closed).
+func TestStableWriteAfterCloseIsDropped(t *testing.T) {
+	st, err := badgerstore.Open(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stable := closingStable{st}
+	if err := stable.SetUint64([]byte("CurrentTerm"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stable.SetUint64([]byte("CurrentTerm"), 4); err != nil {
+		t.Fatalf("a term update after close: %v, want it dropped", err)
+	}
+	if err := stable.Set([]byte("LastVoteCand"), []byte("x")); err != nil {
+		t.Fatalf("a set after close: %v, want it dropped", err)
+	}
 }

@@ -8,6 +8,7 @@ type metrics struct {
 	bytesRead, bytesWritten *prometheus.CounterVec // tier
 	keysSeen, keysKept      *prometheus.CounterVec // tier
 	tombstones              *prometheus.CounterVec // tier
+	aborted, markers        *prometheus.CounterVec // tier
 	passes                  *prometheus.CounterVec // tier, result
 	duration                *prometheus.HistogramVec
 	requests                *prometheus.CounterVec // op
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Keyed records compaction kept."}, []string{"tier"}),
 		tombstones: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_compactor_tombstones_removed_total",
 			Help: "Tombstones removed after delete.retention.ms."}, []string{"tier"}),
+		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_compactor_aborted_records_removed_total",
+			Help: "Records of aborted transactions removed."}, []string{"tier"}),
+		markers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_compactor_markers_removed_total",
+			Help: "Transaction markers removed after delete.retention.ms, their transactions' records gone."}, []string{"tier"}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_compactor_passes_total",
 			Help: "Compaction passes by result (ok, abandoned, error)."}, []string{"tier", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "strata_compactor_pass_seconds",
@@ -36,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Dirty bytes over cleanable bytes, per partition, as last checked."}, []string{"tier", "topic", "partition"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.bytesRead, m.bytesWritten, m.keysSeen, m.keysKept, m.tombstones, m.passes, m.duration, m.requests, m.dirty} {
+		for _, c := range []prometheus.Collector{m.bytesRead, m.bytesWritten, m.keysSeen, m.keysKept, m.tombstones, m.aborted, m.markers, m.passes, m.duration, m.requests, m.dirty} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -53,6 +58,8 @@ func (m *metrics) observe(tier string, st Stats, result string) {
 	m.keysSeen.WithLabelValues(tier).Add(float64(st.KeysSeen))
 	m.keysKept.WithLabelValues(tier).Add(float64(st.KeysKept))
 	m.tombstones.WithLabelValues(tier).Add(float64(st.TombstonesRemoved))
+	m.aborted.WithLabelValues(tier).Add(float64(st.AbortedRemoved))
+	m.markers.WithLabelValues(tier).Add(float64(st.MarkersRemoved))
 	m.requests.WithLabelValues("get").Add(float64(st.Gets))
 	m.requests.WithLabelValues("put").Add(float64(st.Puts))
 	if result == "ok" {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"strata/segment"
 	"strata/tier"
 	"strata/tier/objstore"
@@ -263,9 +265,16 @@ func TestLocalCompactionTransactions(t *testing.T) {
 
 	policy := Policy{DeleteRetention: time.Hour, MinDirtyRatio: 0.01, SegmentBytes: 2 << 10}
 	host := &fakeHost{local: []LocalPartition{localPartition(l, policy)}}
-	c := newTestCompactor(t, host, clk, Config{})
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Now: clk.now, SpoolDir: t.TempDir()}, host, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if n := gathered(t, reg, "strata_compactor_aborted_records_removed_total"); n == 0 {
+		t.Errorf("strata_compactor_aborted_records_removed_total{tier=local} = %v after a pass removed B's aborted records", n)
 	}
 	if cleaned, _ := l.CleanerCheckpoint(); cleaned > tl.openC || cleaned <= tl.abortB {
 		t.Fatalf("cleaned to %d; the open transaction begins at %d, B's abort marker is at %d", cleaned, tl.openC, tl.abortB)
@@ -332,6 +341,9 @@ func TestLocalCompactionTransactions(t *testing.T) {
 	}
 	if ab := l.AbortedTransactions(0, l.EndOffset()); len(ab) != 0 {
 		t.Fatalf("aborted transactions left without their marker: %+v", ab)
+	}
+	if n := gathered(t, reg, "strata_compactor_markers_removed_total"); n != 2 {
+		t.Errorf("strata_compactor_markers_removed_total{tier=local} = %v, want 2 (A's first commit, B's abort)", n)
 	}
 	// The later transactions' markers, whose batches stay, are there.
 	if len(ms) != 3 {
@@ -629,4 +641,22 @@ func TestCleaningMarkerEdges(t *testing.T) {
 			t.Errorf("%s: kept %v, want %v", tc.name, kept, tc.kept)
 		}
 	}
+}
+
+// gathered sums the counter name over its series in reg.
+func gathered(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

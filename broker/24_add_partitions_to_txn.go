@@ -126,22 +126,18 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		setAll(errorCode(err))
 	}
 	// The response lists topics in the request's order.
-	seen := make(map[string]int)
-	for _, tp := range parts {
-		i, ok := seen[tp.Topic]
-		if !ok {
-			i = len(out.Topics)
-			seen[tp.Topic] = i
-			t := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
-			t.Topic = tp.Topic
-			out.Topics = append(out.Topics, t)
+	for _, g := range byTopic(parts) {
+		t := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
+		t.Topic = g[0].Topic
+		for _, tp := range g {
+			p := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
+			p.Partition, p.ErrorCode = tp.Partition, codes[tp]
+			if p.ErrorCode != 0 {
+				b.metrics.countError(kmsg.AddPartitionsToTxn, p.ErrorCode)
+			}
+			t.Partitions = append(t.Partitions, p)
 		}
-		p := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
-		p.Partition, p.ErrorCode = tp.Partition, codes[tp]
-		if p.ErrorCode != 0 {
-			b.metrics.countError(kmsg.AddPartitionsToTxn, p.ErrorCode)
-		}
-		out.Topics[i].Partitions = append(out.Topics[i].Partitions, p)
+		out.Topics = append(out.Topics, t)
 	}
 	return out
 }

@@ -625,23 +625,36 @@ func (b *Broker) topicExists(name string) bool {
 	return ok
 }
 
+// byTopic groups parts by topic, the topics in the order they first
+// appear, as the transaction APIs list partitions.
+func byTopic(parts []txn.TopicPartition) [][]txn.TopicPartition {
+	var groups [][]txn.TopicPartition
+	at := make(map[string]int)
+	for _, tp := range parts {
+		i, ok := at[tp.Topic]
+		if !ok {
+			i = len(groups)
+			at[tp.Topic] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], tp)
+	}
+	return groups
+}
+
 // writeMarkersRemote sends one WriteTxnMarkers to broker leader for tps.
 func (b *Broker) writeMarkersRemote(ctx context.Context, leader int32, m *txn.Markers, tps []txn.TopicPartition) map[txn.TopicPartition]error {
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
 	req.Version = 1
 	wm := kmsg.NewWriteTxnMarkersRequestMarker()
 	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch
-	byTopic := make(map[string]int)
-	for _, tp := range tps {
-		i, ok := byTopic[tp.Topic]
-		if !ok {
-			i = len(wm.Topics)
-			byTopic[tp.Topic] = i
-			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
-			t.Topic = tp.Topic
-			wm.Topics = append(wm.Topics, t)
+	for _, g := range byTopic(tps) {
+		t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+		t.Topic = g[0].Topic
+		for _, tp := range g {
+			t.Partitions = append(t.Partitions, tp.Partition)
 		}
-		wm.Topics[i].Partitions = append(wm.Topics[i].Partitions, tp.Partition)
+		wm.Topics = append(wm.Topics, t)
 	}
 	req.Markers = append(req.Markers, wm)
 	errs := make(map[txn.TopicPartition]error, len(tps))
@@ -811,17 +824,13 @@ func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch i
 	req.Version = 4
 	rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
 	rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, rt.VerifyOnly = txnID, pid, epoch, true
-	byTopic := make(map[string]int)
-	for _, p := range parts {
-		i, ok := byTopic[p.Topic]
-		if !ok {
-			i = len(rt.Topics)
-			byTopic[p.Topic] = i
-			t := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
-			t.Topic = p.Topic
-			rt.Topics = append(rt.Topics, t)
+	for _, g := range byTopic(parts) {
+		t := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+		t.Topic = g[0].Topic
+		for _, tp := range g {
+			t.Partitions = append(t.Partitions, tp.Partition)
 		}
-		rt.Topics[i].Partitions = append(rt.Topics[i].Partitions, p.Partition)
+		rt.Topics = append(rt.Topics, t)
 	}
 	req.Transactions = append(req.Transactions, rt)
 	kresp, err := b.peerRequest(ctx, coord.NodeID, req)

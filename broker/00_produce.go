@@ -121,11 +121,12 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			sp.LogStartOffset = -1
 			err := topicErr
 			var p *partition
+			var txnData bool
 			if err == nil {
-				p, err = b.producible(rt.Topic, rp, r.Acks)
+				p, txnData, err = b.producible(rt.Topic, rp, r.Acks)
 			}
 			var tx *txnAppend
-			if err == nil && producer.ok && hasTxnData(rp.Records) {
+			if err == nil && producer.ok && txnData {
 				tx = &txnAppend{pid: producer.pid, epoch: producer.epoch}
 				tx.guard, err = p.startTxnVerification(producer.pid, producer.epoch)
 				if err == nil && tx.guard != nil {
@@ -220,28 +221,29 @@ func acksZeroFailure(resp *kmsg.ProduceResponse) error {
 }
 
 // producible returns the partition rp is for, if a client may append
-// these records to it now.
-func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16) (*partition, error) {
+// these records to it now, and whether they hold transactional data.
+func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16) (*partition, bool, error) {
 	p, err := b.led(topic, rp.Partition)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if err := checkBatchKinds(rp.Records); err != nil {
-		return nil, err
+	txnData, err := batchKinds(rp.Records)
+	if err != nil {
+		return nil, false, err
 	}
 	settings := p.settings.Load()
 	if settings.internal {
-		return nil, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+		return nil, false, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
-		return nil, errDiskFull
+		return nil, false, errDiskFull
 	}
 	if acks == -1 {
 		if isr := p.rep.isrSize(); isr < settings.minISR {
-			return nil, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
+			return nil, false, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
 		}
 	}
-	return p, nil
+	return p, txnData, nil
 }
 
 // produceTo appends one partition's batches and fills in sp. It returns
@@ -281,25 +283,19 @@ func eachBatchHeader(records []byte, fn func(h []byte)) {
 	}
 }
 
-// checkBatchKinds refuses batches a client may not write: control
-// batches are the broker's to write (transaction markers).
-func checkBatchKinds(records []byte) error {
-	var err error
+// batchKinds reads the batch headers of records once: control batches
+// are refused (they are the broker's to write: transaction markers), and
+// txnData says whether a transactional data batch is among them.
+func batchKinds(records []byte) (txnData bool, err error) {
 	eachBatchHeader(records, func(h []byte) {
-		if h[batchAttrsByte]&attrControl != 0 {
+		switch attrs := h[batchAttrsByte]; {
+		case attrs&attrControl != 0:
 			err = fmt.Errorf("%w: clients may not write control batches", kerr.InvalidRecord)
+		case attrs&attrTransactional != 0:
+			txnData = true
 		}
 	})
-	return err
-}
-
-// hasTxnData reports whether records hold a transactional data batch.
-func hasTxnData(records []byte) bool {
-	found := false
-	eachBatchHeader(records, func(h []byte) {
-		found = found || h[batchAttrsByte]&(attrTransactional|attrControl) == attrTransactional
-	})
-	return found
+	return txnData, err
 }
 
 // txnProducer is the producer whose transactional batches a request
@@ -330,7 +326,7 @@ func transactionalProducer(r *kmsg.ProduceRequest) (txnProducer, error) {
 					return
 				}
 				if h[batchAttrsByte]&attrControl != 0 {
-					return // refused per partition (checkBatchKinds)
+					return // refused per partition (batchKinds)
 				}
 				pid := int64(binary.BigEndian.Uint64(h[batchProducerID:]))
 				epoch := int16(binary.BigEndian.Uint16(h[batchProducerEpoch:]))

@@ -258,26 +258,7 @@ func highWatermark(t *testing.T, cl *kgo.Client, topic string, partition int32) 
 
 func listLatest(t *testing.T, cl *kgo.Client, topic string, partition int32, isolation int8) int64 {
 	t.Helper()
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.IsolationLevel = isolation
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = partition
-	rp.Timestamp = -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("list offsets: %v", err)
-	}
-	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		t.Fatalf("list offsets %s-%d isolation %d: %v", topic, partition, isolation, kerr.ErrorForCode(p.ErrorCode))
-	}
-	return p.Offset
+	return listOffsetAt(t, cl, topic, partition, -1, isolation)
 }
 
 // TestTxnAbortedNeverVisibleLocal: several producers commit and abort

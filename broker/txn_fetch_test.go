@@ -91,22 +91,32 @@ func batchOffsets(b []byte) []int64 {
 // level; it returns the offset.
 func listOffsetIsolated(t *testing.T, cl *kgo.Client, topic string, ts int64, isolation int8) int64 {
 	t.Helper()
+	return listOffsetAt(t, cl, topic, 0, ts, isolation)
+}
+
+// listOffsetAt is ListOffsets for one partition at timestamp ts (-1:
+// latest) and the isolation level; it returns the offset.
+func listOffsetAt(t *testing.T, cl *kgo.Client, topic string, partition int32, ts int64, isolation int8) int64 {
+	t.Helper()
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.IsolationLevel = isolation
 	rt := kmsg.NewListOffsetsRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = partition
 	rp.Timestamp = ts
 	rp.CurrentLeaderEpoch = -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		t.Fatalf("list offsets: %v", err)
 	}
 	p := resp.Topics[0].Partitions[0]
 	if p.ErrorCode != 0 {
-		t.Fatalf("list offsets %d: %v", ts, kerr.ErrorForCode(p.ErrorCode))
+		t.Fatalf("list offsets %s-%d at %d, isolation %d: %v", topic, partition, ts, isolation, kerr.ErrorForCode(p.ErrorCode))
 	}
 	return p.Offset
 }

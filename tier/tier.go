@@ -408,18 +408,162 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 // writableLocked returns the manifest a writer of epoch builds on, after
 // resolving a publication of unknown outcome; ErrFenced if a later epoch
 // owns the manifest.
+//
+// A writer whose epoch is above the manifest's claims it first (claimLocked),
+// so that whatever it publishes afterwards is fenced against the leader it
+// replaced.
 func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Root, error) {
-	if err := t.resolvePendingLocked(ctx, ps); err != nil {
+	if err := t.resolvePendingLocked(ctx, tp, ps); err != nil {
 		return nil, err
 	}
 	m, err := t.Manifest(ctx, tp)
 	if err != nil {
 		return nil, err
 	}
-	if m.LeaderEpoch > epoch {
+	switch {
+	case m.LeaderEpoch > epoch:
 		return nil, t.fenced(m, epoch)
+	case m.LeaderEpoch < epoch:
+		return t.claimLocked(ctx, tp, ps, epoch)
 	}
 	return m, nil
+}
+
+// claimLocked publishes, at the writer's epoch, the bucket's newest
+// manifest unchanged, and returns it. Until a new leader has published
+// at its epoch, a deposed one (paused past its session, or cut off from
+// the controller but not from the bucket) can publish versions of its own
+// epoch that readers take as current; once the claim is listed, the
+// deposed writer's check after publishing (confirmLocked) finds it and it
+// deletes nothing on the strength of its version.
+//
+// A deposed writer may still publish between this writer's read of the
+// bucket and its claim becoming visible: then a version of a lower epoch
+// sorts below the claim but is newer than what the claim was made from,
+// and what that writer uploaded, and possibly deleted locally, would be
+// hidden. So the claim is checked by listing, and made again over such a
+// version, which keeps the deposed writer's objects referenced rather than
+// hidden, as KIP-405 keeps a zombie's copy.
+func (t *Tier) claimLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Root, error) {
+	base, err := t.loadManifest(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	base = ps.advance(base)
+	minSeq := int64(0)
+	for attempt := 0; ; attempt++ {
+		switch {
+		case base.LeaderEpoch > epoch:
+			return nil, t.fenced(base, epoch)
+		case base.LeaderEpoch == epoch:
+			return base, nil // claimed already
+		}
+		ch, err := base.Claim(epoch, minSeq, t.cfg.Paging)
+		if err != nil {
+			return nil, fmt.Errorf("claim the manifest of %s-%d at epoch %d: %w", tp.Topic, tp.Partition, epoch, err)
+		}
+		err = t.publishLocked(ctx, ps, ch)
+		switch {
+		case errors.Is(err, errConflict) && attempt < maxConflicts:
+			if err := t.reloadLocked(ctx, tp, ps, ch.Root.Key()); err != nil {
+				return nil, err
+			}
+			base = ps.cur.Load()
+			continue
+		case err != nil:
+			return nil, err
+		}
+		claim := ps.advance(ch.Root)
+		if claim != ch.Root {
+			return nil, t.fenced(claim, epoch)
+		}
+		newest, below, err := listNewest(ctx, t.store, tp, epoch)
+		if err != nil {
+			return nil, err
+		}
+		if newest.LeaderEpoch > epoch {
+			return nil, t.fencedBy(ctx, ps, newest, epoch)
+		}
+		if below.Seq == 0 && below.LeaderEpoch == 0 || !versionAfter(below, base) {
+			t.log.Info("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", base.Key())
+			return claim, nil
+		}
+		if attempt == maxConflicts {
+			return nil, fmt.Errorf("claim the manifest of %s-%d at epoch %d: versions of lower epochs keep appearing (last %s)", tp.Topic, tp.Partition, epoch, below)
+		}
+		// A deposed writer published after base was read: claim again,
+		// over its version.
+		if base, err = GetManifest(ctx, t.store, below.String()); err != nil {
+			return nil, err
+		}
+		minSeq = claim.Seq + 1
+		t.log.Warn("a deposed leader published after this leader read the bucket; claiming over its version", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "version", below.String())
+	}
+}
+
+// versionAfter reports whether k names a later version than m.
+func versionAfter(k format.ManifestKey, m *format.Root) bool {
+	if k.LeaderEpoch != m.LeaderEpoch {
+		return k.LeaderEpoch > m.LeaderEpoch
+	}
+	return k.Seq > m.Seq
+}
+
+// listNewest lists tp's manifest keys and returns the newest, and the
+// newest of an epoch below epoch (zero keys when there is none).
+func listNewest(ctx context.Context, store objstore.Store, tp format.TopicPartition, epoch int32) (newest, below format.ManifestKey, err error) {
+	err = store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
+		k, err := format.ParseManifestKey(a.Key)
+		if err != nil {
+			return nil // not a manifest: the collector's business
+		}
+		if !versionAfterKey(newest, k) {
+			newest = k
+		}
+		if k.LeaderEpoch < epoch && !versionAfterKey(below, k) {
+			below = k
+		}
+		return nil
+	})
+	if err != nil {
+		return newest, below, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	return newest, below, nil
+}
+
+// versionAfterKey reports whether a names a later version than b.
+func versionAfterKey(a, b format.ManifestKey) bool {
+	if a.LeaderEpoch != b.LeaderEpoch {
+		return a.LeaderEpoch > b.LeaderEpoch
+	}
+	return a.Seq > b.Seq
+}
+
+// confirmLocked checks, after publishing m, that no manifest of a higher
+// epoch is in the bucket. A deposed writer's publish succeeds under its
+// own key, but a newer leader's version hides it: nothing may then be
+// deleted on the strength of m, locally or on followers, so the writer
+// gets ErrFenced and its cache moves to the newer version. It needs a
+// store whose LIST shows every completed PUT (S3 has been strongly
+// consistent since 2020; docs/bucket-format.md §3).
+func (t *Tier) confirmLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, m *format.Root) error {
+	newest, _, err := listNewest(ctx, t.store, tp, m.LeaderEpoch)
+	if err != nil {
+		return fmt.Errorf("confirm manifest %s: %w", m.Key(), err)
+	}
+	if newest.LeaderEpoch > m.LeaderEpoch {
+		return t.fencedBy(ctx, ps, newest, m.LeaderEpoch)
+	}
+	return nil
+}
+
+// fencedBy moves the cache to the newer leader's version k and returns
+// ErrFenced for a writer of epoch.
+func (t *Tier) fencedBy(ctx context.Context, ps *partitionState, k format.ManifestKey, epoch int32) error {
+	if m, err := GetManifest(ctx, t.store, k.String()); err == nil {
+		ps.advance(m)
+	}
+	return fmt.Errorf("%w: %s-%d has a manifest of epoch %d, this writer's epoch is %d", ErrFenced, k.Topic, k.Partition, k.LeaderEpoch, epoch)
 }
 
 func (t *Tier) fenced(m *format.Root, epoch int32) error {
@@ -463,6 +607,9 @@ func (t *Tier) updateLocked(ctx context.Context, tp format.TopicPartition, ps *p
 				// A newer leader's manifest arrived meanwhile: what this
 				// writer published is not the partition's state.
 				return nil, t.fenced(cur, epoch)
+			}
+			if err := t.confirmLocked(ctx, tp, ps, next); err != nil {
+				return nil, err
 			}
 			return next, nil
 		}
@@ -542,7 +689,10 @@ func (t *Tier) publishLocked(ctx context.Context, ps *partitionState, ch *format
 // resolvePendingLocked settles a publication of unknown outcome: if the
 // manifest is in the bucket it becomes current, as a successful publish
 // would have made it.
-func (t *Tier) resolvePendingLocked(ctx context.Context, ps *partitionState) error {
+//
+// A version found published is confirmed as a fresh publish is: a writer
+// deposed meanwhile gets ErrFenced.
+func (t *Tier) resolvePendingLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState) error {
 	p := ps.pending.Load()
 	if p == nil {
 		return nil
@@ -551,7 +701,9 @@ func (t *Tier) resolvePendingLocked(ctx context.Context, ps *partitionState) err
 	same, err := t.readBack(ctx, m.Key(), raw)
 	switch {
 	case err == nil && same:
+		ps.pending.Store(nil)
 		ps.advance(m)
+		return t.confirmLocked(ctx, tp, ps, m)
 	case err != nil && !errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("resolve the publication of manifest %s: %w", m.Key(), err)
 	}

@@ -200,6 +200,22 @@ func (r *Root) Append(seg RemoteSegment, epoch int32, pg Paging) (*Change, error
 	return (&Change{Root: n}).finish(pg, 1)
 }
 
+// Claim returns the change by which a new leader of epoch takes the
+// manifest over before its first write: r unchanged but for its epoch and
+// a sequence above both r's and minSeq. Publishing it first is what fences
+// a deposed leader (docs/bucket-format.md §3): every later version of the
+// old epoch sorts below it, and the deposed writer's check after publishing
+// finds it.
+func (r *Root) Claim(epoch int32, minSeq int64, pg Paging) (*Change, error) {
+	pg = pg.withDefaults()
+	n, err := r.next(epoch)
+	if err != nil {
+		return nil, err
+	}
+	n.Seq = max(n.Seq, minSeq)
+	return (&Change{Root: n}).finish(pg, 0)
+}
+
 // WithLogStart returns the change that raises the log start offset to
 // offset (it never moves down) and drops the segments wholly below it:
 // whole pages are dropped from their summaries, an index page straddling

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -110,13 +111,29 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 		b.replicas.Follow(w.leader, replica.Partition{
 			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.epoch,
 			Log: p.log, Lock: &p.appendMu,
-			Fetched: func(leaderHW int64) { p.followerFetched(leaderHW) },
+			Fetched:       func(leaderHW int64) { p.followerFetched(leaderHW) },
+			LogStartBound: func() int64 { return b.followerLogStartBound(p) },
 		})
 	}
 	// Fetches and acks=all produces waiting on the partition look again:
 	// a deposed leader's waiters must not wait for a high watermark that
 	// will not come.
 	p.wake()
+}
+
+// followerLogStartBound is how far a follower of p may move its log start
+// after its leader's: anywhere on a topic that does not tier; on one that
+// does, no further than the bucket's current manifest (as this node last
+// read it) holds, or reaches by its own log start, so that no record is
+// deleted here that the bucket does not have.
+func (b *Broker) followerLogStartBound(p *partition) int64 {
+	if !b.remoteEnabled(p) {
+		return math.MaxInt64
+	}
+	if !p.remoteKnown.Load() {
+		return p.log.StartOffset()
+	}
+	return p.uploadedEnd.Load()
 }
 
 // followerFetched takes the leader's high watermark into a follower.

@@ -377,20 +377,38 @@ func (t *Tier) Upload(ctx context.Context, tp format.TopicPartition, seg segment
 	if !m.Empty() && seg.EndOffset <= m.EndOffset() {
 		return m, nil // already there
 	}
-	obj, rs, err := t.buildObject(tp, seg, leaderEpoch)
-	if err != nil {
-		return nil, err
-	}
-	defer obj.close()
-	// Held until the manifest that lists it is current (or the upload
-	// failed, leaving an ordinary orphan).
-	defer ps.hold(rs.Key)()
-	if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
-		return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
+	var rs format.RemoteSegment
+	if from := m.EndOffset(); !m.Empty() && seg.BaseOffset < from {
+		// This replica rolls its segments at other offsets than the one
+		// that uploaded before it (it was rebuilt, or restarted at its
+		// leader's local start): only the part above the bucket's end goes
+		// up, so the bucket stays without gap or overlap.
+		part, release, err := t.uploadPart(ctx, tp, seg, from, leaderEpoch)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		rs = part
+	} else {
+		obj, whole, err := t.buildObject(tp, seg, leaderEpoch)
+		if err != nil {
+			return nil, err
+		}
+		defer obj.close()
+		rs = whole
+		// Held until the manifest that lists it is current (or the upload
+		// failed, leaving an ordinary orphan).
+		defer ps.hold(rs.Key)()
+		if err := t.store.Put(ctx, rs.Key, obj.r, obj.r.Size()); err != nil {
+			return nil, fmt.Errorf("upload segment %d of %s-%d: %w", seg.BaseOffset, tp.Topic, tp.Partition, err)
+		}
 	}
 	next, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Root) (*format.Change, error) {
 		if !m.Empty() && seg.EndOffset <= m.EndOffset() {
 			return nil, nil // another writer of this epoch put it there meanwhile
+		}
+		if !m.Empty() && rs.BaseOffset != m.EndOffset() {
+			return nil, fmt.Errorf("segment %d of %s-%d: the bucket's end moved to %d meanwhile", rs.BaseOffset, tp.Topic, tp.Partition, m.EndOffset())
 		}
 		next, err := m.Append(rs, leaderEpoch, t.cfg.Paging)
 		if err != nil {
@@ -773,6 +791,7 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 			firstTs = h.FirstTimestamp
 		}
 	}
+	records, epochs := scanHeaders(f, seg.Size, seg.BaseOffset)
 	parts := format.SegmentParts{
 		Log:              io.NewSectionReader(f, 0, seg.Size),
 		LogSize:          seg.Size,
@@ -784,7 +803,7 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		LastOffset:       seg.EndOffset - 1,
 		FirstTimestamp:   firstTs,
 		MaxTimestamp:     seg.MaxTimestamp,
-		RecordCount:      recordCount(f, seg.Size),
+		RecordCount:      records,
 		LeaderEpoch:      leaderEpoch,
 	}
 	// The footer needs the log's checksum; keep everything after the log
@@ -802,27 +821,118 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		f.Close()
 		return fail(fmt.Errorf("object of %d bytes, footer says %d", r.Size(), footer.ObjectSize()))
 	}
-	return &segmentObject{f: f, r: r}, footer.Segment(key, objectCRC), nil
+	rs := footer.Segment(key, objectCRC)
+	rs.LeaderEpochs = epochs
+	return &segmentObject{f: f, r: r}, rs, nil
 }
 
-// recordCount adds up the record counts of the batch headers in the log
-// file's first size bytes: a header read per batch, not the records. A
-// header it cannot read makes the count unknown (-1), never wrong.
-func recordCount(f *os.File, size int64) int64 {
+// uploadPart uploads the batches of seg from offset from on as one object
+// of its own (its indexes, record count and leader epochs rebuilt for the
+// part, its producer snapshot the segment's, which is the state after
+// the segment's last batch either way, and the segment's aborted
+// transactions whose markers are in the part) and returns its manifest
+// entry and the release of its hold from the collector. from must be a
+// batch boundary: replicas copy batches whole, so the bucket's end, which
+// another replica's segment boundary made, is one in every replica's log.
+// Rare enough (after a failover to a rebuilt replica) that copying the
+// part to a temporary file first costs nothing that matters.
+func (t *Tier) uploadPart(ctx context.Context, tp format.TopicPartition, seg segment.SegmentInfo, from int64, epoch int32) (format.RemoteSegment, func(), error) {
+	fail := func(err error) (format.RemoteSegment, func(), error) {
+		return format.RemoteSegment{}, func() {}, fmt.Errorf("upload segment %d of %s-%d from %d: %w", seg.BaseOffset, tp.Topic, tp.Partition, from, err)
+	}
+	f, err := os.Open(seg.LogPath)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	w := t.NewSegmentWriter(tp, from, epoch)
+	defer w.Discard()
 	var hdr [61]byte
-	n := int64(0)
+	for pos := int64(0); pos < seg.Size; {
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			return fail(fmt.Errorf("batch header at %d: %w", pos, err))
+		}
+		h, err := segment.ParseBatchHeader(hdr[:])
+		if err != nil {
+			return fail(fmt.Errorf("batch header at %d: %w", pos, err))
+		}
+		size := int64(h.Size())
+		switch {
+		case pos+size > seg.Size:
+			return fail(fmt.Errorf("batch at %d of %d bytes past the segment's %d", pos, size, seg.Size))
+		case h.LastOffset() < from:
+		case h.BaseOffset < from:
+			return fail(fmt.Errorf("batch [%d, %d] straddles the bucket's end", h.BaseOffset, h.LastOffset()))
+		default:
+			batch := make([]byte, size)
+			if _, err := f.ReadAt(batch, pos); err != nil {
+				return fail(err)
+			}
+			if err := w.Append(batch); err != nil {
+				return fail(err)
+			}
+		}
+		pos += size
+	}
+	if seg.TxnIndexPath != "" {
+		b, err := os.ReadFile(seg.TxnIndexPath)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fail(err)
+		}
+		txns, err := segment.DecodeTxnIndex(b)
+		if err != nil {
+			return fail(fmt.Errorf("txn index: %w", err))
+		}
+		var kept []segment.AbortedTxn
+		for _, tx := range txns {
+			if tx.LastOffset >= from {
+				kept = append(kept, tx)
+			}
+		}
+		w.SetAborted(kept)
+	}
+	var snapshot []byte
+	if seg.SnapshotPath != "" {
+		if snapshot, err = os.ReadFile(seg.SnapshotPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fail(err)
+		}
+	}
+	return w.Finish(ctx, seg.EndOffset-1, snapshot)
+}
+
+// scanHeaders reads the batch headers in the log file's first size bytes
+// (a header per batch, not the records) and returns their record count
+// and leader-epoch history from base. A header it cannot read makes both
+// unknown (-1 and nil), never wrong; so does an epoch history the format
+// cannot hold (a negative or decreasing epoch) for the history alone.
+func scanHeaders(f *os.File, size, base int64) (records int64, epochs []format.EpochStart) {
+	var hdr [61]byte
+	epochsOK := true
 	for pos := int64(0); pos < size; {
 		if _, err := f.ReadAt(hdr[:], pos); err != nil {
-			return -1
+			return -1, nil
 		}
 		h, err := segment.ParseBatchHeader(hdr[:])
 		if err != nil || h.NumRecords < 0 || pos+int64(h.Size()) > size {
-			return -1
+			return -1, nil
 		}
-		n += int64(h.NumRecords)
+		switch n := len(epochs); {
+		case h.LeaderEpoch < 0:
+			epochsOK = false
+		case n == 0:
+			epochs = append(epochs, format.EpochStart{Epoch: h.LeaderEpoch, StartOffset: base})
+		case h.LeaderEpoch > epochs[n-1].Epoch:
+			epochs = append(epochs, format.EpochStart{Epoch: h.LeaderEpoch, StartOffset: h.BaseOffset})
+		case h.LeaderEpoch < epochs[n-1].Epoch:
+			epochsOK = false
+		}
+		records += int64(h.NumRecords)
 		pos += int64(h.Size())
 	}
-	return n
+	if !epochsOK {
+		epochs = nil
+	}
+	return records, epochs
 }
 
 // tailWriter discards the first skip bytes written to it and keeps the

@@ -45,6 +45,13 @@ type Partition struct {
 	// Lock serialises the fetcher's writes to Log with whatever else
 	// changes the partition's role; nil for none.
 	Lock sync.Locker
+	// LogStartBound, if set, caps how far the follower moves its log
+	// start after its leader's. On a tiered topic it is what the bucket's
+	// current manifest holds: a deposed leader may have raised its own log
+	// start on the strength of a manifest a newer one hides, and a
+	// follower that copied it would delete the last copies of records the
+	// bucket does not have.
+	LogStartBound func() int64
 }
 
 // Key names a partition.
@@ -118,7 +125,7 @@ func (f *Fetcher) Set(p Partition) {
 	f.mu.Lock()
 	k := Key{p.Topic, p.Index}
 	if s, ok := f.parts[k]; ok && s.Log == p.Log {
-		s.LeaderEpoch, s.TopicID, s.Fetched, s.Lock = p.LeaderEpoch, p.TopicID, p.Fetched, p.Lock
+		s.LeaderEpoch, s.TopicID, s.Fetched, s.Lock, s.LogStartBound = p.LeaderEpoch, p.TopicID, p.Fetched, p.Lock, p.LogStartBound
 		s.retryAt = time.Time{}
 	} else {
 		f.parts[k] = &fetchState{Partition: p}
@@ -316,10 +323,16 @@ func (f *Fetcher) applyPartition(s *fetchState, offset int64, rp *kmsg.FetchResp
 	}
 	// The leader's log start moved up (DeleteRecords, or its local
 	// retention of what the bucket holds): so does this one, as far as
-	// this log reaches.
+	// this log reaches and its bound allows.
 	if ls := rp.LogStartOffset; ls > s.Log.StartOffset() {
-		if _, err := s.Log.DeleteRecordsBefore(min(ls, s.Log.EndOffset())); err != nil {
-			return fmt.Errorf("follow the leader's log start %d: %w", ls, err)
+		to := min(ls, s.Log.EndOffset())
+		if s.LogStartBound != nil {
+			to = min(to, s.LogStartBound())
+		}
+		if to > s.Log.StartOffset() {
+			if _, err := s.Log.DeleteRecordsBefore(to); err != nil {
+				return fmt.Errorf("follow the leader's log start %d: %w", ls, err)
+			}
 		}
 	}
 	if s.Fetched != nil {

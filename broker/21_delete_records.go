@@ -78,7 +78,10 @@ func (b *Broker) deleteRecords(ctx context.Context, topic string, index int32, o
 	}
 	// The bucket first: once the local start moves, a reader below it is
 	// sent to the bucket, which must not serve it either.
-	if rs := p.remoteStart.Load(); b.remoteEnabled(p) && rs >= 0 && offset > rs {
+	// Published even when the bucket holds nothing of the range yet: the
+	// segment holding the deleted records is uploaded later, and the
+	// bucket's log start must already say they are gone.
+	if b.remoteEnabled(p) {
 		if err := b.advanceRemoteStart(ctx, p, offset); err != nil {
 			return -1, err
 		}
@@ -110,6 +113,9 @@ func (b *Broker) advanceRemoteStart(ctx context.Context, p *partition, offset in
 	}
 	m, err := b.tier.AdvanceLogStart(ctx, p.bucketName(), offset, epoch)
 	if err != nil {
+		// A page may have been stored for a root that was not published:
+		// the collector looks at the partition again after the grace.
+		b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
 		return storageError(err)
 	}
 	p.tier.manifest = m

@@ -197,7 +197,14 @@ func (b *Broker) uploadPass() {
 				b.log.Debug("tier: follower manifest refresh", "topic", p.topic, "partition", p.index, "err", err)
 			}
 		} else if b.remoteEnabled(p) {
-			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
+			if err := b.uploadPartition(p); errors.Is(err, tier.ErrFenced) {
+				// Deposed without knowing it yet: the newer leader's
+				// manifest is current, and nothing was deleted here on the
+				// strength of this node's version. The metadata will say
+				// who leads.
+				b.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.topic, "partition", p.index, "err", err)
+				p.tier.stale.Store(true)
+			} else if err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
 				// A failed PUT may have been applied all the same, and
@@ -214,9 +221,13 @@ func (b *Broker) uploadPass() {
 }
 
 // uploadPartition copies every closed segment of p that is wholly below
-// the high watermark and not yet in the bucket, oldest first; after each
-// one the manifest is published and only then may local retention delete
-// the local copy.
+// the last stable offset and not yet in the bucket, oldest first; after
+// each one the manifest is published and only then may local retention
+// delete the local copy. Below the last stable offset, as Kafka's
+// RemoteLogManager bounds its copies: a segment holding a transaction
+// still open would reach the bucket, local retention would delete it, and
+// read_committed readers would meet it there without the abort that
+// follows.
 func (b *Broker) uploadPartition(p *partition) error {
 	p.tier.mu.Lock()
 	defer p.tier.mu.Unlock()
@@ -258,12 +269,15 @@ func (b *Broker) uploadPartition(p *partition) error {
 	if err != nil {
 		return err
 	}
-	hw := p.highWatermark()
+	stable := p.lastStableOffset()
 	for _, seg := range segs {
-		if seg.EndOffset > hw {
-			break // only committed data goes up
+		if seg.EndOffset > stable {
+			break // only committed data, no open transaction, goes up
 		}
-		if !m.Empty() && seg.BaseOffset != m.EndOffset() {
+		// A segment that starts below the bucket's end (this replica rolls
+		// at other offsets than the one that uploaded before) goes up from
+		// the bucket's end; one that starts above it would leave a gap.
+		if !m.Empty() && seg.BaseOffset > m.EndOffset() {
 			return fmt.Errorf("local segment %d does not follow the bucket's end %d", seg.BaseOffset, m.EndOffset())
 		}
 		start := time.Now()

@@ -74,7 +74,7 @@ func (t *Tier) retainedStart(ctx context.Context, m *format.Root, r Retention) (
 }
 
 // AdvanceLogStart raises tp's log start offset to offset (DeleteRecords),
-// within the manifest's end, and publishes the manifest that says so; as
+// even above the manifest's end, and publishes the manifest that says so; as
 // with retention, the objects wholly below it are deleted by
 // CollectOrphans after its grace. It returns the manifest after.
 func (t *Tier) AdvanceLogStart(ctx context.Context, tp format.TopicPartition, offset int64, leaderEpoch int32) (*format.Root, error) {
@@ -82,11 +82,14 @@ func (t *Tier) AdvanceLogStart(ctx context.Context, tp format.TopicPartition, of
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	m, err := t.updateLocked(ctx, tp, ps, leaderEpoch, func(m *format.Root) (*format.Change, error) {
-		start := min(offset, m.EndOffset())
-		if m.Empty() || start <= m.LogStartOffset {
+		// Kept even above the bucket's end: the segment holding the
+		// deleted records is uploaded later, whole, and an upload onto an
+		// empty root keeps the start where it is (Root.Append), so deleted
+		// records never come back.
+		if offset <= m.LogStartOffset {
 			return nil, nil
 		}
-		return m.WithLogStart(ctx, t.pages, start, leaderEpoch, t.cfg.Paging)
+		return m.WithLogStart(ctx, t.pages, offset, leaderEpoch, t.cfg.Paging)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("delete records of %s-%d before %d: %w", tp.Topic, tp.Partition, offset, err)

@@ -495,7 +495,7 @@ func (t *Tier) claimLocked(ctx context.Context, tp format.TopicPartition, ps *pa
 		if claim != ch.Root {
 			return nil, t.fenced(claim, epoch)
 		}
-		newest, below, err := listNewest(ctx, t.store, tp, epoch)
+		newest, below, err := listNewest(ctx, t.store, tp, base.Key(), epoch)
 		if err != nil {
 			return nil, err
 		}
@@ -527,10 +527,12 @@ func versionAfter(k format.ManifestKey, m *format.Root) bool {
 	return k.Seq > m.Seq
 }
 
-// listNewest lists tp's manifest keys and returns the newest, and the
-// newest of an epoch below epoch (zero keys when there is none).
-func listNewest(ctx context.Context, store objstore.Store, tp format.TopicPartition, epoch int32) (newest, below format.ManifestKey, err error) {
-	err = store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
+// listNewest lists tp's manifest keys above after (a version's key; keys
+// sort as versions do, so the listing costs what is newer, not the whole
+// history the orphan grace keeps) and returns the newest, and the newest
+// of an epoch below epoch (zero keys when there is none).
+func listNewest(ctx context.Context, store objstore.Store, tp format.TopicPartition, after string, epoch int32) (newest, below format.ManifestKey, err error) {
+	err = objstore.ListAfter(ctx, store, tp.ManifestsPrefix(), after, func(a objstore.Attrs) error {
 		k, err := format.ParseManifestKey(a.Key)
 		if err != nil {
 			return nil // not a manifest: the collector's business
@@ -565,7 +567,7 @@ func versionAfterKey(a, b format.ManifestKey) bool {
 // store whose LIST shows every completed PUT (S3 has been strongly
 // consistent since 2020; docs/bucket-format.md §3).
 func (t *Tier) confirmLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, m *format.Root) error {
-	newest, _, err := listNewest(ctx, t.store, tp, m.LeaderEpoch)
+	newest, _, err := listNewest(ctx, t.store, tp, m.Key(), m.LeaderEpoch)
 	if err != nil {
 		return fmt.Errorf("confirm manifest %s: %w", m.Key(), err)
 	}
@@ -933,6 +935,12 @@ func scanHeaders(f *os.File, size, base int64) (records int64, epochs []format.E
 		epochs = nil
 	}
 	return records, epochs
+}
+
+// ListAfter passes the tier's listings from a key on to the store's own
+// (objstore.ListAfter), uncounted like every listing.
+func (s countingStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(objstore.Attrs) error) error {
+	return objstore.ListAfter(ctx, s.Store, prefix, startAfter, fn)
 }
 
 // tailWriter discards the first skip bytes written to it and keeps the

@@ -192,6 +192,13 @@ func (f *Faulty) List(ctx context.Context, prefix string, fn func(Attrs) error) 
 	return f.inner.List(ctx, prefix, fn)
 }
 
+func (f *Faulty) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
+	if err := f.begin(ctx, "list", prefix, f.draw()); err != nil {
+		return err
+	}
+	return ListAfter(ctx, f.inner, prefix, startAfter, fn)
+}
+
 func (f *Faulty) Delete(ctx context.Context, key string) error {
 	return f.write(ctx, "delete", key, func() error { return f.inner.Delete(ctx, key) })
 }

@@ -169,6 +169,12 @@ func (s *metricsStore) List(ctx context.Context, prefix string, fn func(Attrs) e
 	return err
 }
 
+func (s *metricsStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
+	err := ListAfter(ctx, s.inner, prefix, startAfter, fn)
+	s.m.record(OpList, 0, err)
+	return err
+}
+
 func (s *metricsStore) Delete(ctx context.Context, key string) error {
 	err := s.inner.Delete(ctx, key)
 	s.m.record(OpDelete, 0, err)

@@ -80,6 +80,28 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// Lister is a Store that lists from a key on, as S3's ListObjectsV2 does
+// with StartAfter: ListAfter is List restricted to keys above startAfter,
+// at the cost of what it returns rather than of everything under prefix.
+type Lister interface {
+	ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error
+}
+
+// ListAfter calls fn for every object of s whose key starts with prefix
+// and sorts above startAfter, in key order: with s's own ListAfter if it
+// has one, else by skipping what List returns up to startAfter.
+func ListAfter(ctx context.Context, s Store, prefix, startAfter string, fn func(Attrs) error) error {
+	if l, ok := s.(Lister); ok {
+		return l.ListAfter(ctx, prefix, startAfter, fn)
+	}
+	return s.List(ctx, prefix, func(a Attrs) error {
+		if a.Key <= startAfter {
+			return nil
+		}
+		return fn(a)
+	})
+}
+
 // Attrs describes one stored object.
 type Attrs struct {
 	Key          string

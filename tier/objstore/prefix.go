@@ -66,6 +66,17 @@ func (p *prefixStore) List(ctx context.Context, prefix string, fn func(Attrs) er
 	})
 }
 
+func (p *prefixStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
+	after := ""
+	if startAfter != "" {
+		after = p.prefix + startAfter
+	}
+	return ListAfter(ctx, p.inner, p.prefix+prefix, after, func(a Attrs) error {
+		a.Key = strings.TrimPrefix(a.Key, p.prefix)
+		return fn(a)
+	})
+}
+
 func (p *prefixStore) Delete(ctx context.Context, key string) error {
 	if err := validateKey(key); err != nil {
 		return err

@@ -245,6 +245,10 @@ func (s *retryStore) Stat(ctx context.Context, key string) (Attrs, error) {
 }
 
 func (s *retryStore) List(ctx context.Context, prefix string, fn func(Attrs) error) error {
+	return s.ListAfter(ctx, prefix, "", fn)
+}
+
+func (s *retryStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
 	var (
 		last      string
 		delivered bool
@@ -252,7 +256,7 @@ func (s *retryStore) List(ctx context.Context, prefix string, fn func(Attrs) err
 	)
 	err := s.do(ctx, func() error {
 		// No attempt timeout here: a List runs as long as fn takes.
-		err := s.inner.List(ctx, prefix, func(a Attrs) error {
+		err := ListAfter(ctx, s.inner, prefix, startAfter, func(a Attrs) error {
 			if delivered && a.Key <= last {
 				return nil // seen before the failure that restarted us
 			}

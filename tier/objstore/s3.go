@@ -474,12 +474,21 @@ func (s *s3Store) Stat(ctx context.Context, key string) (Attrs, error) {
 }
 
 func (s *s3Store) List(ctx context.Context, prefix string, fn func(Attrs) error) error {
+	return s.ListAfter(ctx, prefix, "", fn)
+}
+
+// ListAfter lists with StartAfter, so the server returns only the keys
+// above startAfter.
+func (s *s3Store) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
 	if err := ctxErr(ctx, "list", prefix); err != nil {
 		return err
 	}
 	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket)}
 	if prefix != "" {
 		in.Prefix = aws.String(prefix)
+	}
+	if startAfter != "" {
+		in.StartAfter = aws.String(startAfter)
 	}
 	pages := s3.NewListObjectsV2Paginator(s.client, in)
 	for pages.HasMorePages() {

@@ -34,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"NotFound", testNotFound},
 		{"Overwrite", testOverwrite},
 		{"ListOrderAndPrefix", testListOrder},
+		{"ListAfter", testListAfter},
 		{"ListManyKeys", testListMany},
 		{"ListStopsOnCallbackError", testListCallbackError},
 		{"Delete", testDelete},
@@ -242,6 +243,38 @@ func testListOrder(t *testing.T, s objstore.Store) {
 	} {
 		if got := keysOf(list(t, s, c.prefix)); !slices.Equal(got, c.want) {
 			t.Fatalf("List(%q) = %q, want %q", c.prefix, got, c.want)
+		}
+	}
+}
+
+// testListAfter checks objstore.ListAfter, the store's own (S3's
+// StartAfter) or the fallback: keys above the start only, in order, within
+// the prefix.
+func testListAfter(t *testing.T, s objstore.Store) {
+	keys := []string{"l/a/b", "l/a-c", "l/a0", "l/a/c/d", "l/b", "l/A", "m/x"}
+	for i, k := range keys {
+		put(t, s, k, randBytes(uint64(i), i))
+	}
+	for _, c := range []struct {
+		prefix, after string
+		want          []string
+	}{
+		{"l/", "", []string{"l/A", "l/a-c", "l/a/b", "l/a/c/d", "l/a0", "l/b"}},
+		{"l/", "l/a-c", []string{"l/a/b", "l/a/c/d", "l/a0", "l/b"}},
+		{"l/", "l/a/b0", []string{"l/a/c/d", "l/a0", "l/b"}},
+		{"l/a/", "l/a/b", []string{"l/a/c/d"}},
+		{"l/", "l/b", nil},
+		{"l/", "l/zz", nil},
+	} {
+		var got []string
+		if err := objstore.ListAfter(ctxFor(t), s, c.prefix, c.after, func(a objstore.Attrs) error {
+			got = append(got, a.Key)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("ListAfter(%q, %q) = %q, want %q", c.prefix, c.after, got, c.want)
 		}
 	}
 }

@@ -524,3 +524,260 @@ func localStart(t *testing.T, dataDir, topic string, partition int) int64 {
 	}
 	return off
 }
+
+// txnResult counts what checkTxns found in a transactional topic read
+// read_committed: transactions by their producer's outcome, and records
+// lost (of a committed transaction, not visible), duplicated (visible
+// twice), aborted and seen (of an aborted transaction, visible), partial
+// (of a transaction whose outcome the producer did not learn, visible
+// while others of it are not), unexpected (never produced), and seen by
+// the live read_committed consumer though their transaction is not
+// visible in the end.
+type txnResult struct {
+	committed, aborted, unknown                  int
+	read, lost, duplicated, abortedSeen, partial int
+	unexpected, liveSeen, liveAbortedSeen        int
+	problems                                     []string
+}
+
+func (r txnResult) ok() bool {
+	return r.lost == 0 && r.duplicated == 0 && r.abortedSeen == 0 && r.partial == 0 && r.unexpected == 0 && r.liveAbortedSeen == 0
+}
+
+func (r txnResult) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "transactions committed %d, aborted %d, of unknown outcome %d; records read %d: lost %d, duplicated %d, aborted seen %d, partial %d, unexpected %d; live read_committed consumer: saw %d, aborted seen %d",
+		r.committed, r.aborted, r.unknown, r.read, r.lost, r.duplicated, r.abortedSeen, r.partial, r.unexpected, r.liveSeen, r.liveAbortedSeen)
+	for i, p := range r.problems {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n  ... and %d more", len(r.problems)-20)
+			break
+		}
+		b.WriteString("\n  " + p)
+	}
+	return b.String()
+}
+
+// checkTxns judges got, a read_committed read of txnLoad's topic, and
+// live, the keys a read_committed consumer saw while it ran, against l
+// (the same rules as checkLedger, counted instead of failed one by one).
+func checkTxns(l *txnLedger, got map[int32][]*kgo.Record, live map[string]bool) txnResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var r txnResult
+	count := map[string]int{}
+	perTxn := map[string]int{}
+	for p, recs := range got {
+		for _, rec := range recs {
+			r.read++
+			k := string(rec.Key)
+			id, ok := l.keys[k]
+			if !ok || string(rec.Value) != "value of "+k {
+				r.unexpected++
+				r.problems = append(r.problems, fmt.Sprintf("unexpected: %q = %q at partition %d offset %d was never produced", k, rec.Value, p, rec.Offset))
+				continue
+			}
+			if count[k]++; count[k] == 2 {
+				r.duplicated++
+				r.problems = append(r.problems, fmt.Sprintf("duplicated: %q (transaction %s) read again at partition %d offset %d", k, id, p, rec.Offset))
+			}
+			perTxn[id]++
+		}
+	}
+	ids := make([]string, 0, len(l.txns))
+	for id := range l.txns {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		n := perTxn[id]
+		switch l.txns[id] {
+		case outcomeCommitted:
+			r.committed++
+			if n < 10 {
+				r.lost += 10 - n
+				r.problems = append(r.problems, fmt.Sprintf("lost: committed transaction %s has %d of its 10 records visible", id, n))
+			}
+		case outcomeAborted:
+			r.aborted++
+			if n > 0 {
+				r.abortedSeen += n
+				r.problems = append(r.problems, fmt.Sprintf("aborted seen: aborted transaction %s has %d records visible", id, n))
+			}
+		default:
+			r.unknown++
+			if n != 0 && n != 10 {
+				r.partial += n
+				r.problems = append(r.problems, fmt.Sprintf("partial: transaction %s (outcome unknown to its producer) has %d of its 10 records visible", id, n))
+			}
+		}
+	}
+	keys := make([]string, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		r.liveSeen++
+		id, ok := l.keys[k]
+		if ok && perTxn[id] == 0 {
+			r.liveAbortedSeen++
+			r.problems = append(r.problems, fmt.Sprintf("aborted seen live: the read_committed consumer saw %q of transaction %s (%v), not visible in the end", k, id, l.txns[id]))
+		}
+	}
+	return r
+}
+
+// leadersOf merges the leaderships of several topics, partitions numbered
+// apart, for mostLeader.
+func (c *cluster) leadersOf(topics ...string) map[int32]partitionState {
+	c.t.Helper()
+	out := map[int32]partitionState{}
+	for i, topic := range topics {
+		for p, s := range c.waitISR(topic, time.Minute) {
+			out[int32(i)*1000+p] = s
+		}
+	}
+	return out
+}
+
+// electPreferred moves every partition of topics back to its preferred
+// replica and waits until the metadata shows it.
+func (c *cluster) electPreferred(adm *kadm.Client, topics ...string) {
+	c.t.Helper()
+	set := kadm.TopicsSet{}
+	for _, topic := range topics {
+		ps, err := c.partitions(topic)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for p := range ps {
+			set.Add(topic, p)
+		}
+	}
+	var off []string
+	c.waitFor("every partition led by its preferred replica", time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, set)
+		off = nil
+		for _, topic := range topics {
+			ps, err := c.partitions(topic)
+			if err != nil {
+				off = append(off, err.Error())
+				continue
+			}
+			for p, s := range ps {
+				if len(s.replicas) == 0 || s.leader != s.replicas[0] || len(s.isr) != len(s.replicas) {
+					off = append(off, fmt.Sprintf("%s-%d led by %d, replicas %v, ISR %v", topic, p, s.leader, s.replicas, s.isr))
+				}
+			}
+		}
+		return len(off) == 0
+	}, func() string { return strings.Join(off, "; ") })
+}
+
+// TestClusterZombieLeader (issue 20, item 1): under acks=all load, with
+// uploads running, the node leading the most partitions is paused
+// (SIGSTOP) past the session timeout: the controller fences it and moves
+// its leaderships while it still believes it leads; then it is resumed
+// (SIGCONT), twice. An idempotent load and a transactional one (a
+// transaction in four aborted, a read_committed consumer following) run
+// side by side. Whatever the deposed leader uploaded or deleted in its
+// old epoch, once it leads again every acknowledged record is read back
+// once, at its offset, from the bucket alone, no aborted record is ever
+// seen read_committed, and no upload fails or falls behind.
+func TestClusterZombieLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses nodes past the session timeout: not under -short")
+	}
+	c := startCluster(t, 3, clusterSettings{sharedBucket: true, replicationFactor: 3,
+		sessionTimeout: 3 * time.Second, heartbeat: 500 * time.Millisecond, extra: tierFlags})
+	const plain, txn = "zombie", "zombie-txn"
+	c.createTopic(plain, 3, 3, tieredConfigs(16<<10, "min.insync.replicas", "2"))
+	c.createTopic(txn, 3, 3, tieredConfigs(16<<10, "min.insync.replicas", "2"))
+	b := openBucket(t, c.bucketDir)
+	adm := kadm.NewClient(c.client())
+
+	l := startLoad(t, c, plain, 3, 2, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ledger, waitTxns := txnLoad(ctx, t, c.kafka, txn, 2)
+	watch := watchCommitted(t, c.kafka, txn)
+	l.waitAcked(c, 300, 30*time.Second)
+	waitCommitted(t, ledger, 10, time.Minute, "before the first pause")
+	for _, topic := range []string{plain, txn} {
+		id := c.topicID(c.up()[0], topic)
+		var last tierProgress
+		c.waitFor(topic+" uploading", 30*time.Second, func() bool {
+			p, err := progress(adm, b, topic, id)
+			if err != nil {
+				return false
+			}
+			last = p
+			for _, e := range p.bucketEnd {
+				if e == 0 {
+					return false
+				}
+			}
+			return true
+		}, func() string { return last.String() })
+	}
+
+	for round := range 2 {
+		victim := mostLeader(c.leadersOf(plain, txn), newRand(t))
+		c.pause(victim)
+		at := time.Now()
+		var state string
+		c.waitFor(fmt.Sprintf("node %d's leaderships moved while it is paused", victim), 30*time.Second, func() bool {
+			for _, topic := range []string{plain, txn} {
+				ps, err := c.partitions(topic, victim)
+				if err != nil {
+					state = err.Error()
+					return false
+				}
+				for p, s := range ps {
+					if s.leader == victim || s.leader < 0 {
+						state = fmt.Sprintf("%s-%d led by %d", topic, p, s.leader)
+						return false
+					}
+				}
+			}
+			return true
+		}, func() string { return state })
+		// The new leaders upload under their epochs while the old one
+		// sleeps, its manifests and its local log those of its epoch.
+		time.Sleep(2 * time.Second)
+		c.resume(victim)
+		t.Logf("round %d: node %d paused %s, past the session timeout, and resumed", round+1, victim, time.Since(at).Round(time.Millisecond))
+		c.waitISR(plain, time.Minute)
+		c.waitISR(txn, time.Minute)
+		l.waitResumed(c, at, time.Minute)
+	}
+	// The deposed leaders lead again, on the local logs their zombie
+	// passes left.
+	c.electPreferred(adm, plain, txn)
+	mark := c.markLogs()
+	l.waitAcked(c, 300, time.Minute)
+	waitCommitted(t, ledger, ledger.committed()+10, time.Minute, "after the pauses")
+	cancel()
+	waitTxns()
+	l.stop()
+	waitStable(t, c.client(), txn, 3, time.Minute)
+
+	drainToBucket(t, c, adm, b, plain, 30*time.Second)
+	drainToBucket(t, c, adm, b, txn, 30*time.Second)
+	res := check(l.historyCopy(), readBack(t, c, plain))
+	t.Logf("idempotent load, read back from the bucket: %s", res)
+	if !res.ok() {
+		t.Errorf("%s: the log read back does not hold what was acknowledged: %s", plain, res)
+	}
+	tres := checkTxns(ledger, readTxnTopic(t, c.kafka, txn, true), watch())
+	t.Logf("transactional load, read back read_committed from the bucket: %s", tres)
+	if !tres.ok() {
+		t.Errorf("%s: %s", txn, tres)
+	}
+	if failed := c.uploadFailuresSince(mark); len(failed) > 0 {
+		t.Errorf("%d upload passes failed after the deposed leaders led again, want none:\n%s", len(failed), sample(failed, 5))
+	}
+}

@@ -681,7 +681,7 @@ func (c *cluster) electPreferred(adm *kadm.Client, topics ...string) {
 // uploads running, the node leading the most partitions is paused
 // (SIGSTOP) past the session timeout: the controller fences it and moves
 // its leaderships while it still believes it leads; then it is resumed
-// (SIGCONT), twice. An idempotent load and a transactional one (a
+// (SIGCONT), twice (STRATA_FAULT_ROUNDS). An idempotent load and a transactional one (a
 // transaction in four aborted, a read_committed consumer following) run
 // side by side. Whatever the deposed leader uploaded or deleted in its
 // old epoch, once it leads again every acknowledged record is read back
@@ -691,11 +691,17 @@ func TestClusterZombieLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses nodes past the session timeout: not under -short")
 	}
+	// Uploads once a second of segments that roll several times a second:
+	// a leader always has closed segments below its high watermark that
+	// are not in the bucket yet, which the first pass after SIGCONT, due
+	// at once, uploads before the node hears that it was deposed.
 	c := startCluster(t, 3, clusterSettings{sharedBucket: true, replicationFactor: 3,
-		sessionTimeout: 3 * time.Second, heartbeat: 500 * time.Millisecond, extra: tierFlags})
+		sessionTimeout: 3 * time.Second, heartbeat: 500 * time.Millisecond,
+		extra: []string{"--tier-upload-interval", "1s", "--tier-idle-upload", "1s"}})
 	const plain, txn = "zombie", "zombie-txn"
-	c.createTopic(plain, 3, 3, tieredConfigs(16<<10, "min.insync.replicas", "2"))
-	c.createTopic(txn, 3, 3, tieredConfigs(16<<10, "min.insync.replicas", "2"))
+	c.createTopic(plain, 3, 3, tieredConfigs(1024, "min.insync.replicas", "2"))
+	c.createTopic(txn, 3, 3, tieredConfigs(1024, "min.insync.replicas", "2"))
+	rng := newRand(t)
 	b := openBucket(t, c.bucketDir)
 	adm := kadm.NewClient(c.client())
 
@@ -724,8 +730,8 @@ func TestClusterZombieLeader(t *testing.T) {
 		}, func() string { return last.String() })
 	}
 
-	for round := range 2 {
-		victim := mostLeader(c.leadersOf(plain, txn), newRand(t))
+	for round := range faultRounds(t, 2, 2) {
+		victim := mostLeader(c.leadersOf(plain, txn), rng)
 		c.pause(victim)
 		at := time.Now()
 		var state string

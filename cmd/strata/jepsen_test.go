@@ -59,6 +59,7 @@ func TestClusterJepsen(t *testing.T) {
 
 	start := time.Now()
 	var kills, pauses int
+	var lastFault time.Time
 	for time.Since(start) < faults {
 		time.Sleep(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
 		up := c.up()
@@ -68,6 +69,7 @@ func TestClusterJepsen(t *testing.T) {
 			c.kill(victim)
 			time.Sleep(down)
 			c.restart(victim)
+			lastFault = time.Now()
 			kills++
 			t.Logf("%s: node %d killed (SIGKILL), restarted %s later", time.Since(start).Round(time.Second), victim, down.Round(time.Millisecond))
 		} else {
@@ -77,16 +79,16 @@ func TestClusterJepsen(t *testing.T) {
 			c.pause(victim)
 			time.Sleep(down)
 			c.resume(victim)
+			lastFault = time.Now()
 			pauses++
 			t.Logf("%s: node %d paused (SIGSTOP) for %s", time.Since(start).Round(time.Second), victim, down.Round(time.Millisecond))
 		}
 	}
 	c.waitISR(plain, 2*time.Minute)
 	c.waitISR(txn, 2*time.Minute)
-	healed := time.Now()
-	mark := c.markLogs()
 	t.Logf("%d faults (%d kill -9, %d SIGSTOP) in %s; every replica back in sync %s after the last",
-		kills+pauses, kills, pauses, healed.Sub(start).Round(time.Second), healed.Sub(start).Round(time.Second)-faults)
+		kills+pauses, kills, pauses, lastFault.Sub(start).Round(time.Second), time.Since(lastFault).Round(time.Millisecond))
+	mark := c.settle(adm, plain, txn)
 	l.waitAcked(c, 300, time.Minute)
 	waitCommitted(t, ledger, ledger.committed()+10, time.Minute, "after the last fault")
 	cancel()

@@ -748,6 +748,7 @@ func TestClusterZombieLeader(t *testing.T) {
 		}, func() string { return last.String() })
 	}
 
+	above := watchLocalStarts(t, c, b, map[string]int32{plain: 3, txn: 3})
 	for round := range faultRounds(t, 2, 2) {
 		victim := mostLeader(c.leadersOf(plain, txn), rng)
 		c.pause(victim)
@@ -802,5 +803,65 @@ func TestClusterZombieLeader(t *testing.T) {
 	}
 	if failed := c.uploadFailuresSince(mark); len(failed) > 0 {
 		t.Errorf("%d upload passes failed after the deposed leaders led again, want none:\n%s", len(failed), sample(failed, 5))
+	}
+	if found := above(); len(found) > 0 {
+		t.Errorf("%d local logs started above the bucket's end: records deleted that the bucket's current manifest does not hold:\n%s", len(found), sample(found, 5))
+	}
+}
+
+// watchLocalStarts samples, until stop, the first local offset of every
+// partition of topics on every running node against the end of the
+// bucket's current manifest. A node deletes a local segment only once
+// the bucket holds it, so no local log may start above the bucket's end;
+// one that does deleted records on the strength of a manifest that is
+// not the bucket's current one (a deposed leader's), and those records
+// are on none of its disks and not in the bucket. stop returns each
+// violation, once per node and partition.
+func watchLocalStarts(t *testing.T, c *cluster, b *bucketReader, topics map[string]int32) (stop func() []string) {
+	t.Helper()
+	type part struct {
+		tp    format.TopicPartition
+		index int
+	}
+	var parts []part
+	for topic, n := range topics {
+		id := c.topicID(c.up()[0], topic)
+		for p := range n {
+			parts = append(parts, part{format.TopicPartition{Topic: topic, TopicID: id, Partition: p}, int(p)})
+		}
+	}
+	done := make(chan struct{})
+	result := make(chan []string)
+	go func() {
+		seen := map[string]bool{}
+		var found []string
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				result <- found
+				return
+			case <-tick.C:
+			}
+			for _, id := range c.up() {
+				for _, p := range parts {
+					// Local start first: the bucket's end only grows.
+					start := localStart(t, c.dirs[id-1], p.tp.Topic, p.index)
+					end, err := b.end(p.tp)
+					key := fmt.Sprintf("%d %s-%d", id, p.tp.Topic, p.index)
+					if err != nil || end == 0 || start <= end || seen[key] {
+						continue
+					}
+					seen[key] = true
+					found = append(found, fmt.Sprintf("%s: node %d's local log of %s-%d starts at %d, above the bucket's end %d",
+						time.Now().Format("15:04:05.000"), id, p.tp.Topic, p.index, start, end))
+				}
+			}
+		}
+	}()
+	return func() []string {
+		close(done)
+		return <-result
 	}
 }

@@ -57,6 +57,7 @@ func TestClusterJepsen(t *testing.T) {
 	l.waitAcked(c, 300, 30*time.Second)
 	waitCommitted(t, ledger, 10, time.Minute, "before the faults")
 
+	above := watchLocalStarts(t, c, b, map[string]int32{plain: 3, txn: 3})
 	start := time.Now()
 	var kills, pauses int
 	var lastFault time.Time
@@ -101,9 +102,10 @@ func TestClusterJepsen(t *testing.T) {
 	res := check(l.historyCopy(), readBack(t, c, plain))
 	tres := checkTxns(ledger, readTxnTopic(t, c.kafka, txn, true), watch())
 	failed := c.uploadFailuresSince(mark)
-	t.Logf("jepsen: %d faults (%d kill -9, %d SIGSTOP); idempotent: acked %d, lost %d, duplicated %d, misplaced %d, unexpected %d; transactional: committed %d, aborted %d, unknown %d, records lost %d, duplicated %d, aborted seen %d (live %d), partial %d; failed uploads after the last fault healed: %d",
+	aboveEnd := above()
+	t.Logf("jepsen: %d faults (%d kill -9, %d SIGSTOP); idempotent: acked %d, lost %d, duplicated %d, misplaced %d, unexpected %d; transactional: committed %d, aborted %d, unknown %d, records lost %d, duplicated %d, aborted seen %d (live %d), partial %d; failed uploads after the last fault healed: %d; local logs above the bucket's end: %d",
 		kills+pauses, kills, pauses, res.acked, res.lost, res.duplicated, res.misplaced, res.unexpected,
-		tres.committed, tres.aborted, tres.unknown, tres.lost, tres.duplicated, tres.abortedSeen, tres.liveAbortedSeen, tres.partial, len(failed))
+		tres.committed, tres.aborted, tres.unknown, tres.lost, tres.duplicated, tres.abortedSeen, tres.liveAbortedSeen, tres.partial, len(failed), len(aboveEnd))
 	if !res.ok() {
 		t.Errorf("%s: the log read back does not hold what was acknowledged: %s", plain, res)
 	}
@@ -112,6 +114,9 @@ func TestClusterJepsen(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d upload passes failed after the last fault healed, want none:\n%s", len(failed), sample(failed, 5))
+	}
+	if len(aboveEnd) > 0 {
+		t.Errorf("%d local logs started above the bucket's end: records deleted that the bucket's current manifest does not hold:\n%s", len(aboveEnd), sample(aboveEnd, 5))
 	}
 	if l.acked() == 0 || tres.committed == 0 {
 		t.Errorf("nothing acknowledged (%d) or committed (%d): the run tested nothing", l.acked(), tres.committed)

@@ -110,7 +110,8 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 		b.replicas.Follow(w.leader, replica.Partition{
 			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.epoch,
 			Log: p.log, Lock: &p.appendMu,
-			Fetched: func(leaderHW int64) { p.followerFetched(leaderHW) },
+			Fetched:      func(leaderHW int64) { p.followerFetched(leaderHW) },
+			HistoryBelow: b.historyBelow(p),
 		})
 	}
 	// Fetches and acks=all produces waiting on the partition look again:

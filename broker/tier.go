@@ -459,31 +459,34 @@ func (p *partition) logStartOffset() int64 {
 	return local
 }
 
-// readRemote serves a fetch below the local log start from the bucket.
-func (b *Broker) readRemote(p *partition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+// readRemote serves a fetch below the local log start from the bucket,
+// batches based below maxOffset only.
+func (b *Broker) readRemote(p *partition, dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	n := len(dst)
-	out, err := b.tier.Read(ctx, p.bucketName(), dst, offset, maxBytes)
+	out, err := b.tier.ReadBelow(ctx, p.bucketName(), dst, offset, maxOffset, maxBytes)
 	b.metrics.tierReadBytes.Add(float64(len(out) - n))
 	return out, storageError(err)
 }
 
-// readAt reads committed batches of p at offset, from the local log or,
-// below the local log start, from the bucket.
-func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int) ([]byte, error) {
+// readAt reads batches of p at offset based below limit (the high
+// watermark, or the last stable offset for read_committed), from the
+// local log or, below the local log start, from the bucket.
+func (b *Broker) readAt(p *partition, dst []byte, offset, limit int64, maxBytes int) ([]byte, error) {
 	if offset < p.log.StartOffset() {
 		if err := b.checkRemoteKnown(p); err != nil {
 			return dst, err
 		}
 	}
-	out, err := p.log.Read(dst, offset, hw, maxBytes)
+	out, err := p.log.Read(dst, offset, limit, maxBytes)
 	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
-		out, err = b.readRemote(p, dst, offset, maxBytes)
+		out, err = b.readRemote(p, dst, offset, limit, maxBytes)
 		if err == nil && len(out) == len(dst) {
-			// Compaction left nothing in the bucket from offset on: the
-			// next record is the first one on local disk.
-			return p.log.Read(dst, p.log.StartOffset(), hw, maxBytes)
+			// Compaction left nothing in the bucket from offset on (or
+			// nothing below limit): the next record is the first one on
+			// local disk, if it is below limit.
+			return p.log.Read(dst, p.log.StartOffset(), limit, maxBytes)
 		}
 	}
 	return out, err

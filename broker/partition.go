@@ -204,6 +204,9 @@ func (p *partition) appendPrepared(batches *segment.Batches, tx *txnAppend) (seg
 	if !p.leading.Load() {
 		return segment.AppendInfo{}, -1, errNotLeader
 	}
+	if err := p.checkAppendable(); err != nil {
+		return segment.AppendInfo{}, -1, err
+	}
 	if tx != nil {
 		if err := p.checkTxnLocked(tx); err != nil {
 			return segment.AppendInfo{}, -1, err
@@ -239,6 +242,9 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 	if !p.leading.Load() {
 		return segment.AppendInfo{}, -1, errNotLeader
 	}
+	if err := p.checkAppendable(); err != nil {
+		return segment.AppendInfo{}, -1, err
+	}
 	epoch := p.leaderEpoch.Load()
 	info, err := p.log.AppendMarker(pid, producerEpoch, commit, coordinatorEpoch, epoch)
 	if err == nil {
@@ -251,6 +257,18 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 		p.wake()
 	}
 	return info, epoch, err
+}
+
+// checkAppendable refuses appends to a tiered partition until its
+// bucket's manifest is read: until then the next offset may be one the
+// bucket already holds (a local log lost or cut short, which
+// startAtBucketEnd restarts at the bucket's end). Retriable, like the
+// reads that wait for the manifest.
+func (p *partition) checkAppendable() error {
+	if p.settings.Load().log.Tiered && !p.remoteKnown.Load() {
+		return errRemoteUnknown
+	}
+	return nil
 }
 
 // leaderEpochIfLeading returns the leader epoch, if this node leads p.

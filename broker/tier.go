@@ -197,6 +197,11 @@ func (b *Broker) uploadPass() {
 				b.log.Debug("tier: follower manifest refresh", "topic", p.topic, "partition", p.index, "err", err)
 			}
 		} else if b.remoteEnabled(p) {
+			if !p.remoteKnown.Load() {
+				// Its manifest could not be read at open, or its log had
+				// to restart at the bucket's end and could not yet.
+				b.loadRemote(p)
+			}
 			if err := b.uploadPartition(p); err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
@@ -354,9 +359,15 @@ func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, e
 }
 
 // setRemote records what the bucket holds for p, and tells the log that
-// everything below its end may go under local retention.
+// everything below its end may go under local retention. A leader whose
+// log ends below the bucket's end stays unknown (no reads, no appends)
+// until startAtBucketEnd has restarted its log there.
 func (p *partition) setRemote(m *format.Root) {
-	defer p.remoteKnown.Store(true)
+	defer func() {
+		if !p.leading.Load() || p.log.EndOffset() >= m.EndOffset() {
+			p.remoteKnown.Store(true)
+		}
+	}()
 	p.uploadedEnd.Store(m.EndOffset())
 	if m.Empty() {
 		p.remoteStart.Store(-1)
@@ -433,6 +444,12 @@ func (b *Broker) loadRemote(p *partition) {
 	if err != nil {
 		if p.tier.ctx.Err() == nil {
 			b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
+		}
+		return
+	}
+	if err := b.startAtBucketEnd(ctx, p, m); err != nil {
+		if p.tier.ctx.Err() == nil {
+			b.log.Warn("restart local log at the bucket's end", "topic", p.topic, "partition", p.index, "err", err)
 		}
 		return
 	}

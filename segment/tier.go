@@ -27,6 +27,11 @@ type SegmentInfo struct {
 	// TxnIndexPath is the segment's aborted-transaction index
 	// (docs/format.md §14), "" if no transaction aborted in it.
 	TxnIndexPath string
+	// Epochs is the leader-epoch history of the segment's batches: the
+	// epoch in effect at BaseOffset (starting there), then each epoch that
+	// began inside it. Empty when the log does not know the epoch at
+	// BaseOffset (a log restarted without its history).
+	Epochs []EpochStart
 }
 
 // ClosedSegments lists the sealed segments in offset order, starting with
@@ -43,6 +48,7 @@ func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
 		sizes[i] = s.size
 	}
 	interval := l.mu.interval
+	epochs := l.mu.epochs
 	l.mu.RUnlock()
 	defer unpinAll(segs)
 
@@ -72,9 +78,25 @@ func (l *Log) ClosedSegments(from int64) ([]SegmentInfo, error) {
 		if fi, err := os.Stat(s.txnIndexPath()); err == nil && fi.Size() > 0 {
 			info.TxnIndexPath = s.txnIndexPath()
 		}
+		info.Epochs = segmentEpochs(epochs, s.base, next.base)
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// segmentEpochs is the part of the history es that covers [base, end).
+func segmentEpochs(es []epochEntry, base, end int64) []EpochStart {
+	if len(es) == 0 || es[0].start > base {
+		return nil
+	}
+	var out []EpochStart
+	for _, e := range truncateEpochsFromStart(es, base) {
+		if e.start >= end {
+			break
+		}
+		out = append(out, EpochStart{Epoch: e.epoch, StartOffset: e.start})
+	}
+	return out
 }
 
 // SetTieredOffset records that every record below offset is in the cold

@@ -650,7 +650,16 @@ func (t *Tier) buildObject(tp format.TopicPartition, seg segment.SegmentInfo, le
 		f.Close()
 		return fail(fmt.Errorf("object of %d bytes, footer says %d", r.Size(), footer.ObjectSize()))
 	}
-	return &segmentObject{f: f, r: r}, footer.Segment(key, objectCRC), nil
+	rs := footer.Segment(key, objectCRC)
+	// The history a log restarted above this object starts with
+	// (HistoryBelow); epochs above the uploader's are not for this object.
+	for _, e := range seg.Epochs {
+		if e.Epoch > leaderEpoch {
+			break
+		}
+		rs.LeaderEpochs = append(rs.LeaderEpochs, format.EpochStart{Epoch: e.Epoch, StartOffset: e.StartOffset})
+	}
+	return &segmentObject{f: f, r: r}, rs, nil
 }
 
 // recordCount adds up the record counts of the batch headers in the log

@@ -56,6 +56,10 @@ type partition struct {
 	// remoteKnown is set once the bucket's manifest has been read; until
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
+	// emptyAtStart is set for a partition whose local log was empty when
+	// the broker started: it may have been lost, and then the bucket's end
+	// is where its next offset must go (checkAppendable).
+	emptyAtStart atomic.Bool
 	leaderEpoch atomic.Int32
 	// tier is what the cold tier's goroutines keep for the partition
 	// (broker/tier.go).
@@ -259,13 +263,14 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 	return info, epoch, err
 }
 
-// checkAppendable refuses appends to a tiered partition until its
-// bucket's manifest is read: until then the next offset may be one the
-// bucket already holds (a local log lost or cut short, which
-// startAtBucketEnd restarts at the bucket's end). Retriable, like the
-// reads that wait for the manifest.
+// checkAppendable refuses appends to a tiered partition whose log was
+// empty at start-up until its bucket's manifest is read: the log may have
+// been lost, and until then the next offset may be one the bucket already
+// holds (startAtBucketEnd restarts the log at the bucket's end).
+// Retriable, like the reads that wait for the manifest. A log with data
+// was not lost, and takes appends while the store is down.
 func (p *partition) checkAppendable() error {
-	if p.settings.Load().log.Tiered && !p.remoteKnown.Load() {
+	if p.emptyAtStart.Load() && p.settings.Load().log.Tiered && !p.remoteKnown.Load() {
 		return errRemoteUnknown
 	}
 	return nil

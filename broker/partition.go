@@ -60,7 +60,7 @@ type partition struct {
 	// the broker started: it may have been lost, and then the bucket's end
 	// is where its next offset must go (checkAppendable).
 	emptyAtStart atomic.Bool
-	leaderEpoch atomic.Int32
+	leaderEpoch  atomic.Int32
 	// tier is what the cold tier's goroutines keep for the partition
 	// (broker/tier.go).
 	tier partitionTier

@@ -21,7 +21,8 @@ func TestRV3ReadCommittedFromBucketPastLSO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := tieredBroker(t, "", store)
+	// Uploads are the test's (below): the broker's own stop at the LSO.
+	b := tieredBroker(t, "", store, func(c *Config) { c.Tier.UploadInterval = time.Hour })
 	cl := testClient(t, b)
 	id := createTopic(t, kadmFor(cl), "rclso", 1, map[string]*string{
 		"segment.bytes":         ptr("16384"),
@@ -39,7 +40,22 @@ func TestRV3ReadCommittedFromBucketPastLSO(t *testing.T) {
 	if lso := p.lastStableOffset(); lso != 1 {
 		t.Fatalf("LSO %d, want 1", lso)
 	}
-	waitUploaded(t, b, "rclso", 1)
+	// A bucket written by a version that bounded uploads by the high
+	// watermark alone holds the open transaction.
+	segs, err := p.log.ClosedSegments(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seg := range segs {
+		m, err := b.tier.Upload(context.Background(), p.bucketName(), seg, p.leaderEpoch.Load())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.setRemote(m)
+	}
+	if err := p.log.Maintain(); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, time.Minute, "segment with the open transaction deleted locally", func() bool { return p.log.StartOffset() > 1 })
 
 	rc := fetchIsolated(t, cl, id, 0, 1, 0)
@@ -56,5 +72,4 @@ func TestRV3ReadCommittedFromBucketPastLSO(t *testing.T) {
 				o, rc.LastStableOffset, rc.AbortedTransactions)
 		}
 	}
-	_ = context.Background
 }

@@ -56,7 +56,11 @@ type partition struct {
 	// remoteKnown is set once the bucket's manifest has been read; until
 	// then a tiered partition cannot say where its log starts.
 	remoteKnown atomic.Bool
-	leaderEpoch atomic.Int32
+	// emptyAtStart is set for a partition whose local log was empty when
+	// the broker started: it may have been lost, and then the bucket's end
+	// is where its next offset must go (checkAppendable).
+	emptyAtStart atomic.Bool
+	leaderEpoch  atomic.Int32
 	// tier is what the cold tier's goroutines keep for the partition
 	// (broker/tier.go).
 	tier partitionTier
@@ -204,6 +208,9 @@ func (p *partition) appendPrepared(batches *segment.Batches, tx *txnAppend) (seg
 	if !p.leading.Load() {
 		return segment.AppendInfo{}, -1, errNotLeader
 	}
+	if err := p.checkAppendable(); err != nil {
+		return segment.AppendInfo{}, -1, err
+	}
 	if tx != nil {
 		if err := p.checkTxnLocked(tx); err != nil {
 			return segment.AppendInfo{}, -1, err
@@ -239,6 +246,9 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 	if !p.leading.Load() {
 		return segment.AppendInfo{}, -1, errNotLeader
 	}
+	if err := p.checkAppendable(); err != nil {
+		return segment.AppendInfo{}, -1, err
+	}
 	epoch := p.leaderEpoch.Load()
 	info, err := p.log.AppendMarker(pid, producerEpoch, commit, coordinatorEpoch, epoch)
 	if err == nil {
@@ -251,6 +261,19 @@ func (p *partition) appendMarker(pid int64, producerEpoch int16, commit bool, co
 		p.wake()
 	}
 	return info, epoch, err
+}
+
+// checkAppendable refuses appends to a tiered partition whose log was
+// empty at start-up until its bucket's manifest is read: the log may have
+// been lost, and until then the next offset may be one the bucket already
+// holds (startAtBucketEnd restarts the log at the bucket's end).
+// Retriable, like the reads that wait for the manifest. A log with data
+// was not lost, and takes appends while the store is down.
+func (p *partition) checkAppendable() error {
+	if p.emptyAtStart.Load() && p.settings.Load().log.Tiered && !p.remoteKnown.Load() {
+		return errRemoteUnknown
+	}
+	return nil
 }
 
 // leaderEpochIfLeading returns the leader epoch, if this node leads p.

@@ -155,6 +155,9 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 			continue
 		}
 		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
+		// A topic created while the broker runs starts empty in the bucket
+		// too; an empty log found at start-up may be a lost one.
+		p.emptyAtStart.Store(!waitRemote && l.StartOffset() == l.EndOffset())
 		p.tier.ctx, p.tier.stop = context.WithCancel(b.ctx)
 		b.mu.Lock()
 		if b.mu.closed {

@@ -113,6 +113,7 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 			Log: p.log, Lock: &p.appendMu,
 			Fetched:       func(leaderHW int64) { p.followerFetched(leaderHW) },
 			LogStartBound: func() int64 { return b.followerLogStartBound(p) },
+			HistoryBelow:  b.historyBelow(p),
 		})
 	}
 	// Fetches and acks=all produces waiting on the partition look again:

@@ -197,6 +197,11 @@ func (b *Broker) uploadPass() {
 				b.log.Debug("tier: follower manifest refresh", "topic", p.topic, "partition", p.index, "err", err)
 			}
 		} else if b.remoteEnabled(p) {
+			if !p.remoteKnown.Load() {
+				// Its manifest could not be read at open, or its log had
+				// to restart at the bucket's end and could not yet.
+				b.loadRemote(p)
+			}
 			if err := b.uploadPartition(p); errors.Is(err, tier.ErrFenced) {
 				// Deposed without knowing it yet: the newer leader's
 				// manifest is current, and nothing was deleted here on the
@@ -368,9 +373,15 @@ func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, e
 }
 
 // setRemote records what the bucket holds for p, and tells the log that
-// everything below its end may go under local retention.
+// everything below its end may go under local retention. A leader whose
+// log ends below the bucket's end stays unknown (no reads, no appends)
+// until startAtBucketEnd has restarted its log there.
 func (p *partition) setRemote(m *format.Root) {
-	defer p.remoteKnown.Store(true)
+	defer func() {
+		if !p.leading.Load() || p.log.EndOffset() >= m.EndOffset() {
+			p.remoteKnown.Store(true)
+		}
+	}()
 	p.uploadedEnd.Store(m.EndOffset())
 	if m.Empty() {
 		p.remoteStart.Store(-1)
@@ -450,6 +461,12 @@ func (b *Broker) loadRemote(p *partition) {
 		}
 		return
 	}
+	if err := b.startAtBucketEnd(ctx, p, m); err != nil {
+		if p.tier.ctx.Err() == nil {
+			b.log.Warn("restart local log at the bucket's end", "topic", p.topic, "partition", p.index, "err", err)
+		}
+		return
+	}
 	p.tier.manifest = m
 	p.setRemote(m)
 }
@@ -473,31 +490,34 @@ func (p *partition) logStartOffset() int64 {
 	return local
 }
 
-// readRemote serves a fetch below the local log start from the bucket.
-func (b *Broker) readRemote(p *partition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+// readRemote serves a fetch below the local log start from the bucket,
+// batches based below maxOffset only.
+func (b *Broker) readRemote(p *partition, dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	n := len(dst)
-	out, err := b.tier.Read(ctx, p.bucketName(), dst, offset, maxBytes)
+	out, err := b.tier.ReadBelow(ctx, p.bucketName(), dst, offset, maxOffset, maxBytes)
 	b.metrics.tierReadBytes.Add(float64(len(out) - n))
 	return out, storageError(err)
 }
 
-// readAt reads committed batches of p at offset, from the local log or,
-// below the local log start, from the bucket.
-func (b *Broker) readAt(p *partition, dst []byte, offset, hw int64, maxBytes int) ([]byte, error) {
+// readAt reads batches of p at offset based below limit (the high
+// watermark, or the last stable offset for read_committed), from the
+// local log or, below the local log start, from the bucket.
+func (b *Broker) readAt(p *partition, dst []byte, offset, limit int64, maxBytes int) ([]byte, error) {
 	if offset < p.log.StartOffset() {
 		if err := b.checkRemoteKnown(p); err != nil {
 			return dst, err
 		}
 	}
-	out, err := p.log.Read(dst, offset, hw, maxBytes)
+	out, err := p.log.Read(dst, offset, limit, maxBytes)
 	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
-		out, err = b.readRemote(p, dst, offset, maxBytes)
+		out, err = b.readRemote(p, dst, offset, limit, maxBytes)
 		if err == nil && len(out) == len(dst) {
-			// Compaction left nothing in the bucket from offset on: the
-			// next record is the first one on local disk.
-			return p.log.Read(dst, p.log.StartOffset(), hw, maxBytes)
+			// Compaction left nothing in the bucket from offset on (or
+			// nothing below limit): the next record is the first one on
+			// local disk, if it is below limit.
+			return p.log.Read(dst, p.log.StartOffset(), limit, maxBytes)
 		}
 	}
 	return out, err

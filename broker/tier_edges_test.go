@@ -198,7 +198,7 @@ func TestRemoteReadChecksCRC(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.readRemote(p, nil, 0, 1<<20)
+	_, err = b.readRemote(p, nil, 0, p.highWatermark(), 1<<20)
 	if code := errorCode(err); code != kerr.KafkaStorageError.Code {
 		t.Fatalf("remote read of a damaged object: %v (code %d), want KAFKA_STORAGE_ERROR", err, code)
 	}

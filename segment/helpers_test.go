@@ -263,3 +263,30 @@ func readAll(t testing.TB, l *Log, maxBytes int) []byte {
 	}
 	return out
 }
+
+// historyAt is what the bucket object of l's records below offset carries
+// for a log restarted at offset (TruncateFullyAndStartAt): the producer
+// state as of offset, as the snapshot taken when a segment is sealed there
+// holds it, and the leader epochs below offset.
+func historyAt(t *testing.T, l *Log, offset int64) History {
+	t.Helper()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	producers := make(map[int64]*producerEntry)
+	nowMs := l.now().UnixMilli()
+	err := l.scanProducerBatches(l.mu.start, func(h *BatchHeader, m TxnMarker, isMarker bool) {
+		if h.BaseOffset < offset {
+			applyProducerBatch(producers, h, m, isMarker, nowMs)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epochs []EpochStart
+	for _, e := range l.mu.epochs {
+		if e.start < offset {
+			epochs = append(epochs, EpochStart{Epoch: e.epoch, StartOffset: e.start})
+		}
+	}
+	return History{ProducerSnapshot: encodeSnapshot(offset, producers), Epochs: epochs}
+}

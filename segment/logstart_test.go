@@ -73,7 +73,7 @@ func TestDeleteRecordsToTheEndAndRestartBehind(t *testing.T) {
 	}
 	// A follower restarted behind the deleted point starts where it was
 	// told; the old checkpoint does not cut the new log later.
-	if err := l.TruncateFullyAndStartAt(5); err != nil {
+	if err := l.TruncateFullyAndStartAt(5, History{}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, l, stamped(encodeBatch(t, batchSpec{firstTs: time.Now().UnixMilli(), values: values(10, 20, 1)}), 5, 0), 0)

@@ -423,21 +423,65 @@ func (l *Log) rebuildProducersLocked() error {
 	return nil
 }
 
+// History is what a log restarted at an offset (TruncateFullyAndStartAt)
+// is told of the records below it, which it does not hold: Kafka's
+// "remote log auxiliary state", read from the bucket object that ends just
+// below the restart offset. Without it a restarted follower forgets the
+// transactions open across the restart offset: once it leads, their
+// records stay unstable for nobody and their ABORT is indexed nowhere.
+type History struct {
+	// ProducerSnapshot is the producer state as of the restart offset,
+	// encoded as a .snapshot file (docs/format.md §5; the producer-snapshot
+	// part of a bucket object ending at offset-1); empty for none.
+	ProducerSnapshot []byte
+	// Epochs is the leader-epoch history of the records below the restart
+	// offset, oldest first. Only the epoch in effect at the restart offset
+	// is kept, starting there, as a log start move keeps it.
+	Epochs []EpochStart
+}
+
+// EpochStart says that leader epoch Epoch wrote its first batch at
+// StartOffset.
+type EpochStart struct {
+	Epoch       int32
+	StartOffset int64
+}
+
 // TruncateFullyAndStartAt deletes every segment and snapshot and restarts
-// the log empty at offset (StartOffset and EndOffset both offset, no
-// leader epochs, no producer state), as Kafka's follower does when the
-// leader's log starts above the follower's end or when it must start at
-// the leader's local log start because older data is only in the cold
-// tier. The tiered offset stays.
+// the log empty at offset (StartOffset and EndOffset both offset), as
+// Kafka's follower does when the leader's log starts above the follower's
+// end or when it must start at the leader's local log start because older
+// data is only in the cold tier. Its producer state and leader epochs are
+// then those h gives (none with a zero History). The tiered offset stays.
 //
 // A crash at any point leaves either the old log or the new empty one:
 // the restart is first recorded in a small file that Open completes
-// (docs/format.md §11). It may be called on a log that failed earlier,
-// which it replaces.
-func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+// (docs/format.md §11); the producer snapshot given survives a crash,
+// the epochs given may not. It may be called on a log that failed
+// earlier, which it replaces.
+func (l *Log) TruncateFullyAndStartAt(offset int64, h History) error {
 	if offset < 0 {
 		return fmt.Errorf("%w: restarting the log at %d", ErrOffsetOutOfRange, offset)
 	}
+	producers := make(map[int64]*producerEntry)
+	if len(h.ProducerSnapshot) > 0 {
+		m, err := decodeSnapshot(h.ProducerSnapshot, offset)
+		if err != nil {
+			return fmt.Errorf("segment: restarting %s at %d: producer state: %w", l.dir, offset, err)
+		}
+		producers = m
+	}
+	var epochs []epochEntry
+	for _, e := range h.Epochs {
+		if e.Epoch < 0 || e.StartOffset < 0 || e.StartOffset > offset {
+			return fmt.Errorf("segment: restarting %s at %d: leader epoch %d at %d", l.dir, offset, e.Epoch, e.StartOffset)
+		}
+		if n := len(epochs); n > 0 && (e.Epoch <= epochs[n-1].epoch || e.StartOffset < epochs[n-1].start) {
+			return fmt.Errorf("segment: restarting %s at %d: leader epochs out of order", l.dir, offset)
+		}
+		epochs = append(epochs, epochEntry{e.Epoch, e.StartOffset})
+	}
+	epochs = truncateEpochsFromStart(epochs, offset)
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if l.mu.closed {
@@ -458,6 +502,17 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 		}
 	}
 	if err := l.lowerCleanerLocked(offset); err != nil {
+		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
+	}
+	// The snapshot goes first: restartFiles keeps the one at the restart
+	// offset, so a crash from here on leaves it to the new log; before the
+	// intent, the old log's recovery drops it (it is above that log's end).
+	snap := offsetName(l.dir, offset, snapshotSuffix)
+	if len(h.ProducerSnapshot) > 0 {
+		if err := writeFileAtomic(snap, h.ProducerSnapshot); err != nil {
+			return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
+		}
+	} else if err := removeIfExists(snap); err != nil {
 		return fmt.Errorf("segment: restarting %s at %d: %w", l.dir, offset, err)
 	}
 	intent := filepath.Join(l.dir, restartName)
@@ -483,16 +538,24 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.mu.Lock()
 	old := l.mu.segs
 	l.mu.segs = []*segment{s}
-	l.mu.start, l.mu.end, l.mu.epochs = offset, offset, nil
+	l.mu.start, l.mu.end, l.mu.epochs = offset, offset, epochs
 	l.mu.Unlock()
 	releaseAll(old)
 	l.size.Store(0)
-	l.w.producers = make(map[int64]*producerEntry)
+	l.w.producers = producers
 	l.dropUnreplicatedFrom(-1)
 	l.publishUnstableLocked()
 	l.w.snapshots = nil
+	if len(h.ProducerSnapshot) > 0 {
+		l.w.snapshots = []int64{offset}
+	}
 	l.w.failed = nil
 	l.testPoint("restarted")
+	if len(epochs) > 0 {
+		if err := writeFileAtomic(l.epochPath(), encodeEpochs(epochs)); err != nil {
+			return fail(err)
+		}
+	}
 	if hadLogStart {
 		if err := writeFileAtomic(l.logStartPath(), encodeLogStart(offset)); err != nil {
 			return fail(err)
@@ -504,13 +567,15 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if err := syncDir(l.dir); err != nil {
 		return fail(err)
 	}
-	l.logger.Info("restarted log", "dir", l.dir, "logStartOffset", offset)
+	l.logger.Info("restarted log", "dir", l.dir, "logStartOffset", offset, "producers", len(producers), "leaderEpochs", len(epochs))
 	l.testPoint("done")
 	return nil
 }
 
-// restartFiles deletes every segment, index and snapshot file in dir,
-// empties the epoch checkpoint and creates an empty segment at offset.
+// restartFiles deletes every segment, index and snapshot file in dir but
+// the snapshot at offset (the new log's producer state, written before the
+// restart was recorded), empties the epoch checkpoint and creates an empty
+// segment at offset.
 func restartFiles(dir string, offset int64, interval int, point func(string)) (*segment, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -521,7 +586,7 @@ func restartFiles(dir string, offset int64, interval int, point func(string)) (*
 	// crash leaves easy to read.
 	var names []string
 	for _, e := range entries {
-		if _, _, ok := parseOffsetName(e.Name()); ok {
+		if off, suffix, ok := parseOffsetName(e.Name()); ok && (off != offset || suffix != snapshotSuffix) {
 			names = append(names, e.Name())
 		}
 	}

@@ -464,7 +464,7 @@ func TestRewriteConflicts(t *testing.T) {
 			_, err := e.l.DeleteRecordsBefore(e.bases[3] + 1)
 			return err
 		}, true},
-		{"restart", func(t *testing.T, e env) error { return e.l.TruncateFullyAndStartAt(e.bases[3]) }, true},
+		{"restart", func(t *testing.T, e env) error { return e.l.TruncateFullyAndStartAt(e.bases[3], History{}) }, true},
 		{"Close", func(t *testing.T, e env) error { return e.l.Close() }, true},
 		{"Delete", func(t *testing.T, e env) error { return e.l.Delete() }, true},
 		{"truncation to the end of the sources", func(t *testing.T, e env) error {
@@ -810,7 +810,7 @@ func TestCleanerCheckpointFollowsTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	restart := bases[len(bases)-1] - 1
-	if err := l.TruncateFullyAndStartAt(restart); err != nil {
+	if err := l.TruncateFullyAndStartAt(restart, History{}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()

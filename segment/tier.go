@@ -151,6 +151,16 @@ func SnapshotOpenTransactions(snapshot []byte) (map[int64]int64, error) {
 	return out, nil
 }
 
+// CheckSnapshot reports whether snapshot is a producer snapshot (a
+// .snapshot file, or the producer-snapshot part of a bucket object) taken
+// at offset, as TruncateFullyAndStartAt takes one.
+func CheckSnapshot(snapshot []byte, offset int64) error {
+	if _, err := decodeSnapshot(snapshot, offset); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	return nil
+}
+
 // EncodeTxnIndex encodes aborted transactions as a .txnindex file holds
 // them (docs/format.md §14), in the order given: what the bucket object of
 // a rewritten segment carries as its txn index part.

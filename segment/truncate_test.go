@@ -526,7 +526,7 @@ func TestTruncateFullyAndStartAt(t *testing.T) {
 			if offset < 0 {
 				offset = segmentBases(l)[2]
 			}
-			if err := l.TruncateFullyAndStartAt(offset); err != nil {
+			if err := l.TruncateFullyAndStartAt(offset, History{}); err != nil {
 				t.Fatal(err)
 			}
 			check := func(l *Log) {
@@ -589,7 +589,7 @@ func TestTruncateFullyCrashSafe(t *testing.T) {
 		crashes = append(crashes, copyDir(t, dir))
 	}
 	const offset = 25
-	if err := l.TruncateFullyAndStartAt(offset); err != nil {
+	if err := l.TruncateFullyAndStartAt(offset, History{}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()

@@ -416,27 +416,97 @@ func TestTxnIndexKeptByRewrite(t *testing.T) {
 	}
 }
 
-// A follower that restarts its log empty (TruncateFullyAndStartAt) has no
-// transaction open and no aborts left.
+// A follower that restarts its log empty (TruncateFullyAndStartAt) knows
+// of the records below the restart offset only what it is given: with no
+// history, no transaction; with the history the bucket object below
+// carries (Kafka's buildRemoteLogAuxState), the transaction open across
+// the restart offset, which then holds the LSO, survives a reopen and a
+// crash at any step of the restart, and has its abort indexed once the
+// marker comes. (Before the History argument a restarted log always
+// forgot it.)
 func TestTxnTruncateFully(t *testing.T) {
 	clock := newClock()
-	dir := t.TempDir()
-	l := mustOpen(t, dir, Config{Now: clock.Now})
-	defer l.Close()
-	mustAppend(t, l, txnBatch(t, clock, 1, 0, 0, 2), 0)
-	mustMarker(t, l, 1, 0, false, 0)
-	mustAppend(t, l, txnBatch(t, clock, 2, 0, 0, 2), 0)
-	wantUnstable(t, l, 3)
-	if err := l.TruncateFullyAndStartAt(100); err != nil {
-		t.Fatal(err)
-	}
-	wantUnstable(t, l, -1)
-	if got := l.AbortedTransactions(100, 100); len(got) != 0 {
-		t.Fatalf("aborted after restarting: %+v", got)
-	}
-	if _, err := os.Stat(offsetName(dir, 0, txnIndexSuffix)); !os.IsNotExist(err) {
-		t.Fatalf(".txnindex after restarting: %v", err)
-	}
+	leader := mustOpen(t, t.TempDir(), Config{Now: clock.Now})
+	defer leader.Close()
+	mustAppend(t, leader, txnBatch(t, clock, 1, 0, 0, 2), 0)  // 0-1
+	mustMarker(t, leader, 1, 0, false, 0)                     // 2
+	mustAppend(t, leader, txnBatch(t, clock, 2, 0, 0, 2), 0)  // 3-4: open
+	mustAppend(t, leader, idemBatch(t, clock, 9, 0, 0, 3), 0) // 5-7
+	const restart = 8
+	wantUnstable(t, leader, 3)
+
+	t.Run("no history", func(t *testing.T) {
+		dir := t.TempDir()
+		l := mustOpen(t, dir, Config{Now: clock.Now})
+		defer l.Close()
+		mustAppend(t, l, txnBatch(t, clock, 1, 0, 0, 2), 0)
+		mustMarker(t, l, 1, 0, false, 0)
+		mustAppend(t, l, txnBatch(t, clock, 2, 0, 0, 2), 0)
+		wantUnstable(t, l, 3)
+		if err := l.TruncateFullyAndStartAt(100, History{}); err != nil {
+			t.Fatal(err)
+		}
+		wantUnstable(t, l, -1)
+		if got := l.AbortedTransactions(100, 100); len(got) != 0 {
+			t.Fatalf("aborted after restarting: %+v", got)
+		}
+		if _, err := os.Stat(offsetName(dir, 0, txnIndexSuffix)); !os.IsNotExist(err) {
+			t.Fatalf(".txnindex after restarting: %v", err)
+		}
+	})
+
+	t.Run("history from the bucket", func(t *testing.T) {
+		dir := t.TempDir()
+		l := mustOpen(t, dir, Config{Now: clock.Now})
+		mustAppend(t, l, idemBatch(t, clock, 5, 0, 0, 2), 0) // the follower's own 0-1
+		var crashes, points []string
+		l.testHook = func(point string) {
+			points = append(points, point)
+			crashes = append(crashes, copyDir(t, dir))
+		}
+		if err := l.TruncateFullyAndStartAt(restart, historyAt(t, leader, restart)); err != nil {
+			t.Fatal(err)
+		}
+		l.testHook = nil
+		wantUnstable(t, l, 3)
+		if l.StartOffset() != restart || l.EndOffset() != restart {
+			t.Fatalf("log [%d, %d), want empty at %d", l.StartOffset(), l.EndOffset(), restart)
+		}
+		// Every crash leaves the old log (which knows no transaction) or
+		// the new one with the transaction.
+		sawOld, sawNew := false, false
+		for i, cdir := range crashes {
+			c := mustOpen(t, cdir, Config{Now: clock.Now})
+			first, open := c.FirstUnstableOffset()
+			switch {
+			case c.StartOffset() == 0 && c.EndOffset() == 2 && !open:
+				sawOld = true
+			case c.StartOffset() == restart && c.EndOffset() == restart && open && first == 3:
+				sawNew = true
+			default:
+				t.Fatalf("crash at %q: log [%d, %d), first unstable %d/%v", points[i], c.StartOffset(), c.EndOffset(), first, open)
+			}
+			c.Close()
+		}
+		if !sawOld || !sawNew {
+			t.Fatalf("crash points saw old %v new %v: %v", sawOld, sawNew, points)
+		}
+		l.Close()
+		l = mustOpen(t, dir, Config{Now: clock.Now})
+		defer l.Close()
+		wantUnstable(t, l, 3)
+		// Promoted, it takes the coordinator's ABORT and indexes it as the
+		// leader would.
+		info, err := l.AppendMarker(2, 0, false, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantUnstable(t, l, -1)
+		want := AbortedTxn{ProducerID: 2, FirstOffset: 3, LastOffset: info.BaseOffset, LastStableOffset: info.BaseOffset + 1}
+		if got := l.AbortedTransactions(0, l.EndOffset()); len(got) != 1 || got[0] != want {
+			t.Fatalf("aborted %+v, want %+v", got, want)
+		}
+	})
 }
 
 // Readers of the transaction state run beside the writer (a fetch asks

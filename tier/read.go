@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,25 +26,36 @@ var windowBufs = sync.Pool{New: func() any { b := make([]byte, 0, minReadWindow)
 // batch.
 const minReadWindow = 64 << 10
 
-// Read appends to dst whole batches from the bucket, starting with the
-// batch that contains offset, and stops before exceeding maxBytes except
-// that the first batch is returned whole (KIP-74). Like a local read it
-// stays within one segment, the first holding a batch at or after offset:
-// compaction may leave a segment with none (a gap at its end, or no batch
-// at all), and the read then goes on in the next. Every batch's CRC-32C is checked; a batch that
-// fails it ends the read (the batches before it are returned, or
-// segment.ErrCorruptSegment when there are none). An offset the bucket does
-// not hold is segment.ErrOffsetOutOfRange. Read is for a consumer's fetch:
-// it reads ahead of what it returns.
-func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
-	return t.read(ctx, tp, dst, offset, maxBytes, true)
+// ReadBelow appends to dst whole batches from the bucket, starting with
+// the batch that contains offset, and stops before exceeding maxBytes
+// except that the first batch is returned whole (KIP-74). It returns only
+// batches whose base offset is below maxOffset (the fetch's high
+// watermark, or its last stable offset for read_committed), as a local
+// read does: the bucket may hold a transaction still open there, uploaded
+// by a version that bounded uploads by the high watermark alone. Like a
+// local read it stays within one segment, the first holding a batch at or
+// after offset: compaction may leave a segment with none (a gap at its
+// end, or no batch at all), and the read then goes on in the next. Every
+// batch's CRC-32C is checked; a batch that fails it ends the read (the
+// batches before it are returned, or segment.ErrCorruptSegment when there
+// are none). An offset the bucket does not hold is
+// segment.ErrOffsetOutOfRange. ReadBelow is for a consumer's fetch: it
+// reads ahead of what it returns.
+func (t *Tier) ReadBelow(ctx context.Context, tp format.TopicPartition, dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
+	return t.read(ctx, tp, dst, offset, maxOffset, maxBytes, true)
 }
 
-// read is Read; sequential says the caller goes on reading where it stops,
-// so the chunks and the segment it needs next are worth fetching now. A
-// lookup (ListOffsets) is not sequential: read-ahead for it would fetch
-// tens of MiB nobody asked for.
-func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int, sequential bool) ([]byte, error) {
+// Read is ReadBelow with no upper bound: everything the bucket holds, for
+// tools and tests. A consumer's fetch has a bound and uses ReadBelow.
+func (t *Tier) Read(ctx context.Context, tp format.TopicPartition, dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	return t.read(ctx, tp, dst, offset, math.MaxInt64, maxBytes, true)
+}
+
+// read is ReadBelow; sequential says the caller goes on reading where it
+// stops, so the chunks and the segment it needs next are worth fetching
+// now. A lookup (ListOffsets) is not sequential: read-ahead for it would
+// fetch tens of MiB nobody asked for.
+func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, offset, maxOffset int64, maxBytes int, sequential bool) ([]byte, error) {
 	m, err := t.Manifest(ctx, tp)
 	if err != nil {
 		return dst, err
@@ -51,7 +63,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 	if offset < m.LogStartOffset || offset >= m.EndOffset() {
 		return dst, fmt.Errorf("%w: offset %d, bucket holds [%d, %d)", segment.ErrOffsetOutOfRange, offset, m.LogStartOffset, m.EndOffset())
 	}
-	for {
+	for offset < maxOffset {
 		rs, ok, err := m.Find(ctx, t.pages, offset)
 		if err != nil {
 			return dst, fmt.Errorf("read %s-%d at %d: %w", tp.Topic, tp.Partition, offset, err)
@@ -60,7 +72,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 			return dst, fmt.Errorf("%w: offset %d not in the manifest", segment.ErrOffsetOutOfRange, offset)
 		}
 		n := len(dst)
-		dst, err = t.readSegment(ctx, tp, m, rs, dst, offset, maxBytes, sequential)
+		dst, err = t.readSegment(ctx, tp, m, rs, dst, offset, maxOffset, maxBytes, sequential)
 		if err != nil || len(dst) > n || rs.LastOffset+1 >= m.EndOffset() {
 			return dst, err
 		}
@@ -69,10 +81,11 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 		// in a later object.
 		offset = rs.LastOffset + 1
 	}
+	return dst, nil
 }
 
 // readSegment is read within rs, the segment of m holding offset.
-func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *format.Root, rs format.RemoteSegment, dst []byte, offset int64, maxBytes int, sequential bool) ([]byte, error) {
+func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *format.Root, rs format.RemoteSegment, dst []byte, offset, maxOffset int64, maxBytes int, sequential bool) ([]byte, error) {
 	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index)
 	if err != nil {
 		if errors.Is(err, segment.ErrCorruptSegment) {
@@ -86,7 +99,7 @@ func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *for
 		t.reportCorrupt(tp, rs.Key, err, false)
 		return dst, err
 	}
-	order := batchOrder{prevLast: rs.BaseOffset - 1, end: rs.LastOffset + 1, indexed: indexed}
+	order := batchOrder{prevLast: rs.BaseOffset - 1, end: rs.LastOffset + 1, indexed: indexed, limit: maxOffset}
 	logEnd := rs.Log.End()
 	start := len(dst)
 	wb := windowBufs.Get().(*[]byte)
@@ -120,7 +133,7 @@ func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *for
 		}
 		winLen := int64(len(window))
 		used, done, err := appendBatches(&dst, start, window, offset, maxBytes, &order)
-		if err == nil && used == 0 {
+		if err == nil && used == 0 && !done {
 			// The next batch is larger than the window: the next window
 			// is its size, and must then hold it.
 			var h segment.BatchHeader
@@ -156,7 +169,7 @@ func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *for
 			}
 			return dst, err
 		}
-		if used == 0 {
+		if used == 0 && !done {
 			if len(dst) > start && len(dst)-start+int(need) > maxBytes {
 				break
 			}
@@ -184,6 +197,8 @@ type batchOrder struct {
 	// indexed is the last offset of the first batch, as the index entry
 	// the read starts from records it; -1 with no entry.
 	indexed int64
+	// limit ends the read: no batch based at or above it is returned.
+	limit int64
 }
 
 // check reports whether h can be the next batch.
@@ -202,8 +217,9 @@ func (o *batchOrder) next(h segment.BatchHeader) {
 
 // appendBatches appends the whole batches of window that end at or after
 // offset, until maxBytes (the first batch always goes in whole), checking
-// the offsets of every batch it passes with order. It returns how many
-// bytes of window it consumed and whether the byte limit stopped it.
+// the offsets of every batch it passes with order, and stopping at the
+// first batch based at or above order.limit. It returns how many bytes of
+// window it consumed and whether either limit stopped it.
 func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes int, order *batchOrder) (used int64, done bool, err error) {
 	for len(window)-int(used) >= 61 {
 		b := window[used:]
@@ -213,6 +229,9 @@ func appendBatches(dst *[]byte, start int, window []byte, offset int64, maxBytes
 		}
 		if err := order.check(h); err != nil {
 			return used, false, err
+		}
+		if h.BaseOffset >= order.limit {
+			return used, true, nil
 		}
 		size := h.Size()
 		if size > len(b) {
@@ -309,7 +328,7 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		}
 		pos = max(pos, start, rs.BaseOffset)
 		for pos <= rs.LastOffset {
-			batches, err := t.read(ctx, tp, nil, pos, 1<<20, false)
+			batches, err := t.read(ctx, tp, nil, pos, math.MaxInt64, 1<<20, false)
 			if err != nil {
 				return 0, 0, false, err
 			}

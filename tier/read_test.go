@@ -23,8 +23,8 @@ import (
 // TestReadMatchesLocalRead uploads segments of batches from a few hundred
 // bytes to several read windows and chunks big, then reads every batch,
 // from its first offset and from inside it, with byte limits below, around
-// and above the batch sizes, and checks that the bucket returns exactly
-// what the local log does. Memory holds two chunks, so the reads go through
+// and above the batch sizes, and below offset bounds, and checks that the
+// bucket returns exactly what the local log does. Memory holds two chunks, so the reads go through
 // both cache levels.
 func TestReadMatchesLocalRead(t *testing.T) {
 	const chunk = 128 << 10
@@ -82,6 +82,21 @@ func TestReadMatchesLocalRead(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("read offset %d, max %d: %d bytes from the bucket, %d from the local log", offset, maxBytes, len(got), len(want))
+			}
+		}
+		// A bound (the high watermark, or the LSO of a read_committed
+		// fetch) cuts a bucket read where it cuts a local one.
+		for _, maxOffset := range []int64{offset, offset + 1, offset + 3, offset + 7} {
+			want, err := l.Read(nil, offset, maxOffset, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tr.ReadBelow(ctx, tp, nil, offset, maxOffset, 1<<20)
+			if err != nil {
+				t.Fatalf("read offset %d below %d: %v", offset, maxOffset, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("read offset %d below %d: %d bytes from the bucket, %d from the local log", offset, maxOffset, len(got), len(want))
 			}
 		}
 	}

@@ -22,7 +22,7 @@ type Log interface {
 	EndOffsetForEpoch(epoch int32) (endOffset int64, found int32)
 	AppendReplica(records []byte) (segment.AppendInfo, error)
 	TruncateTo(offset int64) (int64, error)
-	TruncateFullyAndStartAt(offset int64) error
+	TruncateFullyAndStartAt(offset int64, h segment.History) error
 	DeleteRecordsBefore(offset int64) (int64, error)
 }
 
@@ -52,6 +52,12 @@ type Partition struct {
 	// follower that copied it would delete the last copies of records the
 	// bucket does not have.
 	LogStartBound func() int64
+	// HistoryBelow, for a partition whose older records are in a bucket,
+	// says where a log that must start at or above offset (the leader's
+	// local log start) starts and what the bucket knows of the records
+	// below that (tier.Tier.HistoryBelow); ok false when it knows nothing.
+	// nil for a partition that does not tier.
+	HistoryBelow func(ctx context.Context, offset int64) (start int64, h segment.History, ok bool, err error)
 }
 
 // Key names a partition.
@@ -125,7 +131,7 @@ func (f *Fetcher) Set(p Partition) {
 	f.mu.Lock()
 	k := Key{p.Topic, p.Index}
 	if s, ok := f.parts[k]; ok && s.Log == p.Log {
-		s.LeaderEpoch, s.TopicID, s.Fetched, s.Lock, s.LogStartBound = p.LeaderEpoch, p.TopicID, p.Fetched, p.Lock, p.LogStartBound
+		s.LeaderEpoch, s.TopicID, s.Fetched, s.Lock, s.LogStartBound, s.HistoryBelow = p.LeaderEpoch, p.TopicID, p.Fetched, p.Lock, p.LogStartBound, p.HistoryBelow
 		s.retryAt = time.Time{}
 	} else {
 		f.parts[k] = &fetchState{Partition: p}
@@ -370,14 +376,22 @@ func (f *Fetcher) truncate(s *fetchState, epoch int32, endOffset int64) error {
 // outOfRange handles a fetch offset the leader does not have: below its
 // local log start (older data may be only in the bucket, which the
 // follower does not copy), the follower starts over at the leader's local
-// start; above its end, it cuts back to the leader's high watermark.
+// start, or, when the bucket holds the records below it, where the bucket
+// object holding the record before it ends, with the producer state and
+// leader epochs that object carries (Kafka's buildRemoteLogAuxState);
+// above its end, it cuts back to the leader's high watermark.
 func (f *Fetcher) outOfRange(s *fetchState, offset int64, rp *kmsg.FetchResponseTopicPartition) error {
 	switch {
 	case rp.LogStartOffset >= 0 && offset < rp.LogStartOffset:
-		if err := s.Log.TruncateFullyAndStartAt(rp.LogStartOffset); err != nil {
-			return fmt.Errorf("restart log at %d: %w", rp.LogStartOffset, err)
+		start, h, err := f.restartPoint(s, rp)
+		if err != nil {
+			return err
 		}
-		f.log.Info("follower restarted its log at the leader's log start", "topic", s.Topic, "partition", s.Index, "from", offset, "to", rp.LogStartOffset)
+		if err := s.Log.TruncateFullyAndStartAt(start, h); err != nil {
+			return fmt.Errorf("restart log at %d: %w", start, err)
+		}
+		f.log.Info("follower restarted its log at the leader's log start", "topic", s.Topic, "partition", s.Index, "from", offset, "to", start,
+			"leaderLogStart", rp.LogStartOffset, "producerState", len(h.ProducerSnapshot) > 0)
 		return nil
 	case rp.HighWatermark >= 0 && offset > rp.HighWatermark:
 		to := max(rp.HighWatermark, s.Log.StartOffset())
@@ -387,4 +401,25 @@ func (f *Fetcher) outOfRange(s *fetchState, offset int64, rp *kmsg.FetchResponse
 		return nil
 	}
 	return fmt.Errorf("offset %d out of the leader's range: %w", offset, kerr.OffsetOutOfRange)
+}
+
+// restartPoint is where a follower below its leader's local log start
+// starts its log, and what it keeps of the history below: the leader's
+// local start with nothing, unless the bucket holds the record before it.
+// An object ending past the leader's high watermark (a deposed leader's
+// upload the current one does not have) is not followed.
+func (f *Fetcher) restartPoint(s *fetchState, rp *kmsg.FetchResponseTopicPartition) (int64, segment.History, error) {
+	if s.HistoryBelow == nil {
+		return rp.LogStartOffset, segment.History{}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start, h, ok, err := s.HistoryBelow(ctx, rp.LogStartOffset)
+	if err != nil {
+		return 0, segment.History{}, fmt.Errorf("history below the leader's log start %d from the bucket: %w", rp.LogStartOffset, err)
+	}
+	if !ok || start > rp.HighWatermark {
+		return rp.LogStartOffset, segment.History{}, nil
+	}
+	return start, h, nil
 }

@@ -19,8 +19,11 @@ func (l *startLog) EndOffsetForEpoch(int32) (int64, int32) { return -1, -1 }
 func (l *startLog) AppendReplica([]byte) (segment.AppendInfo, error) {
 	return segment.AppendInfo{}, nil
 }
-func (l *startLog) TruncateTo(o int64) (int64, error)          { l.end = o; return o, nil }
-func (l *startLog) TruncateFullyAndStartAt(o int64) error      { l.start, l.end = o, o; return nil }
+func (l *startLog) TruncateTo(o int64) (int64, error) { l.end = o; return o, nil }
+func (l *startLog) TruncateFullyAndStartAt(o int64, _ segment.History) error {
+	l.start, l.end = o, o
+	return nil
+}
 func (l *startLog) DeleteRecordsBefore(o int64) (int64, error) { l.start = o; return o, nil }
 
 // TestFollowerLogStartBound: a follower follows its leader's log start up,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"strata/tier/format"
@@ -42,7 +43,20 @@ type listedManifest struct {
 // A pass whose listing shows an older newest manifest than this tier
 // already knows (a lagging LIST) deletes nothing and returns
 // ErrCollectionSkipped.
+//
+// Only the partition's leader may collect (CollectOrphansAt): the objects
+// in flight that it keeps are only those of this tier's writers, and
+// another node's tier does not know them. CollectOrphans, with no epoch,
+// is for tools and tests.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
+	return t.CollectOrphansAt(ctx, tp, math.MaxInt32, grace)
+}
+
+// CollectOrphansAt is CollectOrphans by the partition's leader at epoch:
+// a pass whose listing or tier shows a manifest of a later epoch (a newer
+// leader, whose writes in flight this tier does not know) deletes nothing
+// and returns ErrFenced.
+func (t *Tier) CollectOrphansAt(ctx context.Context, tp format.TopicPartition, epoch int32, grace time.Duration) (int, error) {
 	ps := t.state(tp)
 	cutoff := t.cfg.Now().Add(-grace)
 	// Segments and pages are listed before manifests: an object that a
@@ -86,8 +100,14 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 		referenced[k] = true
 	}
 	cur := ps.cur.Load()
+	if cur != nil && cur.LeaderEpoch > epoch {
+		return 0, t.fenced(cur, epoch)
+	}
 	if n := len(manifests); n > 0 {
 		newest := manifests[n-1].key
+		if newest.LeaderEpoch > epoch {
+			return 0, fmt.Errorf("%w: %s-%d has manifest %s, the collector's epoch is %d", ErrFenced, tp.Topic, tp.Partition, manifests[n-1].Key, epoch)
+		}
 		if cur != nil && (cur.LeaderEpoch > newest.LeaderEpoch || cur.LeaderEpoch == newest.LeaderEpoch && cur.Seq > newest.Seq) {
 			return 0, fmt.Errorf("%w: the listing shows %s, this tier knows %s", ErrCollectionSkipped, manifests[n-1].Key, cur.Key())
 		}

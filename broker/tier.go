@@ -41,9 +41,8 @@ type TierConfig struct {
 	IdleUpload time.Duration
 	// OrphanGrace is how old an unreferenced object must be before the
 	// collector deletes it (default 1 hour, at least MinOrphanGrace);
-	// CollectInterval is how long
-	// one collection pass over the partitions that need one is spread
-	// over (default 10 minutes).
+	// CollectInterval is how long one collection pass over the partitions
+	// that need one is spread over (default 10 minutes).
 	OrphanGrace, CollectInterval time.Duration
 	// TestShortOrphanGrace accepts an OrphanGrace below MinOrphanGrace:
 	// for tests only, which collect within seconds.

@@ -301,6 +301,12 @@ func (f *deletionFence) Create(ctx context.Context, key string, r io.ReaderAt, s
 	return f.write(key, func() error { return f.Store.Create(ctx, key, r, size) })
 }
 
+// ListAfter passes listings from a key on to the store's own
+// (objstore.ListAfter).
+func (f *deletionFence) ListAfter(ctx context.Context, prefix, startAfter string, fn func(objstore.Attrs) error) error {
+	return objstore.ListAfter(ctx, f.Store, prefix, startAfter, fn)
+}
+
 func (f *deletionFence) String() string { return fmt.Sprint(f.Store) }
 
 // close refuses every later write under prefix and waits for those under

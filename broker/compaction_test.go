@@ -576,7 +576,8 @@ func TestColdCompactionDoneWhen(t *testing.T) {
 	store := tierStores[0].open(t)
 	b := compactingBroker(t, "", reg, func(c *Config) {
 		c.Tier = TierConfig{Store: store, UploadInterval: 20 * time.Millisecond, ChunkBytes: 1 << 20, CacheBytes: 8 << 20,
-			OrphanGrace: time.Second, CollectInterval: 200 * time.Millisecond}
+			CollectInterval: 200 * time.Millisecond}
+		shortOrphanGrace(c, time.Second)
 	})
 	// A day of min.compaction.lag.ms holds compaction off until the whole
 	// history is in the bucket, so that "before" is the uncompacted one.

@@ -250,6 +250,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("http listen address %q: %v", c.HTTPListen, err)
 		}
 	}
+	if c.Tier.OrphanGrace < MinOrphanGrace && !c.Tier.TestShortOrphanGrace {
+		return fmt.Errorf("tier orphan grace %s: must be at least %s, twice the longest upload pass, or objects still being written are deleted (docs/tiered-storage.md)", c.Tier.OrphanGrace, MinOrphanGrace)
+	}
 	if c.DefaultPartitions < 1 {
 		return fmt.Errorf("default partitions %d: must be at least 1", c.DefaultPartitions)
 	}

@@ -40,10 +40,13 @@ type TierConfig struct {
 	// partition's data still reaches the bucket (default 10 minutes).
 	IdleUpload time.Duration
 	// OrphanGrace is how old an unreferenced object must be before the
-	// collector deletes it (default 1 hour); CollectInterval is how long
-	// one collection pass over the partitions that need one is spread
-	// over (default 10 minutes).
+	// collector deletes it (default 1 hour, at least MinOrphanGrace);
+	// CollectInterval is how long one collection pass over the partitions
+	// that need one is spread over (default 10 minutes).
 	OrphanGrace, CollectInterval time.Duration
+	// TestShortOrphanGrace accepts an OrphanGrace below MinOrphanGrace:
+	// for tests only, which collect within seconds.
+	TestShortOrphanGrace bool
 	// Now is the clock of the orphan grace and of the collector's record
 	// of when objects were dropped; nil is time.Now.
 	Now func() time.Time
@@ -247,7 +250,7 @@ func (b *Broker) uploadPartition(p *partition) error {
 	if !leads {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(p.tier.ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(p.tier.ctx, uploadPassTimeout)
 	defer cancel()
 	tp := p.bucketName()
 	m := p.tier.manifest

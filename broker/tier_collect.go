@@ -51,6 +51,22 @@ type collector struct {
 	}
 }
 
+// uploadPassTimeout bounds one partition's upload pass (its uploads,
+// retention step and merges): the longest that an object this node writes
+// there is in flight before a manifest names it.
+const uploadPassTimeout = 5 * time.Minute
+
+// MinOrphanGrace is the shortest tier.orphan_grace a broker accepts. The
+// collector keeps what its own node has in flight whatever its age, but
+// not what a deposed leader, unaware yet, is still writing: that is safe
+// only while the grace outlasts the longest pass that writes it (an
+// upload pass), twice over for the skew between the store's clock, which
+// dates objects, and the broker's, which judges their age. A compaction
+// pass can last longer; its outputs are checked to exist before its
+// manifest change names them (tier.ErrObjectMissing), so a pass that
+// outlived a leader change is refused rather than publishing a hole.
+const MinOrphanGrace = 2 * uploadPassTimeout
+
 // maxDrops bounds a partition's drop record; beyond it the oldest entry
 // is folded into the next (later) one, which only delays its collection.
 const maxDrops = 16
@@ -193,9 +209,14 @@ func (b *Broker) collectLoop() {
 	}
 }
 
-// dueForCollection returns the hosted tiered partitions whose oldest
-// uncovered drop is past the orphan grace, and forgets the record of
-// partitions no longer hosted.
+// dueForCollection returns the tiered partitions this node leads whose
+// oldest uncovered drop is past the orphan grace, and forgets the record
+// of partitions no longer hosted.
+//
+// Only the leader collects: the objects in flight the collector keeps
+// whatever their age are those of its own node's writers (uploads,
+// merges, compaction passes), and a follower's collector would delete the
+// leader's. A follower keeps its record for when it leads.
 func (b *Broker) dueForCollection() []*partition {
 	c := &b.collector
 	now := b.cfg.Tier.Now()
@@ -211,6 +232,9 @@ func (b *Broker) dueForCollection() []*partition {
 		}
 		tp := p.bucketName()
 		hosted[tp] = true
+		if _, leads := p.leaderEpochIfLeading(); !leads {
+			continue
+		}
 		d, seen := c.mu.drops[tp]
 		if !seen {
 			d = unseenDrops(now)
@@ -234,16 +258,22 @@ func (b *Broker) collectPartition(p *partition) {
 	if p.tier.ctx.Err() != nil {
 		return // dropped since the pass began
 	}
+	// At the epoch it leads at: a deposed leader that does not know it
+	// yet is fenced by the new leader's manifests.
+	epoch, leads := p.leaderEpochIfLeading()
+	if !leads {
+		return // the drops stay, for when it leads again
+	}
 	tp := p.bucketName()
 	// Read before the tier reads its own clock: every object dropped
 	// before this cutoff is past the tier's cutoff too.
 	cutoff := b.cfg.Tier.Now().Add(-b.cfg.Tier.OrphanGrace)
 	ctx, cancel := context.WithTimeout(p.tier.ctx, time.Minute)
-	n, err := b.tier.CollectOrphans(ctx, tp, b.cfg.Tier.OrphanGrace)
+	n, err := b.tier.CollectOrphansAt(ctx, tp, epoch, b.cfg.Tier.OrphanGrace)
 	cancel()
 	b.metrics.tierOrphansDeleted.Add(float64(n))
 	if err != nil {
-		if errors.Is(err, tier.ErrCollectionSkipped) {
+		if errors.Is(err, tier.ErrCollectionSkipped) || errors.Is(err, tier.ErrFenced) {
 			b.log.Debug("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
 		} else if p.tier.ctx.Err() == nil {
 			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)

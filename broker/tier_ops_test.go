@@ -368,7 +368,7 @@ func TestCollectorSkipsQuietPartitions(t *testing.T) {
 	hs.setHook(lists.hook)
 	b := tieredBroker(t, "", hs, func(c *Config) {
 		c.Tier.CollectInterval = 20 * time.Millisecond
-		c.Tier.OrphanGrace = 100 * time.Millisecond
+		shortOrphanGrace(c, 100*time.Millisecond)
 	})
 	adm := testAdmin(t, b)
 	small := map[string]*string{"segment.bytes": ptr("16384")}
@@ -414,7 +414,7 @@ func TestCollectorDoesNotHoldUploads(t *testing.T) {
 	})
 	b := tieredBroker(t, "", hs, func(c *Config) {
 		c.Tier.CollectInterval = 20 * time.Millisecond
-		c.Tier.OrphanGrace = 50 * time.Millisecond
+		shortOrphanGrace(c, 50*time.Millisecond)
 	})
 	adm := testAdmin(t, b)
 	// An archive topic: no whole-log retention, so its idle partition

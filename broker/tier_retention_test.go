@@ -19,7 +19,7 @@ func TestTieredWholeLogRetention(t *testing.T) {
 	const segBytes = 64 << 10
 	store := tierStores[0].open(t)
 	b := tieredBroker(t, "", store, func(c *Config) {
-		c.Tier.OrphanGrace = time.Nanosecond
+		shortOrphanGrace(c, time.Nanosecond)
 		c.Tier.CollectInterval = 50 * time.Millisecond
 	})
 	createTopic(t, testAdmin(t, b), "bounded", 1, map[string]*string{

@@ -243,9 +243,11 @@ func (c *Compactor) runJob(ctx context.Context, m *keyMap, j job) error {
 			"gets", st.Gets, "puts", st.Puts, "duration", st.Duration.String())
 	case ctx.Err() != nil:
 		return nil
-	case errors.Is(err, segment.ErrRewriteConflict), errors.Is(err, tier.ErrFenced):
-		// The log moved on (truncation, retention, a new leader): the
-		// next round plans again from what is there.
+	case errors.Is(err, segment.ErrRewriteConflict), errors.Is(err, tier.ErrFenced),
+		errors.Is(err, format.ErrRangeChanged), errors.Is(err, tier.ErrPartitionDeleted):
+		// The log moved on (truncation, retention, a new leader, the
+		// topic's deletion): the next round plans again from what is
+		// there.
 		log.Debug("compaction pass abandoned", "err", err)
 		err, result = nil, "abandoned"
 	default:

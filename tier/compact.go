@@ -467,7 +467,8 @@ func (emptyReader) ReadAt([]byte, int64) (int, error) { return 0, io.EOF }
 // changed the range's boundaries makes it fail, the manifest untouched
 // (segs become orphans once released). segs hold the same batches as what
 // they replace minus what compaction removed, so replacing a merged
-// object of the same range loses nothing.
+// object of the same range loses nothing. segs' objects must still be in
+// the bucket (ErrObjectMissing otherwise, the manifest untouched).
 func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, segs []format.RemoteSegment, epoch int32, cleanedTo int64, now time.Time) (*format.Root, error) {
 	if len(segs) == 0 {
 		return nil, fmt.Errorf("replace compacted segments of %s-%d: none given", tp.Topic, tp.Partition)
@@ -490,6 +491,9 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 		return nil, fmt.Errorf("replace compacted segments %d..%d of %s-%d: %w", first, last, tp.Topic, tp.Partition, err)
 	}
 	ps.advance(cur)
+	if err := t.requireObjects(ctx, segs); err != nil {
+		return nil, fmt.Errorf("replace compacted segments %d..%d of %s-%d: %w", first, last, tp.Topic, tp.Partition, err)
+	}
 	next, err := t.updateLocked(ctx, tp, ps, epoch, func(m *format.Root) (*format.Change, error) {
 		ch, err := m.Replace(ctx, t.pages, segs, epoch, t.cfg.Paging)
 		if err != nil {
@@ -503,6 +507,26 @@ func (t *Tier) ReplaceCompacted(ctx context.Context, tp format.TopicPartition, s
 	}
 	t.log.Debug("compacted segments swapped in", "topic", tp.Topic, "partition", tp.Partition, "base", first, "last", last, "segments", len(segs), "cleaned", cleanedTo)
 	return next, nil
+}
+
+// ErrObjectMissing reports a manifest change refused because an object it
+// would name is not in the bucket.
+var ErrObjectMissing = errors.New("tier: object to publish is missing")
+
+// requireObjects checks with a HEAD each that segs' objects are in the
+// bucket, so that a manifest never names a missing one. A pass's outputs
+// are held from this tier's collector, but a pass can outlive a leader
+// change: the new leader's collector, which knows nothing of them, deletes
+// them once they are older than the grace.
+func (t *Tier) requireObjects(ctx context.Context, segs []format.RemoteSegment) error {
+	for _, s := range segs {
+		if _, err := t.store.Stat(ctx, s.Key); errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: %s (deleted by another node's collector?)", ErrObjectMissing, s.Key)
+		} else if err != nil {
+			return fmt.Errorf("check %s: %w", s.Key, err)
+		}
+	}
+	return nil
 }
 
 // SetAborted gives the object the aborted transactions whose ABORT

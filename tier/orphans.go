@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
 	"time"
 
 	"strata/tier/format"
@@ -42,7 +46,20 @@ type listedManifest struct {
 // A pass whose listing shows an older newest manifest than this tier
 // already knows (a lagging LIST) deletes nothing and returns
 // ErrCollectionSkipped.
+//
+// Only the partition's leader may collect (CollectOrphansAt): the objects
+// in flight that it keeps are only those of this tier's writers, and
+// another node's tier does not know them. CollectOrphans, with no epoch,
+// is for tools and tests.
 func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, grace time.Duration) (int, error) {
+	return t.CollectOrphansAt(ctx, tp, math.MaxInt32, grace)
+}
+
+// CollectOrphansAt is CollectOrphans by the partition's leader at epoch:
+// a pass whose listing or tier shows a manifest of a later epoch (a newer
+// leader, whose writes in flight this tier does not know) deletes nothing
+// and returns ErrFenced.
+func (t *Tier) CollectOrphansAt(ctx context.Context, tp format.TopicPartition, epoch int32, grace time.Duration) (int, error) {
 	ps := t.state(tp)
 	cutoff := t.cfg.Now().Add(-grace)
 	// Segments and pages are listed before manifests: an object that a
@@ -86,8 +103,14 @@ func (t *Tier) CollectOrphans(ctx context.Context, tp format.TopicPartition, gra
 		referenced[k] = true
 	}
 	cur := ps.cur.Load()
+	if cur != nil && cur.LeaderEpoch > epoch {
+		return 0, t.fenced(cur, epoch)
+	}
 	if n := len(manifests); n > 0 {
 		newest := manifests[n-1].key
+		if newest.LeaderEpoch > epoch {
+			return 0, fmt.Errorf("%w: %s-%d has manifest %s, the collector's epoch is %d", ErrFenced, tp.Topic, tp.Partition, manifests[n-1].Key, epoch)
+		}
 		if cur != nil && (cur.LeaderEpoch > newest.LeaderEpoch || cur.LeaderEpoch == newest.LeaderEpoch && cur.Seq > newest.Seq) {
 			return 0, fmt.Errorf("%w: the listing shows %s, this tier knows %s", ErrCollectionSkipped, manifests[n-1].Key, cur.Key())
 		}
@@ -221,8 +244,102 @@ func (ps *partitionState) pruneRefs(live map[string]bool) {
 	}
 }
 
+// ErrPartitionDeleted reports a write to a partition whose deletion from
+// the bucket has begun (DeletePartition): its topic is gone.
+var ErrPartitionDeleted = errors.New("tier: partition deleted")
+
+// deletionFence passes every call to the store, refusing writes (Put,
+// Create) to the partitions whose deletion has begun, so that no object
+// this tier writes outlives a deletion: a compaction pass, which no
+// upload lock stops, would otherwise write its output, pages and root
+// after DeletePartition listed the partition, and nothing would ever
+// delete them. Deletes and reads go through.
+type deletionFence struct {
+	objstore.Store
+
+	mu sync.Mutex
+	// deleted holds the key prefixes of the partitions being deleted,
+	// and deleted: a topic ID is never reused, so they stay.
+	deleted map[string]bool
+	// writes are the writes under way, each closing done when it ends.
+	writes map[*fencedWrite]bool
+}
+
+type fencedWrite struct {
+	key  string
+	done chan struct{}
+}
+
+func (f *deletionFence) write(key string, op func() error) error {
+	f.mu.Lock()
+	for prefix := range f.deleted {
+		if strings.HasPrefix(key, prefix) {
+			f.mu.Unlock()
+			return fmt.Errorf("%w: write of %s refused", ErrPartitionDeleted, key)
+		}
+	}
+	w := &fencedWrite{key: key, done: make(chan struct{})}
+	if f.writes == nil {
+		f.writes = make(map[*fencedWrite]bool)
+	}
+	f.writes[w] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.writes, w)
+		f.mu.Unlock()
+		close(w.done)
+	}()
+	return op()
+}
+
+func (f *deletionFence) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return f.write(key, func() error { return f.Store.Put(ctx, key, r, size) })
+}
+
+func (f *deletionFence) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	return f.write(key, func() error { return f.Store.Create(ctx, key, r, size) })
+}
+
+// ListAfter passes listings from a key on to the store's own
+// (objstore.ListAfter).
+func (f *deletionFence) ListAfter(ctx context.Context, prefix, startAfter string, fn func(objstore.Attrs) error) error {
+	return objstore.ListAfter(ctx, f.Store, prefix, startAfter, fn)
+}
+
+func (f *deletionFence) String() string { return fmt.Sprint(f.Store) }
+
+// close refuses every later write under prefix and waits for those under
+// way, so that a listing made after it returns sees all this tier wrote
+// there.
+func (f *deletionFence) close(ctx context.Context, prefix string) error {
+	f.mu.Lock()
+	if f.deleted == nil {
+		f.deleted = make(map[string]bool)
+	}
+	f.deleted[prefix] = true
+	var wait []*fencedWrite
+	for w := range f.writes {
+		if strings.HasPrefix(w.key, prefix) {
+			wait = append(wait, w)
+		}
+	}
+	f.mu.Unlock()
+	for _, w := range wait {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the write of %s: %w", w.key, ctx.Err())
+		}
+	}
+	return nil
+}
+
 // DeletePartition removes every object of tp from the bucket: the topic
-// was deleted. Later calls for tp start from an empty manifest.
+// was deleted. From its call on, this tier writes nothing more of tp
+// (ErrPartitionDeleted), and what its writers were writing is waited for
+// and deleted too: a compaction pass under way loses its outputs, and
+// its manifest change fails.
 //
 // Segment objects go first and the manifests only once every segment is
 // gone: as long as a segment object is left, the manifests that list it
@@ -231,6 +348,9 @@ func (ps *partitionState) pruneRefs(live map[string]bool) {
 // not stop the others; the error counts what is left, and calling again
 // resumes (deleting a missing key is no error).
 func (t *Tier) DeletePartition(ctx context.Context, tp format.TopicPartition) error {
+	if err := t.fence.close(ctx, tp.Prefix()); err != nil {
+		return fmt.Errorf("delete %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
 	t.mu.Lock()
 	delete(t.partitions, tp)
 	t.mu.Unlock()

@@ -109,6 +109,9 @@ type Tier struct {
 	corrupt corruptReports
 	// compaction counts the requests made for compaction (compact.go).
 	compaction requestCounts
+	// fence refuses writes to deleted partitions (orphans.go); every
+	// write goes through it.
+	fence *deletionFence
 
 	mu         sync.Mutex
 	partitions map[format.TopicPartition]*partitionState // guarded by mu
@@ -253,7 +256,8 @@ func Open(cfg Config) (*Tier, error) {
 	cfg.ReadWorkers = int(min(int64(cfg.ReadWorkers), cfg.MemoryBytes/cfg.ChunkBytes))
 	// Requests made under a context marked by counted are counted for
 	// compaction's bill; the chunk cache's own GETs never are.
-	store := countingStore{cfg.Store}
+	fence := &deletionFence{Store: countingStore{cfg.Store}}
+	store := objstore.Store(fence)
 	cache, err := newChunkCache(cfg.Store, cfg.CacheDir, cfg.ChunkBytes, cfg.CacheBytes, cfg.MemoryBytes, cfg.ReadAhead, cfg.ReadWorkers)
 	if err != nil {
 		return nil, err
@@ -261,6 +265,7 @@ func Open(cfg Config) (*Tier, error) {
 	return &Tier{
 		cfg:        cfg,
 		store:      store,
+		fence:      fence,
 		log:        cfg.Logger,
 		cache:      cache,
 		index:      newIndexCache(indexCacheBytes),

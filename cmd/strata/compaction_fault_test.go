@@ -52,7 +52,9 @@ func newCompactNode(t *testing.T) *compactNode {
 // and waits for its bootstrap line.
 func (c *compactNode) start(pause string) {
 	c.t.Helper()
-	var env []string
+	// The 1s orphan grace below the broker's bound lets the test see the
+	// collector at work.
+	env := []string{"STRATA_TEST_SHORT_ORPHAN_GRACE=1"}
 	if pause != "" {
 		env = append(env, "STRATA_TEST_COMPACTOR_PAUSE="+pause)
 	}

@@ -145,6 +145,8 @@ func tierConfig(c config.Tier, store objstore.Store) broker.TierConfig {
 		OrphanGrace:        c.OrphanGrace,
 		CollectInterval:    c.CollectInterval,
 		LocalDiskLimit:     c.LocalDiskLimit,
+
+		TestShortOrphanGrace: c.TestShortOrphanGrace,
 	}
 }
 

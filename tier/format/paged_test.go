@@ -506,6 +506,51 @@ func TestReplaceInsideAndAcrossPages(t *testing.T) {
 	}
 }
 
+// A replacement planned before retention (or DeleteRecords) dropped the
+// first segments of its range is refused whole (ErrRangeChanged), the
+// Iceberg RewriteFiles check: it would otherwise remove the rest of the
+// range and put nothing back, down to an empty root when the range
+// reached the end. Ranges held in pages and in the inline tail alike.
+func TestReplaceRefusesRangeNoLongerListed(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name        string
+		n           int
+		first, last int64
+		logStart    int64
+	}{
+		{"whole manifest, first dropped", 3, 0, 29, 10},
+		{"paged range, first dropped", 50, 0, 99, 10},
+		{"paged range, two dropped", 50, 0, 119, 25},
+		{"range to the end, first dropped", 50, 400, 499, 410},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newMemPages()
+			r := buildRoot(t, src, tc.n, testPaging)
+			if tc.first > 0 {
+				ch, err := r.WithLogStart(ctx, src, tc.first, 1, testPaging)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src.apply(t, ch)
+				r = ch.Root
+			}
+			ch, err := r.WithLogStart(ctx, src, tc.logStart, 1, testPaging)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.apply(t, ch)
+			r = ch.Root
+			before := flatten(t, r, src)
+			_, err = r.Replace(ctx, src, []RemoteSegment{pseg(tc.first, tc.last, 1, 1, 9)}, 1, testPaging)
+			if !errors.Is(err, ErrRangeChanged) {
+				t.Fatalf("Replace of [%d, %d] over a root listing [%d, %d) after retention: err %v, want ErrRangeChanged",
+					tc.first, tc.last, before[0].BaseOffset, r.EndOffset(), err)
+			}
+		})
+	}
+}
+
 // A random sequence of uploads, retention and replacements gives the
 // same segments and log start as a version 1 manifest would, and roots
 // that stay small.

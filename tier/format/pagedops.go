@@ -272,10 +272,19 @@ func (r *Root) WithLogStart(ctx context.Context, src PageSource, offset int64, e
 	return ch.finish(pg, 0)
 }
 
+// ErrRangeChanged reports a replacement whose range the root no longer
+// lists whole: retention, DeleteRecords or another rewrite changed it
+// since the replacement was planned.
+var ErrRangeChanged = errors.New("format: replaced range no longer listed as planned")
+
 // Replace returns the change in which segs take the place of the segments
 // covering exactly the same offsets: how compaction and merging swap
-// rewritten segments in. segs must be contiguous, start at a listed
-// segment's BaseOffset and end at a listed segment's LastOffset. Only the
+// rewritten segments in. segs must be contiguous, and every offset they
+// cover must still be listed, by segments that start at segs' first offset
+// and end at their last, or Replace fails with ErrRangeChanged (Iceberg's
+// RewriteFiles check: a rewrite commits only over what it read). So a
+// replacement never drops what it does not put back, and never empties a
+// root: only retention and DeleteRecords (WithLogStart) may. Only the
 // pages holding replaced segments, and the index pages above them, are
 // rewritten.
 func (r *Root) Replace(ctx context.Context, src PageSource, segs []RemoteSegment, epoch int32, pg Paging) (*Change, error) {
@@ -300,15 +309,21 @@ func (r *Root) Replace(ctx context.Context, src PageSource, segs []RemoteSegment
 		return nil, err
 	}
 	x := &replacer{ch: &Change{Root: n}, src: src, pg: pg, segs: segs,
-		first: segs[0].BaseOffset, last: segs[len(segs)-1].LastOffset, removedTo: -1}
+		first: segs[0].BaseOffset, last: segs[len(segs)-1].LastOffset}
+	x.next = x.first
 	if n.Pages, err = x.refs(ctx, n.Pages); err != nil {
 		return nil, err
 	}
 	if n.Tail, err = x.segments(n.Tail); err != nil {
 		return nil, err
 	}
-	if x.removedTo != x.last {
-		return nil, fmt.Errorf("format: offsets [%d, %d] do not match segment boundaries", x.first, x.last)
+	if x.next != x.last+1 {
+		return nil, fmt.Errorf("%w: offsets [%d, %d] listed up to %d", ErrRangeChanged, x.first, x.last, x.next-1)
+	}
+	if n.Empty() && !r.Empty() {
+		// Unreachable given the check above; kept because an empty root
+		// makes the next upload move the log start past all history.
+		return nil, fmt.Errorf("format: replacing [%d, %d] would empty the manifest", x.first, x.last)
 	}
 	return x.ch.finish(pg, 0)
 }
@@ -319,8 +334,9 @@ type replacer struct {
 	pg          Paging
 	segs        []RemoteSegment
 	first, last int64
-	// removedTo is the LastOffset of the last replaced segment so far.
-	removedTo int64
+	// next is the first offset of the range not yet found listed: the
+	// replaced segments must follow one another from first.
+	next int64
 }
 
 // refs returns list with the pages overlapping the replaced range
@@ -371,13 +387,16 @@ func (x *replacer) segments(list []RemoteSegment) ([]RemoteSegment, error) {
 			continue
 		}
 		if s.BaseOffset < x.first || s.LastOffset > x.last {
-			return nil, fmt.Errorf("format: offsets [%d, %d] do not match segment boundaries (segment [%d, %d])", x.first, x.last, s.BaseOffset, s.LastOffset)
+			return nil, fmt.Errorf("%w: offsets [%d, %d] do not match segment boundaries (segment [%d, %d])", ErrRangeChanged, x.first, x.last, s.BaseOffset, s.LastOffset)
+		}
+		if s.BaseOffset != x.next {
+			return nil, fmt.Errorf("%w: offsets [%d, %d] listed from %d, want %d", ErrRangeChanged, x.first, x.last, s.BaseOffset, x.next)
 		}
 		if s.BaseOffset == x.first {
 			out = append(out, x.segs...)
 		}
 		x.ch.Dropped.Segments = append(x.ch.Dropped.Segments, s.Key)
-		x.removedTo = s.LastOffset
+		x.next = s.LastOffset + 1
 	}
 	return out, nil
 }

@@ -150,6 +150,8 @@ type Tier struct {
 	OrphanGrace        time.Duration // tier.orphan_grace: age before an unreferenced object is deleted
 	CollectInterval    time.Duration // tier.collect_interval: how often orphans are looked for
 	LocalDiskLimit     int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
+	// TestShortOrphanGrace is STRATA_TEST_SHORT_ORPHAN_GRACE, for tests only.
+	TestShortOrphanGrace bool
 }
 
 // Compactor configures log compaction, local and on the cold tier. See

@@ -26,6 +26,10 @@ const (
 	// that a crash test can kill the node there (compactor.Config's
 	// TestPauseAt). Not a setting: nothing but tests should set it.
 	EnvTestCompactorPause = "STRATA_TEST_COMPACTOR_PAUSE"
+	// EnvTestShortOrphanGrace, when "1", lets tier.orphan_grace go below
+	// the broker's bound (broker.TierConfig's TestShortOrphanGrace), for
+	// tests that watch the collector within seconds. Not a setting.
+	EnvTestShortOrphanGrace = "STRATA_TEST_SHORT_ORPHAN_GRACE"
 )
 
 // Flags holds the settings given on a command line. AddFlags creates it;
@@ -137,6 +141,7 @@ func Load(src Sources) (cfg Config, warnings []string, err error) {
 	env := parseEnviron(src.Env)
 	cfg.S3.AccessKey, cfg.S3.SecretKey = env[EnvS3AccessKey], env[EnvS3SecretKey]
 	cfg.Compactor.TestPauseAt = env[EnvTestCompactorPause]
+	cfg.Tier.TestShortOrphanGrace = env[EnvTestShortOrphanGrace] == "1"
 
 	path := env[EnvConfig]
 	if src.Flags != nil && src.Flags.configFile != "" {
@@ -200,7 +205,7 @@ func ignoredEnv(env map[string]string) []string {
 }
 
 // knownEnv are the STRATA_* variables that are not settings.
-var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true, EnvTestCompactorPause: true}
+var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true, EnvTestCompactorPause: true, EnvTestShortOrphanGrace: true}
 
 func parseEnviron(environ []string) map[string]string {
 	m := make(map[string]string)

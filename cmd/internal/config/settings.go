@@ -274,7 +274,7 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Tier.IdleUpload.String() },
 	},
 	{
-		key: "tier.orphan_grace", flag: "tier-orphan-grace", typ: "duration", usage: "age before an object no manifest references is deleted",
+		key: "tier.orphan_grace", flag: "tier-orphan-grace", typ: "duration", usage: "age before an object no manifest references is deleted (at least 10m)",
 		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.OrphanGrace }),
 		get: func(c *Config) string { return c.Tier.OrphanGrace.String() },
 	},

@@ -130,6 +130,13 @@ func (s *hookStore) Put(ctx context.Context, key string, r io.ReaderAt, size int
 	return s.Store.Put(ctx, key, r, size)
 }
 
+func (s *hookStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.before(ctx, "create", key); err != nil {
+		return err
+	}
+	return s.Store.Create(ctx, key, r, size)
+}
+
 func (s *hookStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := s.before(ctx, "get", key); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -126,9 +127,11 @@ func (p *partition) followerFetched(leaderHW int64) {
 	p.logEnd.Set(float64(leo))
 }
 
-// replicaFetched records a follower's fetch at offset on the leader: it
-// may move the high watermark and make the follower eligible for the ISR.
-func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
+// replicaFetched records a follower's fetch at offset on the leader, made
+// by the follower's incarnation brokerEpoch (-1 when the fetch named
+// none): it may move the high watermark and make the follower eligible
+// for the ISR.
+func (b *Broker) replicaFetched(p *partition, id int32, brokerEpoch, offset int64) error {
 	now := time.Now()
 	p.rep.mu.Lock()
 	lead := p.rep.lead
@@ -136,7 +139,7 @@ func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
 		p.rep.mu.Unlock()
 		return errNotLeader
 	}
-	if err := lead.Fetched(id, offset, p.log.EndOffset(), now); err != nil {
+	if err := lead.Fetched(id, brokerEpoch, offset, p.log.EndOffset(), now); err != nil {
 		p.rep.mu.Unlock()
 		return fmt.Errorf("%w: %v", kerr.NotLeaderForPartition, err)
 	}
@@ -147,7 +150,8 @@ func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
 }
 
 // maybeAlterISR asks the controller for the ISR change p's followers call
-// for, if any and none is in flight.
+// for, if any and none is in flight, or again for the one in flight whose
+// last answer was lost.
 func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 	p.rep.mu.Lock()
 	lead := p.rep.lead
@@ -155,11 +159,12 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		p.rep.mu.Unlock()
 		return
 	}
-	lead.Expire(now.Add(-alterExpiry))
 	st := b.meta.State()
-	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32) bool {
+	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32, epoch int64) bool {
 		br, ok := st.Brokers[id]
-		return ok && !br.Fenced && !br.ShuttingDown
+		// KIP-903: only the incarnation the metadata registered; a fetch
+		// that named no epoch comes from a peer that predates it.
+		return ok && !br.Fenced && !br.ShuttingDown && (epoch < 0 || epoch == br.Epoch)
 	})
 	if isr == nil {
 		p.rep.mu.Unlock()
@@ -176,20 +181,21 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		defer cancel()
 		got, err := b.alterPartition(ctx, p.topicID, req)
 		p.rep.mu.Lock()
-		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch >= p.rep.partitionEpoch
+		// Only an answer newer than what the metadata showed is news;
+		// one the metadata already brought (setRole) must not end a
+		// change proposed since.
+		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch > p.rep.partitionEpoch
 		if ok {
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
 			lead.Committed(got.ISR, time.Now())
-		} else if p.rep.lead == lead && errorCode(err) != kerr.UnknownServerError.Code {
-			// Refused by the controller: nothing changed. A lost request
-			// or answer stays in flight until the metadata shows the
-			// outcome or it expires (maybeAlterISR).
-			lead.Failed()
+		} else if err != nil && p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch {
+			// Still the change in flight: the metadata has not moved on.
+			lead.Answered(alterOutcome(err))
 		}
 		p.rep.mu.Unlock()
 		if !ok {
 			if err != nil && b.ctx.Err() == nil {
-				b.log.Info("ISR change refused; retrying once the metadata catches up", "topic", p.topic, "partition", p.index, "isr", req.ISR, "err", err)
+				b.log.Info("ISR change not made; it stays counted until the metadata shows its outcome", "topic", p.topic, "partition", p.index, "isr", req.ISR, "err", err)
 			}
 			return
 		}
@@ -204,10 +210,26 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 	})
 }
 
-// alterExpiry is how long an ISR change whose outcome was lost stays
-// counted as in flight: long enough for a commit to reach this node's
-// metadata, after which setRole would have ended it.
-const alterExpiry = 10 * time.Second
+// alterOutcome says what an AlterPartition that failed with err did, as
+// Kafka's Partition.handleAlterPartitionError reads the answer: only
+// INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say the change was not
+// applied at the partition epoch the leader holds; a stale epoch means
+// the controller has moved on, perhaps by applying an earlier attempt
+// whose answer was lost; anything else (a timeout, the controller losing
+// its raft leadership mid-commit) leaves the outcome unknown.
+func alterOutcome(err error) replica.Outcome {
+	if errors.Is(err, meta.ErrOutcomeUnknown) {
+		return replica.Unknown
+	}
+	switch errorCode(err) {
+	case kerr.IneligibleReplica.Code, kerr.OperationNotAttempted.Code:
+		return replica.NotApplied
+	case kerr.FencedLeaderEpoch.Code, kerr.InvalidUpdateVersion.Code,
+		kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code:
+		return replica.AwaitMetadata
+	}
+	return replica.Unknown
+}
 
 // alterPartition sends an ISR change to the controller.
 func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {

@@ -15,6 +15,7 @@ import (
 
 	"strata/broker/replica"
 	"strata/meta"
+	"strata/segment"
 )
 
 // replication is a partition's replica state on this node, as the metadata
@@ -40,6 +41,17 @@ func (r *replication) highWatermark(leo int64) int64 {
 		return -1
 	}
 	return r.lead.HighWatermark(leo)
+}
+
+// epochStart is the log end at which this node's leadership of the
+// partition began, -1 when it does not lead it.
+func (r *replication) epochStart() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lead == nil {
+		return -1
+	}
+	return r.lead.EpochStart()
 }
 
 // isrSize is the size of the ISR as last committed.
@@ -85,6 +97,10 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	p.leaderEpoch.Store(w.epoch)
 	p.rep.leader, p.rep.replicas, p.rep.isr, p.rep.partitionEpoch = w.leader, w.replicas, w.isr, w.partitionEpoch
 	leo := p.log.EndOffset()
+	// The high watermark is never above the log, whichever role: a
+	// new leader counting offsets it has not got as committed would answer
+	// acks=all for the records it writes there without any replica.
+	p.clampHighWatermark()
 	if leads {
 		p.rep.lead = replica.NewLeader(self, w.replicas, w.isr, leo, now)
 		// The previous leader may have published manifests since this
@@ -92,9 +108,6 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 		p.tier.stale.Store(true)
 	} else {
 		p.rep.lead = nil
-		if hw := p.hw.Load(); hw > leo {
-			p.hw.Store(leo)
-		}
 	}
 	p.leading.Store(leads)
 	p.rep.mu.Unlock()
@@ -110,7 +123,7 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	case w.leader >= 0:
 		b.replicas.Follow(w.leader, replica.Partition{
 			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.epoch,
-			Log: p.log, Lock: &p.appendMu,
+			Log: followerLog{p.log, p}, Lock: &p.appendMu,
 			Fetched: func(leaderHW int64) { p.followerFetched(leaderHW) },
 		})
 	}
@@ -118,6 +131,27 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	// a deposed leader's waiters must not wait for a high watermark that
 	// will not come.
 	p.wake()
+}
+
+// followerLog is a follower's log as its fetcher writes it: a truncation
+// takes the high watermark down with the log end, as Kafka's
+// UnifiedLog.truncateTo does, so that the high watermark a node takes into
+// its next leadership is never above what it holds.
+type followerLog struct {
+	*segment.Log
+	p *partition
+}
+
+func (l followerLog) TruncateTo(offset int64) (int64, error) {
+	end, err := l.Log.TruncateTo(offset)
+	l.p.clampHighWatermark()
+	return end, err
+}
+
+func (l followerLog) TruncateFullyAndStartAt(offset int64) error {
+	err := l.Log.TruncateFullyAndStartAt(offset)
+	l.p.clampHighWatermark()
+	return err
 }
 
 // followerFetched takes the leader's high watermark into a follower.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -63,7 +64,12 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	}
 	// The follower stops fetching, so the leader's high watermark waits
 	// for it; records written with acks=1 stay above it.
-	c.node(follower).replicas.Unfollow(replica.Key{Topic: "kip903", Index: 0})
+	key := replica.Key{Topic: "kip903", Index: 0}
+	c.waitFor("the follower to follow", 10*time.Second, func() bool {
+		_, ok := c.node(follower).replicas.Following(key)
+		return ok
+	})
+	c.node(follower).replicas.Unfollow(key)
 	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "kip903", 0, "r", 5)
 	lp := c.node(st.Leader).partition("kip903", 0)
 	hw0 := lp.highWatermark()
@@ -109,4 +115,141 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	if hw, end := lp.highWatermark(), lp.log.EndOffset(); hw != end {
 		t.Fatalf("high watermark %d after the follower fetched at the log end %d", hw, end)
 	}
+}
+
+// listRaw asks broker id directly (no client retries) for the offset of
+// topic's partition 0 at ts, and returns it and the error code.
+func listRaw(t *testing.T, cl *kgo.Client, id int32, topic string, ts int64) (int64, int16) {
+	t.Helper()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = 0, ts, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kresp, err := cl.Broker(int(id)).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := kresp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	return sp.Offset, sp.ErrorCode
+}
+
+// roleTest is a single node whose partition "hw"-0 holds five records and
+// whose role the test then sets by hand, as the metadata would: a
+// follower of broker 99 (which does not exist: nothing is fetched), then
+// a leader again.
+func roleTest(t *testing.T) (*Broker, *kgo.Client, *partition, func(leader int32, replicas []int32)) {
+	b := testBroker(t, "")
+	cl := testClient(t, b, kgo.DisableIdempotentWrite())
+	createTopic(t, kadm.NewClient(cl), "hw", 1, nil)
+	produceN(t, cl, "hw", 0, "r", 5)
+	p := b.partition("hw", 0)
+	set := func(leader int32, replicas []int32) {
+		b.setRole(p, wantedPartition{
+			id: p.topicID, epoch: p.leaderEpoch.Load() + 1, leader: leader,
+			replicas: replicas, isr: replicas, partitionEpoch: p.rep.partitionEpoch + 1,
+		})
+		if leads := p.leading.Load(); leads != (leader == b.cfg.NodeID) {
+			t.Fatalf("leading %v after setRole with leader %d", leads, leader)
+		}
+	}
+	set(99, []int32{b.cfg.NodeID, 99})
+	if hw := p.highWatermark(); hw != 5 {
+		t.Fatalf("follower's high watermark %d, want 5", hw)
+	}
+	return b, cl, p, set
+}
+
+// A follower's truncation takes its high watermark down with the log end
+// (Kafka's UnifiedLog.truncateTo).
+func TestFollowerTruncationLowersTheHighWatermark(t *testing.T) {
+	_, _, p, _ := roleTest(t)
+	fl := followerLog{p.log, p}
+	if _, err := fl.TruncateTo(3); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.highWatermark(); hw != 3 {
+		t.Fatalf("high watermark %d after truncating to 3", hw)
+	}
+	if err := fl.TruncateFullyAndStartAt(10); err != nil {
+		t.Fatal(err)
+	}
+	if hw := p.highWatermark(); hw != 10 {
+		t.Fatalf("high watermark %d after restarting the log at 10", hw)
+	}
+}
+
+// A node that becomes leader caps its high watermark at its log end: the
+// offsets it will assign above its log are not committed, and an acks=all
+// produce written there must wait for the ISR.
+func TestNewLeaderCapsItsHighWatermarkAtItsLogEnd(t *testing.T) {
+	b, cl, p, set := roleTest(t)
+	// A truncation that left the high watermark above the log (as every
+	// follower truncation did before followerLog).
+	if _, err := p.log.TruncateTo(3); err != nil {
+		t.Fatal(err)
+	}
+	set(b.cfg.NodeID, []int32{b.cfg.NodeID, 99})
+	if hw, end := p.highWatermark(), p.log.EndOffset(); hw > end {
+		t.Fatalf("new leader's high watermark %d is above its log end %d", hw, end)
+	}
+	// The record written at 3 is not committed until follower 99 has it.
+	if code := rawProduceTo(t, cl, b.cfg.NodeID, "hw", 200*time.Millisecond); code != kerr.RequestTimedOut.Code {
+		t.Fatalf("acks=all with follower 99 not fetching: %v, want REQUEST_TIMED_OUT", kerr.ErrorForCode(code))
+	}
+}
+
+// While a new leader's high watermark is below the start of its epoch it
+// does not know how far its predecessor committed: ListOffsets latest is
+// OFFSET_NOT_AVAILABLE (retriable) rather than an offset below one the
+// previous leader may have served, as in Kafka.
+func TestNewLeaderBelowItsEpochStartAnswersOffsetNotAvailable(t *testing.T) {
+	b, cl, p, set := roleTest(t)
+	self := b.cfg.NodeID
+	p.followerFetched(2) // the old leader's last word: committed up to 2
+	set(self, []int32{self, 99})
+	if _, code := listRaw(t, cl, self, "hw", -1); code != kerr.OffsetNotAvailable.Code {
+		t.Fatalf("latest at high watermark %d below the epoch start 5: %v, want OFFSET_NOT_AVAILABLE", p.highWatermark(), kerr.ErrorForCode(code))
+	}
+	// A timestamp found below the high watermark is answered.
+	if off, code := listRaw(t, cl, self, "hw", 0); code != 0 || off != 0 {
+		t.Fatalf("timestamp 0: offset %d, %v", off, kerr.ErrorForCode(code))
+	}
+	if _, code := listRaw(t, cl, self, "hw", -2); code != 0 {
+		t.Fatalf("earliest: %v", kerr.ErrorForCode(code))
+	}
+	// Once the follower shows it has the whole epoch start, the high
+	// watermark reaches it and latest is answered.
+	if err := b.replicaFetched(p, 99, -1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if off, code := listRaw(t, cl, self, "hw", -1); code != 0 || off != 5 {
+		t.Fatalf("latest after the follower caught up: offset %d, %v, want 5", off, kerr.ErrorForCode(code))
+	}
+}
+
+// rawProduceTo sends one acks=all record to broker id and returns the
+// partition's error code.
+func rawProduceTo(t *testing.T, cl *kgo.Client, id int32, topic string, timeout time.Duration) int16 {
+	t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = int32(timeout / time.Millisecond)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "x")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+	defer cancel()
+	kresp, err := cl.Broker(int(id)).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 }

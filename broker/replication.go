@@ -209,6 +209,15 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		Topic: p.topic, Partition: p.index, BrokerID: b.cfg.NodeID, BrokerEpoch: b.cluster.brokerEpoch(),
 		LeaderEpoch: p.leaderEpoch.Load(), PartitionEpoch: p.rep.partitionEpoch, ISR: isr,
 	}
+	// The controller checks each joiner's epoch against its registration,
+	// which this node's metadata may not have caught up with (KIP-903).
+	for _, id := range isr {
+		if id == b.cfg.NodeID {
+			req.ISREpochs = append(req.ISREpochs, req.BrokerEpoch)
+		} else {
+			req.ISREpochs = append(req.ISREpochs, lead.BrokerEpoch(id))
+		}
+	}
 	p.rep.mu.Unlock()
 	b.goFunc(func() {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
@@ -273,12 +282,22 @@ func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.Al
 		return err
 	}, func() error {
 		req := kmsg.NewPtrAlterPartitionRequest()
-		req.Version = 2
+		req.Version = 3
 		req.BrokerID, req.BrokerEpoch = r.BrokerID, r.BrokerEpoch
 		rt := kmsg.NewAlterPartitionRequestTopic()
 		rt.TopicID = topicID
 		rp := kmsg.NewAlterPartitionRequestTopicPartition()
 		rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch, rp.NewISR = r.Partition, r.LeaderEpoch, r.PartitionEpoch, r.ISR
+		// Both forms: the client sends the one the controller's version
+		// takes (v2 NewISR, v3 NewEpochISR).
+		for i, id := range r.ISR {
+			bs := kmsg.NewAlterPartitionRequestTopicPartitionNewEpochISR()
+			bs.BrokerID, bs.BrokerEpoch = id, -1
+			if i < len(r.ISREpochs) {
+				bs.BrokerEpoch = r.ISREpochs[i]
+			}
+			rp.NewEpochISR = append(rp.NewEpochISR, bs)
+		}
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		kresp, err := b.controllerRequest(ctx, req)

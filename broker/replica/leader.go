@@ -159,6 +159,15 @@ func (l *Leader) maximalISR() []int32 {
 // has reached it.
 func (l *Leader) EpochStart() int64 { return l.epochStart }
 
+// BrokerEpoch returns the broker epoch follower id's fetches named, -1
+// when unknown (it has not fetched under this leadership, or named none).
+func (l *Leader) BrokerEpoch(id int32) int64 {
+	if f, ok := l.followers[id]; ok {
+		return f.brokerEpoch
+	}
+	return -1
+}
+
 // ISR returns the ISR as last committed.
 func (l *Leader) ISR() []int32 { return l.isr }
 

@@ -253,3 +253,70 @@ func rawProduceTo(t *testing.T, cl *kgo.Client, id int32, topic string, timeout 
 	}
 	return kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 }
+
+// KIP-903 at the controller: AlterPartition v3 names each member's broker
+// epoch, and a joiner registered at another epoch is INELIGIBLE_REPLICA,
+// whatever the leader's (possibly stale) metadata said.
+func TestClusterAlterPartitionRefusesAJoinerAtAnotherBrokerEpoch(t *testing.T) {
+	c := testCluster(t, 3, func(cfg *Config) { cfg.ReplicaLagTimeMax = time.Minute })
+	c.createTopicOn("v3", []int32{1, 2})
+	st := c.partitionState("v3", 0)
+	follower := int32(3 - st.Leader) // of 1 and 2, the one not leading
+	key := replica.Key{Topic: "v3", Index: 0}
+	c.waitFor("the follower to follow", 10*time.Second, func() bool {
+		_, ok := c.node(follower).replicas.Following(key)
+		return ok
+	})
+	c.node(follower).replicas.Unfollow(key)
+	// A record the follower does not get keeps it from rejoining by
+	// itself once it is out.
+	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "v3", 0, "r", 1)
+	leaderEpoch := c.node(st.Leader).cluster.brokerEpoch()
+	registered := c.node(follower).cluster.brokerEpoch()
+	epochOf := map[int32]int64{st.Leader: leaderEpoch, follower: registered}
+	partitionEpoch := st.PartitionEpoch
+	alter := func(isr []int32, epochOf map[int32]int64) int16 {
+		t.Helper()
+		req := kmsg.NewPtrAlterPartitionRequest()
+		req.BrokerID, req.BrokerEpoch = st.Leader, leaderEpoch
+		rt := kmsg.NewAlterPartitionRequestTopic()
+		rt.TopicID = c.any().meta.State().Topics["v3"].ID
+		rp := kmsg.NewAlterPartitionRequestTopicPartition()
+		rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch, rp.NewISR = 0, st.LeaderEpoch, partitionEpoch, isr
+		for _, id := range isr {
+			bs := kmsg.NewAlterPartitionRequestTopicPartitionNewEpochISR()
+			bs.BrokerID, bs.BrokerEpoch = id, epochOf[id]
+			rp.NewEpochISR = append(rp.NewEpochISR, bs)
+		}
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kresp, err := c.client().Broker(int(c.any().meta.ControllerID())).Request(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := kresp.(*kmsg.AlterPartitionResponse)
+		if resp.Version < 3 {
+			t.Fatalf("AlterPartition v%d names no broker epochs", resp.Version)
+		}
+		if resp.ErrorCode != 0 {
+			return resp.ErrorCode
+		}
+		op := resp.Topics[0].Partitions[0]
+		if op.ErrorCode == 0 {
+			partitionEpoch = op.PartitionEpoch
+		}
+		return op.ErrorCode
+	}
+	if code := alter([]int32{st.Leader}, epochOf); code != 0 {
+		t.Fatalf("shrink to the leader: %v", kerr.ErrorForCode(code))
+	}
+	stale := map[int32]int64{st.Leader: leaderEpoch, follower: registered - 1}
+	if code := alter([]int32{1, 2}, stale); code != kerr.IneligibleReplica.Code {
+		t.Fatalf("joiner at a previous broker epoch: %v, want INELIGIBLE_REPLICA", kerr.ErrorForCode(code))
+	}
+	if code := alter([]int32{1, 2}, epochOf); code != 0 {
+		t.Fatalf("joiner at its registered broker epoch: %v", kerr.ErrorForCode(code))
+	}
+}

@@ -228,11 +228,17 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		// one the metadata already brought (setRole) must not end a
 		// change proposed since.
 		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch > p.rep.partitionEpoch
-		if ok {
+		// Still the change in flight: the metadata has not moved on.
+		current := p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch
+		switch {
+		case ok:
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
 			lead.Committed(got.ISR, time.Now())
-		} else if err != nil && p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch {
-			// Still the change in flight: the metadata has not moved on.
+		case err == nil && current && got.PartitionEpoch == req.PartitionEpoch:
+			// The controller already held that ISR: nothing changed, and
+			// nothing will come in the metadata to end the change.
+			lead.Committed(got.ISR, time.Now())
+		case err != nil && current:
 			lead.Answered(alterOutcome(err))
 		}
 		p.rep.mu.Unlock()

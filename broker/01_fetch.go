@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/meta"
 	"strata/segment"
 )
 
@@ -34,7 +35,9 @@ import (
 // topic ids; v15 ReplicaState (KIP-903); v16-17 no change for consumers.
 //
 // Followers fetch too (ReplicaID, or ReplicaState from v15): only the
-// leader answers them, only for a replica of the partition, with the
+// leader answers them, only for a replica of the partition (and, from
+// v15, only the incarnation registered: an older ReplicaState epoch gets
+// STALE_BROKER_EPOCH, KIP-903), with the
 // records up to its log end rather than the high watermark; the fetch
 // offset is the follower's log end as far as the leader is concerned
 // (docs/replication.md). From v12 a follower names the epoch of its last
@@ -85,11 +88,12 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 
-	replicaID := r.ReplicaID
+	replicaID, replicaEpoch := r.ReplicaID, int64(-1)
 	if r.Version >= 15 {
-		replicaID = r.ReplicaState.ID
+		replicaID, replicaEpoch = r.ReplicaState.ID, r.ReplicaState.Epoch
 	}
 	st := b.meta.State()
+	staleErr := staleReplica(st, replicaID, replicaEpoch)
 	// One allocation for every partition's state, not one each.
 	n := 0
 	for i := range r.Topics {
@@ -136,7 +140,10 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 				err = checkLeaderEpoch(fp.p, rp.CurrentLeaderEpoch)
 			}
 			if err == nil && fp.replica {
-				err = b.followerFetch(fp, replicaID, rp)
+				err = staleErr
+			}
+			if err == nil && fp.replica {
+				err = b.followerFetch(fp, replicaID, replicaEpoch, rp)
 			}
 			if err != nil {
 				fp.setError(err)
@@ -196,7 +203,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 // records; an offset outside the leader's local log gets the error with
 // the leader's local start and high watermark, which the follower needs to
 // know where to go.
-func (b *Broker) followerFetch(fp *fetchPart, id int32, rp *kmsg.FetchRequestTopicPartition) error {
+func (b *Broker) followerFetch(fp *fetchPart, id int32, epoch int64, rp *kmsg.FetchRequestTopicPartition) error {
 	p := fp.p
 	if rp.LastFetchedEpoch >= 0 {
 		end, epoch := p.log.EndOffsetForEpoch(rp.LastFetchedEpoch)
@@ -216,7 +223,26 @@ func (b *Broker) followerFetch(fp *fetchPart, id int32, rp *kmsg.FetchRequestTop
 		}
 		return kerr.OffsetOutOfRange
 	}
-	return b.replicaFetched(p, id, rp.FetchOffset)
+	return b.replicaFetched(p, id, epoch, rp.FetchOffset)
+}
+
+// staleReplica refuses a follower's fetch from an incarnation older than
+// the one registered (KIP-903): a process that lost its disk and
+// restarted must not be kept in, or added to, the ISR on the strength of
+// where its previous life had fetched to, and a paused previous life must
+// not speak for the new one. A fetch that names no epoch (before v15, or
+// -1) is taken as it is, as Kafka does. A newer epoch than this node's
+// metadata knows is the new incarnation ahead of the metadata: its fetch
+// offset is its own, and it joins the ISR only once the metadata shows
+// its registration (maybeAlterISR).
+func staleReplica(st *meta.State, id int32, epoch int64) error {
+	if id < 0 || epoch < 0 {
+		return nil
+	}
+	if br, ok := st.Brokers[id]; ok && epoch < br.Epoch {
+		return fmt.Errorf("%w: broker %d fetched at epoch %d, registered at %d", kerr.StaleBrokerEpoch, id, epoch, br.Epoch)
+	}
+	return nil
 }
 
 func (fp *fetchPart) setError(err error) {

@@ -26,7 +26,11 @@ import (
 //
 // Only committed records (below the high watermark) are ever returned,
 // and under read_committed only records below the last stable offset, as
-// in Kafka (a record of a transaction still open may yet be aborted). A
+// in Kafka (a record of a transaction still open may yet be aborted).
+// A new leader whose high watermark has not yet reached the start of its
+// leader epoch answers latest, and a timestamp it finds no record for,
+// with OFFSET_NOT_AVAILABLE (retriable), as Kafka does: it does not know
+// yet how far its predecessor had committed. A
 // special value below the version that introduced it, or any other
 // negative value, is UNSUPPORTED_VERSION for that partition; a partition
 // listed twice is INVALID_REQUEST for both entries.
@@ -85,6 +89,18 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 	if committed {
 		hw = p.lastStableOffset()
 	}
+	// A new leader learns what its predecessor committed only as its
+	// followers fetch from it: until its high watermark reaches the start
+	// of its epoch, it may be below the offsets the previous leader
+	// served, and an answer from it could take a consumer backwards
+	// (Kafka's fetchOffsetForTimestamp).
+	notAvailable := func() error {
+		if start := p.rep.epochStart(); start > p.highWatermark() {
+			return fmt.Errorf("%w: the high watermark %d of %s-%d has not reached the start %d of this leader's epoch yet",
+				kerr.OffsetNotAvailable, p.highWatermark(), topic, rp.Partition, start)
+		}
+		return nil
+	}
 	if rp.Timestamp != -1 && rp.Timestamp != -4 {
 		if err := b.checkRemoteKnown(p); err != nil {
 			return err
@@ -96,6 +112,9 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 	case ts == -4 && version >= 8:
 		sp.Offset = p.log.StartOffset()
 	case ts == -1:
+		if err := notAvailable(); err != nil {
+			return err
+		}
 		sp.Offset = hw
 	case ts == -3 && version >= 7:
 		mts, off := p.log.MaxTimestamp()
@@ -140,7 +159,11 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		}
 		if ok && off < hw {
 			sp.Timestamp, sp.Offset = found, off
+			return nil
 		}
+		// Not found below the high watermark: it may be there once the
+		// high watermark catches up.
+		return notAvailable()
 	default:
 		return fmt.Errorf("%w: timestamp %d at ListOffsets v%d", kerr.UnsupportedVersion, ts, version)
 	}

@@ -9,17 +9,18 @@ import (
 	"strata/meta"
 )
 
-// AlterPartition: v2 (inter-broker, KIP-497)
+// AlterPartition: v2-3 (inter-broker, KIP-497)
 //
 // A partition leader asks the controller to change the partition's ISR,
 // naming the leader epoch and partition epoch it knows: a request made on
 // stale knowledge is refused (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION)
-// and the leader retries once the metadata reaches it. Answered only by
-// the controller. v2 names topics by id.
+// and the leader decides again once the metadata reaches it. Answered only
+// by the controller. v2 names topics by id; v3 names each ISR member's
+// broker epoch as the leader saw it on its fetches (KIP-903), and a joiner
+// registered at another epoch is INELIGIBLE_REPLICA.
 //
-// Not done: v3's replica directory ids (KIP-903) and leader recovery
-// state (no unclean recovery protocol).
-func init() { register(kmsg.AlterPartition, 2, 2, (*Broker).handleAlterPartition) }
+// Not done: leader recovery state (no unclean recovery protocol).
+func init() { register(kmsg.AlterPartition, 2, 3, (*Broker).handleAlterPartition) }
 
 // controlTimeout bounds a controller request's wait for its raft commit.
 const controlTimeout = 10 * time.Second
@@ -46,10 +47,17 @@ func (b *Broker) handleAlterPartition(req *request) (kmsg.Response, error) {
 				ot.Partitions = append(ot.Partitions, op)
 				continue
 			}
-			p, err := b.meta.AlterPartition(ctx, meta.AlterPartitionRequest{
+			ar := meta.AlterPartitionRequest{
 				Topic: t.Name, Partition: rp.Partition, BrokerID: r.BrokerID, BrokerEpoch: r.BrokerEpoch,
 				LeaderEpoch: rp.LeaderEpoch, PartitionEpoch: rp.PartitionEpoch, ISR: rp.NewISR,
-			})
+			}
+			if r.Version >= 3 {
+				ar.ISR = nil
+				for _, bs := range rp.NewEpochISR {
+					ar.ISR, ar.ISREpochs = append(ar.ISR, bs.BrokerID), append(ar.ISREpochs, bs.BrokerEpoch)
+				}
+			}
+			p, err := b.meta.AlterPartition(ctx, ar)
 			if err != nil {
 				op.ErrorCode, _ = b.answerError(kmsg.AlterPartition, err)
 			} else {

@@ -311,6 +311,19 @@ func (p *partition) advanceHighWatermark() {
 	p.wake()
 }
 
+// clampHighWatermark keeps the high watermark within the log, between its
+// start and its end: after a truncation, and when a node takes a
+// leadership, the high watermark it held may be above its log end.
+func (p *partition) clampHighWatermark() {
+	for {
+		cur := p.hw.Load()
+		next := max(min(cur, p.log.EndOffset()), p.log.StartOffset())
+		if next == cur || p.hw.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
 // wake tells every waiting fetch that the high watermark moved. Waiter
 // channels have room for one signal, so a slow fetch never blocks this.
 func (p *partition) wake() {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"strata/broker/replica"
 	"strata/meta"
+	"strata/segment"
 )
 
 // replication is a partition's replica state on this node, as the metadata
@@ -40,6 +42,17 @@ func (r *replication) highWatermark(leo int64) int64 {
 		return -1
 	}
 	return r.lead.HighWatermark(leo)
+}
+
+// epochStart is the log end at which this node's leadership of the
+// partition began, -1 when it does not lead it.
+func (r *replication) epochStart() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lead == nil {
+		return -1
+	}
+	return r.lead.EpochStart()
 }
 
 // isrSize is the size of the ISR as last committed.
@@ -85,6 +98,10 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	p.leaderEpoch.Store(w.epoch)
 	p.rep.leader, p.rep.replicas, p.rep.isr, p.rep.partitionEpoch = w.leader, w.replicas, w.isr, w.partitionEpoch
 	leo := p.log.EndOffset()
+	// The high watermark is never above the log, whichever role: a
+	// new leader counting offsets it has not got as committed would answer
+	// acks=all for the records it writes there without any replica.
+	p.clampHighWatermark()
 	if leads {
 		p.rep.lead = replica.NewLeader(self, w.replicas, w.isr, leo, now)
 		// The previous leader may have published manifests since this
@@ -92,9 +109,6 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 		p.tier.stale.Store(true)
 	} else {
 		p.rep.lead = nil
-		if hw := p.hw.Load(); hw > leo {
-			p.hw.Store(leo)
-		}
 	}
 	p.leading.Store(leads)
 	p.rep.mu.Unlock()
@@ -110,7 +124,7 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	case w.leader >= 0:
 		b.replicas.Follow(w.leader, replica.Partition{
 			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.epoch,
-			Log: p.log, Lock: &p.appendMu,
+			Log: followerLog{p.log, p}, Lock: &p.appendMu,
 			Fetched:       func(leaderHW int64) { p.followerFetched(leaderHW) },
 			LogStartBound: func() int64 { return b.followerLogStartBound(p) },
 			HistoryBelow:  b.historyBelow(p),
@@ -137,6 +151,27 @@ func (b *Broker) followerLogStartBound(p *partition) int64 {
 	return p.uploadedEnd.Load()
 }
 
+// followerLog is a follower's log as its fetcher writes it: a truncation
+// takes the high watermark down with the log end, as Kafka's
+// UnifiedLog.truncateTo does, so that the high watermark a node takes into
+// its next leadership is never above what it holds.
+type followerLog struct {
+	*segment.Log
+	p *partition
+}
+
+func (l followerLog) TruncateTo(offset int64) (int64, error) {
+	end, err := l.Log.TruncateTo(offset)
+	l.p.clampHighWatermark()
+	return end, err
+}
+
+func (l followerLog) TruncateFullyAndStartAt(offset int64, h segment.History) error {
+	err := l.Log.TruncateFullyAndStartAt(offset, h)
+	l.p.clampHighWatermark()
+	return err
+}
+
 // followerFetched takes the leader's high watermark into a follower.
 func (p *partition) followerFetched(leaderHW int64) {
 	leo := p.log.EndOffset()
@@ -144,9 +179,11 @@ func (p *partition) followerFetched(leaderHW int64) {
 	p.logEnd.Set(float64(leo))
 }
 
-// replicaFetched records a follower's fetch at offset on the leader: it
-// may move the high watermark and make the follower eligible for the ISR.
-func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
+// replicaFetched records a follower's fetch at offset on the leader, made
+// by the follower's incarnation brokerEpoch (-1 when the fetch named
+// none): it may move the high watermark and make the follower eligible
+// for the ISR.
+func (b *Broker) replicaFetched(p *partition, id int32, brokerEpoch, offset int64) error {
 	now := time.Now()
 	p.rep.mu.Lock()
 	lead := p.rep.lead
@@ -154,7 +191,7 @@ func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
 		p.rep.mu.Unlock()
 		return errNotLeader
 	}
-	if err := lead.Fetched(id, offset, p.log.EndOffset(), now); err != nil {
+	if err := lead.Fetched(id, brokerEpoch, offset, p.log.EndOffset(), now); err != nil {
 		p.rep.mu.Unlock()
 		return fmt.Errorf("%w: %v", kerr.NotLeaderForPartition, err)
 	}
@@ -165,7 +202,8 @@ func (b *Broker) replicaFetched(p *partition, id int32, offset int64) error {
 }
 
 // maybeAlterISR asks the controller for the ISR change p's followers call
-// for, if any and none is in flight.
+// for, if any and none is in flight, or again for the one in flight whose
+// last answer was lost.
 func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 	p.rep.mu.Lock()
 	lead := p.rep.lead
@@ -173,11 +211,12 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		p.rep.mu.Unlock()
 		return
 	}
-	lead.Expire(now.Add(-alterExpiry))
 	st := b.meta.State()
-	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32) bool {
+	isr := lead.Propose(now, b.cfg.ReplicaLagTimeMax, p.hw.Load(), func(id int32, epoch int64) bool {
 		br, ok := st.Brokers[id]
-		return ok && !br.Fenced && !br.ShuttingDown
+		// KIP-903: only the incarnation the metadata registered; a fetch
+		// that named no epoch comes from a peer that predates it.
+		return ok && !br.Fenced && !br.ShuttingDown && (epoch < 0 || epoch == br.Epoch)
 	})
 	if isr == nil {
 		p.rep.mu.Unlock()
@@ -188,26 +227,42 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		Topic: p.topic, Partition: p.index, BrokerID: b.cfg.NodeID, BrokerEpoch: b.cluster.brokerEpoch(),
 		LeaderEpoch: p.leaderEpoch.Load(), PartitionEpoch: p.rep.partitionEpoch, ISR: isr,
 	}
+	// The controller checks each joiner's epoch against its registration,
+	// which this node's metadata may not have caught up with (KIP-903).
+	for _, id := range isr {
+		if id == b.cfg.NodeID {
+			req.ISREpochs = append(req.ISREpochs, req.BrokerEpoch)
+		} else {
+			req.ISREpochs = append(req.ISREpochs, lead.BrokerEpoch(id))
+		}
+	}
 	p.rep.mu.Unlock()
 	b.goFunc(func() {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
 		got, err := b.alterPartition(ctx, p.topicID, req)
 		p.rep.mu.Lock()
-		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch >= p.rep.partitionEpoch
-		if ok {
+		// Only an answer newer than what the metadata showed is news;
+		// one the metadata already brought (setRole) must not end a
+		// change proposed since.
+		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch > p.rep.partitionEpoch
+		// Still the change in flight: the metadata has not moved on.
+		current := p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch
+		switch {
+		case ok:
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
 			lead.Committed(got.ISR, time.Now())
-		} else if p.rep.lead == lead && errorCode(err) != kerr.UnknownServerError.Code {
-			// Refused by the controller: nothing changed. A lost request
-			// or answer stays in flight until the metadata shows the
-			// outcome or it expires (maybeAlterISR).
-			lead.Failed()
+		case err == nil && current && got.PartitionEpoch == req.PartitionEpoch:
+			// The controller already held that ISR: nothing changed, and
+			// nothing will come in the metadata to end the change.
+			lead.Committed(got.ISR, time.Now())
+		case err != nil && current:
+			lead.Answered(alterOutcome(err))
 		}
 		p.rep.mu.Unlock()
 		if !ok {
 			if err != nil && b.ctx.Err() == nil {
-				b.log.Info("ISR change refused; retrying once the metadata catches up", "topic", p.topic, "partition", p.index, "isr", req.ISR, "err", err)
+				b.log.Info("ISR change not made; it stays counted until the metadata shows its outcome", "topic", p.topic, "partition", p.index, "isr", req.ISR, "err", err)
 			}
 			return
 		}
@@ -222,10 +277,26 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 	})
 }
 
-// alterExpiry is how long an ISR change whose outcome was lost stays
-// counted as in flight: long enough for a commit to reach this node's
-// metadata, after which setRole would have ended it.
-const alterExpiry = 10 * time.Second
+// alterOutcome says what an AlterPartition that failed with err did, as
+// Kafka's Partition.handleAlterPartitionError reads the answer: only
+// INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say the change was not
+// applied at the partition epoch the leader holds; a stale epoch means
+// the controller has moved on, perhaps by applying an earlier attempt
+// whose answer was lost; anything else (a timeout, the controller losing
+// its raft leadership mid-commit) leaves the outcome unknown.
+func alterOutcome(err error) replica.Outcome {
+	if errors.Is(err, meta.ErrOutcomeUnknown) {
+		return replica.Unknown
+	}
+	switch errorCode(err) {
+	case kerr.IneligibleReplica.Code, kerr.OperationNotAttempted.Code:
+		return replica.NotApplied
+	case kerr.FencedLeaderEpoch.Code, kerr.InvalidUpdateVersion.Code,
+		kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code:
+		return replica.AwaitMetadata
+	}
+	return replica.Unknown
+}
 
 // alterPartition sends an ISR change to the controller.
 func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
@@ -235,12 +306,22 @@ func (b *Broker) alterPartition(ctx context.Context, topicID [16]byte, r meta.Al
 		return err
 	}, func() error {
 		req := kmsg.NewPtrAlterPartitionRequest()
-		req.Version = 2
+		req.Version = 3
 		req.BrokerID, req.BrokerEpoch = r.BrokerID, r.BrokerEpoch
 		rt := kmsg.NewAlterPartitionRequestTopic()
 		rt.TopicID = topicID
 		rp := kmsg.NewAlterPartitionRequestTopicPartition()
 		rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch, rp.NewISR = r.Partition, r.LeaderEpoch, r.PartitionEpoch, r.ISR
+		// Both forms: the client sends the one the controller's version
+		// takes (v2 NewISR, v3 NewEpochISR).
+		for i, id := range r.ISR {
+			bs := kmsg.NewAlterPartitionRequestTopicPartitionNewEpochISR()
+			bs.BrokerID, bs.BrokerEpoch = id, -1
+			if i < len(r.ISREpochs) {
+				bs.BrokerEpoch = r.ISREpochs[i]
+			}
+			rp.NewEpochISR = append(rp.NewEpochISR, bs)
+		}
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		kresp, err := b.controllerRequest(ctx, req)

@@ -64,7 +64,14 @@ func TestAlterPartition(t *testing.T) {
 	h.fence(2)
 	h.wantErr(ErrIneligibleReplica, kindAlterPartition, req(func(r *AlterPartitionRequest) { r.PartitionEpoch, r.ISR = 1, []int32{1, 2, 3} }))
 	h.unfence(2)
-	h.must(kindAlterPartition, req(func(r *AlterPartitionRequest) { r.PartitionEpoch, r.ISR = 1, []int32{1, 2, 3} }))
+	// KIP-903: a joiner whose fetches the leader saw at another broker
+	// epoch than its registration is another incarnation: refused.
+	h.wantErr(ErrIneligibleReplica, kindAlterPartition, req(func(r *AlterPartitionRequest) {
+		r.PartitionEpoch, r.ISR, r.ISREpochs = 1, []int32{1, 2, 3}, []int64{e1, e2 - 1, -1}
+	}))
+	h.must(kindAlterPartition, req(func(r *AlterPartitionRequest) {
+		r.PartitionEpoch, r.ISR, r.ISREpochs = 1, []int32{1, 2, 3}, []int64{e1, e2, -1}
+	}))
 	h.wantPart("t", 0, 1, []int32{1, 2, 3}, 0, 2)
 	st := h.f.state().clone()
 	for _, id := range []int32{2, 3} {

@@ -399,6 +399,11 @@ type AlterPartitionRequest struct {
 	LeaderEpoch    int32
 	PartitionEpoch int32
 	ISR            []int32
+	// ISREpochs, when set, is the broker epoch of each ISR member (same
+	// order) as the leader saw it on that member's fetches, -1 where it
+	// cannot tell (AlterPartition v3, KIP-903): a joiner whose registration
+	// is at another epoch caught up in a previous life, and is refused.
+	ISREpochs []int64 `json:",omitempty"`
 }
 
 // AlterPartition changes a partition's ISR for its leader and returns the
@@ -407,8 +412,8 @@ type AlterPartitionRequest struct {
 // request), ErrFencedLeaderEpoch (not the leader, or not at this leader
 // epoch), ErrInvalidUpdateVersion (the partition changed since the leader
 // read it; refresh and decide again) or ErrIneligibleReplica (an ISR with
-// a non-replica, a fenced or shutting-down newcomer, or without the
-// leader). All checks run in the FSM, so of two racing requests decided
+// a non-replica, a fenced or shutting-down newcomer, a newcomer at another
+// broker epoch than its registration, or without the leader). All checks run in the FSM, so of two racing requests decided
 // from the same partition epoch only the first is applied.
 func (s *Store) AlterPartition(ctx context.Context, r AlterPartitionRequest) (Partition, error) {
 	if err := s.checkController(fmt.Sprintf("AlterPartition of %s-%d", r.Topic, r.Partition)); err != nil {

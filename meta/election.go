@@ -156,7 +156,7 @@ func applyAlterPartition(s *State, _ uint64, payload []byte) (*State, result) {
 		return nil, result{err: fmt.Errorf("%w: %s-%d is at partition epoch %d, not %d",
 			ErrInvalidUpdateVersion, c.Topic, c.Partition, p.PartitionEpoch, c.PartitionEpoch)}
 	}
-	if err := checkNewISR(s, p, c.ISR); err != nil {
+	if err := checkNewISR(s, p, c.ISR, c.ISREpochs); err != nil {
 		return nil, result{err: fmt.Errorf("%w: %s-%d ISR %v: %s", ErrIneligibleReplica, c.Topic, c.Partition, c.ISR, err)}
 	}
 	var isr []int32
@@ -179,7 +179,7 @@ func applyAlterPartition(s *State, _ uint64, payload []byte) (*State, result) {
 // checkNewISR says why isr may not be p's ISR: every member must be a
 // replica, once, and the leader must be one. A member joining must be
 // eligible; a member staying may be shutting down, since it is in sync.
-func checkNewISR(s *State, p Partition, isr []int32) error {
+func checkNewISR(s *State, p Partition, isr []int32, epochs []int64) error {
 	if !slices.Contains(isr, p.Leader) {
 		return fmt.Errorf("leader %d missing", p.Leader)
 	}
@@ -191,6 +191,10 @@ func checkNewISR(s *State, p Partition, isr []int32) error {
 			return fmt.Errorf("%d twice", r)
 		case !slices.Contains(p.ISR, r) && !s.eligible(r):
 			return fmt.Errorf("%d is fenced or shutting down", r)
+		case !slices.Contains(p.ISR, r) && i < len(epochs) && epochs[i] >= 0 && epochs[i] != s.Brokers[r].Epoch:
+			// A member already in is left to fencing, which takes a
+			// re-registered broker out of every ISR.
+			return fmt.Errorf("%d is registered at broker epoch %d, not %d", r, s.Brokers[r].Epoch, epochs[i])
 		}
 	}
 	return nil

@@ -18,6 +18,11 @@ var (
 	// command may still have been applied.
 	ErrNotController = errors.New("meta: not the controller")
 	ErrClosed        = errors.New("meta: store closed")
+	// ErrOutcomeUnknown is wrapped with the error of a command that may or
+	// may not have been applied: raft's leadership was lost while it was
+	// being committed (it may yet commit under the next leader), or the
+	// caller stopped waiting. A caller must not take it as "not applied".
+	ErrOutcomeUnknown = errors.New("meta: the command may or may not take effect")
 
 	// The controller's refusals; each maps to the Kafka error code of the
 	// same name at the protocol edge.

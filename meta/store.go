@@ -586,7 +586,7 @@ func (s *Store) wait(ctx context.Context, f raft.Future) error {
 	case err := <-done:
 		return raftError(err)
 	case <-ctx.Done():
-		return fmt.Errorf("meta: %w (the command may still take effect)", context.Cause(ctx))
+		return fmt.Errorf("meta: %w: %w", ErrOutcomeUnknown, context.Cause(ctx))
 	}
 }
 
@@ -594,8 +594,11 @@ func raftError(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, raft.ErrLeadershipLost):
+		// The entry was in the log when leadership went: the next
+		// leader may commit it.
+		return fmt.Errorf("%w: %w: %w", ErrNotController, ErrOutcomeUnknown, err)
 	case errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return fmt.Errorf("%w: %w", ErrNotController, err)
 	case errors.Is(err, raft.ErrRaftShutdown):

@@ -328,6 +328,15 @@ func TestRaftErrorMapping(t *testing.T) {
 			t.Errorf("raftError(%v) = %v", err, got)
 		}
 	}
+	// Lost leadership with the entry in the log: the next leader may
+	// commit it, so the caller must not take it as refused.
+	if got := raftError(raft.ErrLeadershipLost); !errors.Is(got, ErrOutcomeUnknown) {
+		t.Errorf("raftError(leadership lost) = %v, want ErrOutcomeUnknown", got)
+	}
+	// Never the leader: nothing was appended.
+	if got := raftError(raft.ErrNotLeader); errors.Is(got, ErrOutcomeUnknown) {
+		t.Errorf("raftError(not leader) = %v, want a known outcome", got)
+	}
 	if got := raftError(raft.ErrRaftShutdown); !errors.Is(got, ErrClosed) {
 		t.Errorf("raftError(shutdown) = %v", got)
 	}

@@ -23,8 +23,17 @@ type Leader struct {
 	// has to move back when the change commits; a shrink counts only once
 	// committed, so an acks=all producer is never answered on the word of
 	// a replica that may still be in the ISR the controller holds.
-	pending   []int32
-	pendingAt time.Time
+	//
+	// A change stays pending until the metadata shows its outcome
+	// (Committed) or the controller says it was not applied and never will
+	// be (Answered NotApplied); never on a timer: a change whose answer
+	// was lost may be in the controller's ISR, and dropping the joiner
+	// from the high watermark then acknowledges writes without a replica
+	// the controller may elect (Kafka's Partition.handleAlterPartitionError).
+	pending []int32
+	// resend is set when the outcome of the pending change's last attempt
+	// is unknown: Propose asks for the same change again.
+	resend bool
 	// epochStart is the offset at which this leader's epoch began: a
 	// follower joins the ISR only once it has everything before it, so it
 	// can never have been elected holding a divergent tail.
@@ -33,6 +42,11 @@ type Leader struct {
 }
 
 type follower struct {
+	// brokerEpoch is the registration epoch the follower's last fetch
+	// named (KIP-903), -1 when it named none: a follower joins the ISR
+	// only on the word of a fetch from the incarnation the metadata holds,
+	// never on a position its previous life reached.
+	brokerEpoch int64
 	// leo is the follower's log end offset as its last fetch offset told
 	// it; -1 until it fetches under this leadership.
 	leo int64
@@ -62,7 +76,7 @@ func NewLeader(self int32, replicas, isr []int32, epochStart int64, now time.Tim
 		if id == self {
 			continue
 		}
-		f := &follower{leo: -1, prevLeaderEnd: -1}
+		f := &follower{brokerEpoch: -1, leo: -1, prevLeaderEnd: -1}
 		if slices.Contains(isr, id) {
 			f.lastCaughtUp = now
 		}
@@ -76,12 +90,20 @@ func NewLeader(self int32, replicas, isr []int32, epochStart int64, now time.Tim
 var ErrNotReplica = fmt.Errorf("replica: not a replica of the partition")
 
 // Fetched records a follower's fetch at fetchOffset, made when the leader's
-// log ended at leaderEnd. A fetch at an offset is the follower's word that
-// it has everything below it.
-func (l *Leader) Fetched(id int32, fetchOffset, leaderEnd int64, now time.Time) error {
+// log ended at leaderEnd, by the follower's incarnation brokerEpoch (-1
+// when the fetch named none). A fetch at an offset is the follower's word
+// that it has everything below it. The caller has refused a fetch whose
+// broker epoch is older than the follower's registration.
+func (l *Leader) Fetched(id int32, brokerEpoch, fetchOffset, leaderEnd int64, now time.Time) error {
 	f, ok := l.followers[id]
 	if !ok {
 		return fmt.Errorf("%w: broker %d", ErrNotReplica, id)
+	}
+	if brokerEpoch != f.brokerEpoch {
+		// A new incarnation: where the previous one was says nothing
+		// about what this one holds.
+		f.prevFetch, f.prevLeaderEnd = time.Time{}, -1
+		f.brokerEpoch = brokerEpoch
 	}
 	switch {
 	case fetchOffset >= leaderEnd:
@@ -132,6 +154,20 @@ func (l *Leader) maximalISR() []int32 {
 	return out
 }
 
+// EpochStart returns the log end at which this leadership began: the high
+// watermark is known to cover everything committed before it only once it
+// has reached it.
+func (l *Leader) EpochStart() int64 { return l.epochStart }
+
+// BrokerEpoch returns the broker epoch follower id's fetches named, -1
+// when unknown (it has not fetched under this leadership, or named none).
+func (l *Leader) BrokerEpoch(id int32) int64 {
+	if f, ok := l.followers[id]; ok {
+		return f.brokerEpoch
+	}
+	return -1
+}
+
 // ISR returns the ISR as last committed.
 func (l *Leader) ISR() []int32 { return l.isr }
 
@@ -147,20 +183,46 @@ func (l *Leader) Committed(isr []int32, now time.Time) {
 		}
 	}
 	l.isr = slices.Clone(isr)
-	l.pending = nil
+	l.pending, l.resend = nil, false
 }
 
-// Failed ends a change in flight that the controller refused; the next
-// Propose may ask again. A change whose outcome is unknown (the request
-// or its answer was lost) stays in flight, counted for the high
-// watermark, until the metadata says (Committed) or Expire gives up on it.
-func (l *Leader) Failed() { l.pending = nil }
+// Outcome is what an answer to an AlterPartition that was not a commit
+// says of the change, following Kafka's Partition.handleAlterPartitionError.
+type Outcome int
 
-// Expire ends a change in flight proposed before cutoff. The caller calls
-// it once the metadata has had time to show a commit that happened.
-func (l *Leader) Expire(cutoff time.Time) {
-	if l.pending != nil && l.pendingAt.Before(cutoff) {
-		l.pending = nil
+const (
+	// NotApplied: the controller refused the change at the partition
+	// epoch this leader holds, so no controller, past or future, applied
+	// it (INELIGIBLE_REPLICA, OPERATION_NOT_ATTEMPTED). The committed ISR
+	// stands and the next Propose decides afresh.
+	NotApplied Outcome = iota
+	// AwaitMetadata: the controller holds newer metadata than this leader
+	// (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, an unknown topic). An
+	// earlier attempt whose answer was lost may be what moved it on, so the
+	// change stays pending, counted for the high watermark, until the
+	// metadata reaches this node (Committed, or a new Leader).
+	AwaitMetadata
+	// Unknown: no answer (a timeout, a lost connection, the controller
+	// losing its raft leadership while committing): the change may or may
+	// not have been applied. It stays pending and Propose asks for it
+	// again, unchanged; if it was applied the controller answers
+	// INVALID_UPDATE_VERSION and the metadata brings the outcome.
+	Unknown
+)
+
+// Answered records the outcome of the pending change's attempt that was
+// not committed.
+func (l *Leader) Answered(o Outcome) {
+	if l.pending == nil {
+		return
+	}
+	switch o {
+	case NotApplied:
+		l.pending, l.resend = nil, false
+	case AwaitMetadata:
+		l.resend = false
+	case Unknown:
+		l.resend = true
 	}
 }
 
@@ -169,13 +231,19 @@ func (l *Leader) Expire(cutoff time.Time) {
 // caught up within lagMax leave; followers out of the ISR that have
 // everything below the high watermark, and at least up to the start of
 // this leader's epoch, join, if eligible says the controller would take
-// them (a fenced or shutting-down broker it would refuse). Both in one
-// request, as Kafka does; the returned ISR lists the replicas in
-// assignment order. The caller sends it and reports the outcome with
-// Committed or Failed.
-func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible func(id int32) bool) []int32 {
+// them at the broker epoch their fetches named (a fenced or
+// shutting-down broker, or another incarnation, it would refuse). Both in
+// one request, as Kafka does; the returned ISR lists the replicas in
+// assignment order. A pending change whose last attempt's outcome is
+// unknown is returned again, unchanged. The caller sends it and reports
+// the outcome with Committed or Answered.
+func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible func(id int32, brokerEpoch int64) bool) []int32 {
 	if l.pending != nil {
-		return nil
+		if !l.resend {
+			return nil
+		}
+		l.resend = false
+		return slices.Clone(l.pending)
 	}
 	var next []int32
 	changed := false
@@ -192,7 +260,7 @@ func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible
 			changed = true // leaves
 		case in:
 			next = append(next, id)
-		case f.leo >= 0 && f.leo >= hw && f.leo >= l.epochStart && (eligible == nil || eligible(id)):
+		case f.leo >= 0 && f.leo >= hw && f.leo >= l.epochStart && (eligible == nil || eligible(id, f.brokerEpoch)):
 			next = append(next, id)
 			changed = true // joins
 		}
@@ -200,7 +268,7 @@ func (l *Leader) Propose(now time.Time, lagMax time.Duration, hw int64, eligible
 	if !changed {
 		return nil
 	}
-	l.pending, l.pendingAt = next, now
+	l.pending = next
 	return slices.Clone(next)
 }
 

@@ -95,3 +95,42 @@ func TestFailedDeleteRecordsLeavesNoOrphanPage(t *testing.T) {
 		t.Fatalf("earliest offset %d after a failed DeleteRecords, want 0", got)
 	}
 }
+
+// TestBucketLogStartReachesTheLocalLog: a replica that reads a manifest
+// whose log start is above its own local start (DeleteRecords published it
+// to the bucket, and this replica's fetches, capped at what the bucket
+// holds, had not moved its start yet) moves its local start there, so that
+// as a new leader it never serves the deleted records.
+func TestBucketLogStartReachesTheLocalLog(t *testing.T) {
+	store, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tieredBroker(t, "", store)
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "bls", 1, map[string]*string{"segment.bytes": ptr("4096")})
+	produceKeyed(t, b, "bls", 300, 100, kgo.ProducerBatchMaxBytes(1500))
+	waitUploaded(t, b, "bls", 1)
+	p := b.partition("bls", 0)
+	epoch, _ := p.leaderEpochIfLeading()
+	hw := p.highWatermark()
+	// The bucket's log start moves without this replica's local log.
+	p.tier.mu.Lock()
+	m, err := b.tier.AdvanceLogStart(context.Background(), p.bucketName(), hw-10, epoch)
+	if err != nil {
+		p.tier.mu.Unlock()
+		t.Fatal(err)
+	}
+	if p.log.StartOffset() >= hw-10 {
+		p.tier.mu.Unlock()
+		t.Fatalf("local start %d already at the new start %d: the test needs it below", p.log.StartOffset(), hw-10)
+	}
+	p.setRemote(m)
+	p.tier.mu.Unlock()
+	if got := p.log.StartOffset(); got != hw-10 {
+		t.Fatalf("local log start %d after reading a manifest starting at %d", got, hw-10)
+	}
+	if got := startOffset(t, adm, "bls"); got != hw-10 {
+		t.Fatalf("ListOffsets earliest %d, want the bucket's log start %d", got, hw-10)
+	}
+}

@@ -262,6 +262,16 @@ func (b *Broker) uploadPartition(p *partition) error {
 			p.tier.stale.Store(true)
 			return err
 		}
+		// A new leadership claims the manifest at once, not at its
+		// first change, so that the deposed leader's writers and
+		// collector are fenced from now on.
+		if err := b.tier.Claim(ctx, tp, epoch); err != nil {
+			p.tier.stale.Store(true)
+			return err
+		}
+		if m, err = b.tier.Manifest(ctx, tp); err != nil {
+			return err
+		}
 	}
 	if m == nil {
 		var err error
@@ -386,6 +396,16 @@ func (p *partition) setRemote(m *format.Root) {
 		}
 	}()
 	p.uploadedEnd.Store(m.EndOffset())
+	// The bucket's log start is the partition's (DeleteRecords and
+	// retention publish it there first): a follower whose fetches have
+	// not moved its own start that far yet (its cap, see
+	// followerLogStartBound, waits for this manifest), or a new leader
+	// that was such a follower, must not serve the records below it. A
+	// failure leaves the start where it was; the next manifest read
+	// tries again.
+	if ls := m.LogStartOffset; ls > p.log.StartOffset() {
+		_, _ = p.log.DeleteRecordsBefore(min(ls, p.log.EndOffset()))
+	}
 	if m.Empty() {
 		p.remoteStart.Store(-1)
 		p.remoteEnd.Store(-1)

@@ -269,7 +269,13 @@ func (b *Broker) collectPartition(p *partition) {
 	// before this cutoff is past the tier's cutoff too.
 	cutoff := b.cfg.Tier.Now().Add(-b.cfg.Tier.OrphanGrace)
 	ctx, cancel := context.WithTimeout(p.tier.ctx, time.Minute)
-	n, err := b.tier.CollectOrphansAt(ctx, tp, epoch, b.cfg.Tier.OrphanGrace)
+	// Claimed first, so that a deposed leader's collector is fenced by
+	// this one's epoch even on a partition this leader has not written.
+	err := b.tier.Claim(ctx, tp, epoch)
+	n := 0
+	if err == nil {
+		n, err = b.tier.CollectOrphansAt(ctx, tp, epoch, b.cfg.Tier.OrphanGrace)
+	}
 	cancel()
 	b.metrics.tierOrphansDeleted.Add(float64(n))
 	if err != nil {

@@ -97,6 +97,13 @@ func (c *Compactor) compactCold(ctx context.Context, m *keyMap, p *ColdPartition
 		gets, puts := c.tier.RequestCounts()
 		st.Gets, st.Puts = gets-gets0, puts-puts0
 	}()
+	// Claimed before any output is written: from then on a deposed
+	// leader's collector, which does not know of this pass, is fenced
+	// rather than left to delete its outputs (and a pass by a deposed
+	// leader is abandoned here, as ErrFenced).
+	if err := c.tier.Claim(ctx, p.TP, p.LeaderEpoch); err != nil {
+		return st, err
+	}
 	// The newest object's producer snapshot says which batches are their
 	// producers' last (kept, empty if need be).
 	var producers map[int64]int64

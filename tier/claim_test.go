@@ -139,3 +139,59 @@ func TestClaimIsOneManifestPerLeadership(t *testing.T) {
 		t.Fatalf("claim at epoch %d ending at %d, want epoch 2 ending at %d", claim.LeaderEpoch, claim.EndOffset(), segs[0].EndOffset)
 	}
 }
+
+// TestClaimCheckIsMadeAgainAfterItFailed: the listing that checks a claim
+// fails, right after a deposed leader published between the new leader's
+// read and its claim. The claim is in the bucket, but not checked: the
+// new leader's next write checks it first, finds the deposed leader's
+// version and claims over it, instead of hiding it for good.
+func TestClaimCheckIsMadeAgainAfterItFailed(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	store := newHookStore(newDirStore(t), clk)
+	segs := testSegments(t, 4)
+	old := openTierWith(t, store, clk.Now, format.Paging{})
+	cur := openTierWith(t, store, clk.Now, format.Paging{})
+	if _, err := old.Upload(ctx, testTP, segs[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	injected, claimed := false, false
+	store.beforeWrite = func(ctx context.Context, key string) error {
+		k, err := format.ParseManifestKey(key)
+		if err != nil || k.LeaderEpoch != 4 || injected {
+			return nil
+		}
+		injected = true
+		if _, err := old.Upload(ctx, testTP, segs[1], 3); err != nil {
+			t.Errorf("deposed leader's upload before the claim: %v", err)
+		}
+		claimed = true
+		return nil
+	}
+	failed := false
+	store.listErr = func(prefix string) error {
+		if claimed && !failed && strings.HasSuffix(prefix, "/manifests/") {
+			failed = true
+			return errors.New("injected: LIST fails")
+		}
+		return nil
+	}
+	if _, err := cur.Upload(ctx, testTP, segs[1], 4); err == nil {
+		t.Fatal("upload succeeded with its claim's check failing")
+	}
+	if !failed {
+		t.Fatal("the claim's check was not failed")
+	}
+	m, err := cur.Upload(ctx, testTP, segs[2], 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := cur.Segments(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 3 || all[1].LeaderEpoch != 3 {
+		t.Fatalf("bucket lists %d segments, want 3 with the deposed leader's epoch-3 object second", len(all))
+	}
+	readAll(t, store, 0, segs[2].EndOffset)
+}

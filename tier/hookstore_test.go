@@ -37,6 +37,8 @@ type hookStore struct {
 	get func(key string) error
 	// list, when set, filters what List reports for prefix.
 	list func(prefix string, as []objstore.Attrs) []objstore.Attrs
+	// listErr, when set, runs before a List; an error fails it.
+	listErr func(prefix string) error
 }
 
 func newHookStore(inner objstore.Store, clk *clock) *hookStore {
@@ -112,6 +114,11 @@ func (h *hookStore) Stat(ctx context.Context, key string) (objstore.Attrs, error
 }
 
 func (h *hookStore) List(ctx context.Context, prefix string, fn func(objstore.Attrs) error) error {
+	if h.listErr != nil {
+		if err := h.listErr(prefix); err != nil {
+			return err
+		}
+	}
 	var as []objstore.Attrs
 	if err := h.Store.List(ctx, prefix, func(a objstore.Attrs) error {
 		as = append(as, h.stamp(a))

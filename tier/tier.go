@@ -144,6 +144,9 @@ type partitionState struct {
 
 	// mu is held by this tier's writers of the partition.
 	mu sync.Mutex
+	// claim is where this tier's claim of the manifest at its writer's
+	// epoch stands. Written with mu held.
+	claim claimState
 	// pending is a manifest whose publication has an unknown outcome (the
 	// PUT failed in a way that may have applied it, and reading it back
 	// failed too). The next write resolves it first; the collector keeps
@@ -446,7 +449,7 @@ func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps 
 	switch {
 	case m.LeaderEpoch > epoch:
 		return nil, t.fenced(m, epoch)
-	case m.LeaderEpoch < epoch:
+	case m.LeaderEpoch < epoch, ps.claim.epoch == epoch && !ps.claim.checked:
 		return t.claimLocked(ctx, tp, ps, epoch)
 	}
 	return m, nil
@@ -467,69 +470,115 @@ func (t *Tier) writableLocked(ctx context.Context, tp format.TopicPartition, ps 
 // hidden. So the claim is checked by listing, and made again over such a
 // version, which keeps the deposed writer's objects referenced rather than
 // hidden, as KIP-405 keeps a zombie's copy.
+//
+// The check is part of the claim: until it has found nothing (its LIST
+// failed, the claim's publication had an unknown outcome, or lower-epoch
+// versions kept appearing), every write of this epoch makes it again
+// first, from the version the claim was made from (ps.claim).
 func (t *Tier) claimLocked(ctx context.Context, tp format.TopicPartition, ps *partitionState, epoch int32) (*format.Root, error) {
-	base, err := t.loadManifest(ctx, tp)
+	cur, err := t.loadManifest(ctx, tp)
 	if err != nil {
 		return nil, err
 	}
-	base = ps.advance(base)
+	cur = ps.advance(cur)
+	switch {
+	case cur.LeaderEpoch > epoch:
+		return nil, t.fenced(cur, epoch)
+	case cur.LeaderEpoch < epoch:
+		ps.claim = claimState{epoch: epoch, from: keyOf(cur)}
+	case ps.claim.epoch != epoch || ps.claim.checked:
+		// Claimed, and checked, by this tier; or by a writer of this
+		// epoch this tier does not know of, which checked its own.
+		return cur, nil
+	}
 	minSeq := int64(0)
 	for attempt := 0; ; attempt++ {
-		switch {
-		case base.LeaderEpoch > epoch:
-			return nil, t.fenced(base, epoch)
-		case base.LeaderEpoch == epoch:
-			return base, nil // claimed already
-		}
-		ch, err := base.Claim(epoch, minSeq, t.cfg.Paging)
-		if err != nil {
-			return nil, fmt.Errorf("claim the manifest of %s-%d at epoch %d: %w", tp.Topic, tp.Partition, epoch, err)
-		}
-		err = t.publishLocked(ctx, ps, ch)
-		switch {
-		case errors.Is(err, errConflict) && attempt < maxConflicts:
-			if err := t.reloadLocked(ctx, tp, ps, ch.Root.Key()); err != nil {
+		if cur.LeaderEpoch < epoch {
+			ch, err := cur.Claim(epoch, minSeq, t.cfg.Paging)
+			if err != nil {
+				return nil, fmt.Errorf("claim the manifest of %s-%d at epoch %d: %w", tp.Topic, tp.Partition, epoch, err)
+			}
+			err = t.publishLocked(ctx, ps, ch)
+			switch {
+			case errors.Is(err, errConflict) && attempt < maxConflicts:
+				if err := t.reloadLocked(ctx, tp, ps, ch.Root.Key()); err != nil {
+					return nil, err
+				}
+				if cur = ps.cur.Load(); cur.LeaderEpoch > epoch {
+					return nil, t.fenced(cur, epoch)
+				}
+				continue
+			case err != nil:
 				return nil, err
 			}
-			base = ps.cur.Load()
-			continue
-		case err != nil:
-			return nil, err
+			if cur = ps.advance(ch.Root); cur.LeaderEpoch > epoch {
+				return nil, t.fenced(cur, epoch)
+			}
 		}
-		claim := ps.advance(ch.Root)
-		if claim != ch.Root {
-			return nil, t.fenced(claim, epoch)
-		}
-		newest, below, err := listNewest(ctx, t.store, tp, base.Key(), epoch)
+		from := ps.claim.from
+		newest, below, err := listNewest(ctx, t.store, tp, from.String(), epoch)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("check the claim of %s-%d at epoch %d: %w", tp.Topic, tp.Partition, epoch, err)
 		}
 		if newest.LeaderEpoch > epoch {
 			return nil, t.fencedBy(ctx, ps, newest, epoch)
 		}
-		if below.Seq == 0 && below.LeaderEpoch == 0 || !versionAfter(below, base) {
-			t.log.Info("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", base.Key())
-			return claim, nil
+		if below == (format.ManifestKey{}) || !versionAfterKey(below, from) {
+			ps.claim.checked = true
+			t.log.Info("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", from.String())
+			return cur, nil
 		}
 		if attempt == maxConflicts {
 			return nil, fmt.Errorf("claim the manifest of %s-%d at epoch %d: versions of lower epochs keep appearing (last %s)", tp.Topic, tp.Partition, epoch, below)
 		}
-		// A deposed writer published after base was read: claim again,
-		// over its version.
-		if base, err = GetManifest(ctx, t.store, below.String()); err != nil {
+		// A deposed writer published after the claim's version was read:
+		// claim again, over its version.
+		base, err := GetManifest(ctx, t.store, below.String())
+		if err != nil {
 			return nil, err
 		}
-		minSeq = claim.Seq + 1
 		t.log.Warn("a deposed leader published after this leader read the bucket; claiming over its version", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "version", below.String())
+		minSeq = cur.Seq + 1
+		ps.claim.from = below
+		cur = base
 	}
 }
 
-// versionAfter reports whether k names a later version than m.
-func versionAfter(k format.ManifestKey, m *format.Root) bool {
-	if k.LeaderEpoch != m.LeaderEpoch {
-		return k.LeaderEpoch > m.LeaderEpoch
+// claimState is where a writer's claim of its epoch stands (claimLocked).
+type claimState struct {
+	epoch int32
+	// from is the version the claim was last made over; checked is set
+	// once a listing found no version of a lower epoch after it.
+	from    format.ManifestKey
+	checked bool
+}
+
+// keyOf returns the key of m's version.
+func keyOf(m *format.Root) format.ManifestKey {
+	return format.ManifestKey{TopicPartition: m.TopicPartition, LeaderEpoch: m.LeaderEpoch, Seq: m.Seq}
+}
+
+// Claim makes a writer of epoch claim tp's manifest (claimLocked) if it
+// has not yet: a leader calls it when it takes office and before a
+// compaction pass or a collection writes or deletes anything, so that a
+// deposed leader's collector or compactor is fenced from then on, not only
+// from the new leader's first change of the manifest.
+//
+// Once the manifest is at epoch it returns at once, without waiting for
+// a writer of the partition: the claim is in the bucket, which is what
+// fences, and a check of it that failed is made again by the next write.
+func (t *Tier) Claim(ctx context.Context, tp format.TopicPartition, epoch int32) error {
+	ps := t.state(tp)
+	if cur := ps.cur.Load(); cur != nil && cur.LeaderEpoch >= epoch {
+		if cur.LeaderEpoch > epoch {
+			return t.fenced(cur, epoch)
+		}
+		return nil
 	}
-	return k.Seq > m.Seq
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	_, err := t.writableLocked(ctx, tp, ps, epoch)
+	return err
 }
 
 // listNewest lists tp's manifest keys above after (a version's key; keys

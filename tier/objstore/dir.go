@@ -270,6 +270,13 @@ func (d *dirStore) Stat(ctx context.Context, key string) (Attrs, error) {
 }
 
 func (d *dirStore) List(ctx context.Context, prefix string, fn func(Attrs) error) error {
+	return d.ListAfter(ctx, prefix, "", fn)
+}
+
+// ListAfter skips the keys up to startAfter before it stats anything, and
+// the directories wholly below it: a listing of what is newer costs a
+// directory read, not a stat per object kept.
+func (d *dirStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(Attrs) error) error {
 	if err := ctxErr(ctx, "list", prefix); err != nil {
 		return err
 	}
@@ -278,14 +285,14 @@ func (d *dirStore) List(ctx context.Context, prefix string, fn func(Attrs) error
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i+1]
 	}
-	return d.walk(ctx, start, prefix, fn)
+	return d.walk(ctx, start, prefix, startAfter, fn)
 }
 
 // walk visits dir (a key prefix ending in '/', or "" for root) in key order.
 // Sorting a directory's entries by name, with a subdirectory sorting as
 // name+"/", makes depth-first order equal byte order of the full keys: every
 // key under "a/" sorts after "a-c" and before "a0", as S3 lists them.
-func (d *dirStore) walk(ctx context.Context, dir, prefix string, fn func(Attrs) error) error {
+func (d *dirStore) walk(ctx context.Context, dir, prefix, after string, fn func(Attrs) error) error {
 	ents, err := os.ReadDir(filepath.Join(d.root, filepath.FromSlash(dir)))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
@@ -314,14 +321,19 @@ func (d *dirStore) walk(ctx context.Context, dir, prefix string, fn func(Attrs) 
 			return err
 		}
 		if e.isDir {
+			// Every key under e.key sorts below after unless after
+			// is under it too.
+			if e.key < after && !strings.HasPrefix(after, e.key) {
+				continue
+			}
 			if strings.HasPrefix(e.key, prefix) || strings.HasPrefix(prefix, e.key) {
-				if err := d.walk(ctx, e.key, prefix, fn); err != nil {
+				if err := d.walk(ctx, e.key, prefix, after, fn); err != nil {
 					return err
 				}
 			}
 			continue
 		}
-		if !strings.HasPrefix(e.key, prefix) {
+		if !strings.HasPrefix(e.key, prefix) || e.key <= after {
 			continue
 		}
 		info, err := os.Stat(filepath.Join(d.root, filepath.FromSlash(e.key)))

@@ -523,7 +523,7 @@ func (t *Tier) claimLocked(ctx context.Context, tp format.TopicPartition, ps *pa
 		if newest.LeaderEpoch > epoch {
 			return nil, t.fencedBy(ctx, ps, newest, epoch)
 		}
-		if below == (format.ManifestKey{}) || !versionAfterKey(below, from) {
+		if below == (format.ManifestKey{}) {
 			ps.claim.checked = true
 			t.log.Info("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", from.String())
 			return cur, nil
@@ -583,18 +583,17 @@ func (t *Tier) Claim(ctx context.Context, tp format.TopicPartition, epoch int32)
 
 // listNewest lists tp's manifest keys above after (a version's key; keys
 // sort as versions do, so the listing costs what is newer, not the whole
-// history the orphan grace keeps) and returns the newest, and the newest
-// of an epoch below epoch (zero keys when there is none).
+// history the orphan grace keeps, and the last key listed is the newest)
+// and returns the newest, and the newest of an epoch below epoch (zero
+// keys when there is none).
 func listNewest(ctx context.Context, store objstore.Store, tp format.TopicPartition, after string, epoch int32) (newest, below format.ManifestKey, err error) {
 	err = objstore.ListAfter(ctx, store, tp.ManifestsPrefix(), after, func(a objstore.Attrs) error {
 		k, err := format.ParseManifestKey(a.Key)
 		if err != nil {
 			return nil // not a manifest: the collector's business
 		}
-		if !versionAfterKey(newest, k) {
-			newest = k
-		}
-		if k.LeaderEpoch < epoch && !versionAfterKey(below, k) {
+		newest = k
+		if k.LeaderEpoch < epoch {
 			below = k
 		}
 		return nil
@@ -603,14 +602,6 @@ func listNewest(ctx context.Context, store objstore.Store, tp format.TopicPartit
 		return newest, below, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
 	return newest, below, nil
-}
-
-// versionAfterKey reports whether a names a later version than b.
-func versionAfterKey(a, b format.ManifestKey) bool {
-	if a.LeaderEpoch != b.LeaderEpoch {
-		return a.LeaderEpoch > b.LeaderEpoch
-	}
-	return a.Seq > b.Seq
 }
 
 // confirmLocked checks, after publishing m, that no manifest of a higher

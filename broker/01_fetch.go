@@ -133,7 +133,9 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			fp.committed = r.IsolationLevel == 1 && !fp.replica
 			parts = append(parts, fp)
 			err := topicErr
-			if err == nil {
+			if err == nil && fp.replica {
+				fp.p, err = b.ledNow(name, rp.Partition)
+			} else if err == nil {
 				fp.p, err = b.led(name, rp.Partition)
 			}
 			if err == nil {

@@ -379,8 +379,23 @@ func (b *Broker) isrLoop() {
 // request reconciles itself rather than send the client away from the
 // right broker.
 func (b *Broker) led(topic string, index int32) (*partition, error) {
+	return b.ledReconciling(topic, index, true)
+}
+
+// ledNow is led without the reconcile: for a follower's fetch, which
+// names every partition it copies from this node in one request. A
+// reconcile opening a burst of new partitions (a topic with many of them,
+// the internal topics at start) takes seconds on a loaded machine; waiting
+// for it would hold the fetch for the partitions already served too, and
+// their followers would fall out of the ISR. The follower asks again for
+// the new partition a moment later.
+func (b *Broker) ledNow(topic string, index int32) (*partition, error) {
+	return b.ledReconciling(topic, index, false)
+}
+
+func (b *Broker) ledReconciling(topic string, index int32, reconcile bool) (*partition, error) {
 	p, err := b.hosted(topic, index)
-	if (err != nil || !p.leading.Load()) && b.namedLeader(topic, index) {
+	if reconcile && (err != nil || !p.leading.Load()) && b.namedLeader(topic, index) {
 		if rerr := b.reconcile(); rerr != nil {
 			b.log.Warn("reconcile for a request", "err", rerr)
 		}

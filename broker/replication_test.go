@@ -321,3 +321,83 @@ func TestClusterAlterPartitionRefusesAJoinerAtAnotherBrokerEpoch(t *testing.T) {
 		t.Fatalf("joiner at its registered broker epoch: %v", kerr.ErrorForCode(code))
 	}
 }
+
+// A leader slow to open a burst of new partitions (a topic with many of
+// them, the internal topics at start) goes on serving its followers the
+// partitions it already leads: a follower's fetch that names a partition
+// the leader has not opened yet does not wait for the leader's reconcile,
+// which would hold the whole fetch and let the ISR of every partition it
+// names fall behind. Found as an ISR shrink, and acks=all answered
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND, on a loaded machine right after start.
+func TestClusterFollowerFetchDoesNotWaitForTheLeadersReconcile(t *testing.T) {
+	c := testCluster(t, 3)
+	ctrl := c.any().meta.ControllerID()
+	leader := int32(1)
+	if leader == ctrl {
+		leader = 2
+	}
+	var replicas []int32
+	replicas = append(replicas, leader)
+	for id := int32(1); id <= 3; id++ {
+		if id != leader {
+			replicas = append(replicas, id)
+		}
+	}
+	c.createTopicOn("served", replicas)
+	c.waitFor("the ISR to be full", 10*time.Second, func() bool { return len(c.partitionState("served", 0).ISR) == 3 })
+
+	// The leader's reconcile is held, as a slow one would be; its
+	// followers open the new partition and fetch it alongside the other.
+	b := c.node(leader)
+	b.reconcileMu.Lock()
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			b.reconcileMu.Unlock()
+		}
+	}
+	defer unlock()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "new", -1, -1
+	ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+	ra.Partition, ra.Replicas = 0, replicas
+	rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	kresp, err := req.RequestWith(ctx, c.client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(kresp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("create new: %v", err)
+	}
+	c.waitFor("the followers to follow the new partition", 10*time.Second, func() bool {
+		for _, id := range replicas[1:] {
+			if l, ok := c.node(id).replicas.Following(replica.Key{Topic: "new", Index: 0}); !ok || l != leader {
+				return false
+			}
+		}
+		return true
+	})
+	if b.partition("new", 0) != nil {
+		t.Fatal("the leader opened the new partition with its reconcile held")
+	}
+
+	for i := range 5 {
+		if code := c.rawProduce(leader, "served", -1, 3*time.Second); code != 0 {
+			t.Fatalf("acks=all %d to a partition the leader serves, while it has not opened another: %v", i, kerr.ErrorForCode(code))
+		}
+	}
+	unlock()
+	c.waitFor("the leader to lead the new partition", 10*time.Second, func() bool {
+		p := b.partition("new", 0)
+		return p != nil && p.leading.Load()
+	})
+	if code := c.rawProduce(leader, "new", -1, 5*time.Second); code != 0 {
+		t.Fatalf("acks=all to the new partition once opened: %v", kerr.ErrorForCode(code))
+	}
+}

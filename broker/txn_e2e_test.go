@@ -708,8 +708,15 @@ func TestTxnLateProduceRefused(t *testing.T) {
 			if code := r.end(v, id, pid, epoch, true); code != 0 {
 				t.Fatalf("EndTxn commit: %v", kerr.ErrorForCode(code))
 			}
+			// EndTxn answers once the commit is decided; the markers are
+			// written after, in the background. The high watermarks are
+			// read once they are in (a high watermark read before the
+			// marker is below the last stable offset the marker makes).
+			r.waitState(id, "CompleteCommit")
 			hw := []int64{highWatermark(t, cl, topic, 0), highWatermark(t, cl, topic, 1)}
-			waitFor(t, 10*time.Second, "the commit marker", func() bool { return lastStable(t, cl, topic, 0) == hw[0] })
+			if lso := lastStable(t, cl, topic, 0); lso != hw[0] {
+				t.Fatalf("partition 0: last stable offset %d after the commit marker, high watermark %d", lso, hw[0])
+			}
 
 			// The late retries: the next sequence on partition 0, the first
 			// on partition 1; neither partition is in a transaction.

@@ -78,6 +78,10 @@ type Broker struct {
 
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
+	// metaSyncFailed is when this node last failed to learn the
+	// controller's commit index (unix nanoseconds; 0: it did not fail
+	// since the last success). See metasync.go.
+	metaSyncFailed atomic.Int64
 
 	// mu guards the partitions this node hosts and the open connections.
 	mu struct {

@@ -23,7 +23,7 @@ import (
 //
 // The wait is bounded: a node that cannot reach the controller, or that
 // the controller's log does not reach, answers from what it has after
-// metadataSyncTimeout rather than not at all, and while its last ask
+// metadataSyncTimeout rather than not at all, and while its last catch-up
 // failed less than metadataSyncBackoff ago it does not ask again, so a
 // dead controller costs clients one bounded wait, not one per request.
 
@@ -33,8 +33,11 @@ const (
 	metadataSyncTimeout = time.Second
 	// metadataAskTimeout bounds the question to the controller alone.
 	metadataAskTimeout = 300 * time.Millisecond
-	// metadataSyncBackoff is how long a failed question stops the next.
+	// metadataSyncBackoff is how long a failed catch-up stops the next.
 	metadataSyncBackoff = time.Second
+	// metadataSyncWarnEvery rate-limits the warning that a catch-up
+	// failed: a lagging node would otherwise log it for every request.
+	metadataSyncWarnEvery = 10 * time.Second
 )
 
 // syncMetadata waits, within metadataSyncTimeout, until this node's
@@ -62,7 +65,13 @@ func (b *Broker) syncMetadata() bool {
 		}
 	}
 	if err := b.meta.WaitApplied(ctx, target); err != nil && b.ctx.Err() == nil {
-		b.log.Warn("metadata read: this node has not caught up with the controller; answering from what it has", "err", err)
+		// The next requests do not wait again for a while either.
+		now := time.Now()
+		b.metaSyncFailed.Store(now.UnixNano())
+		if last := b.metaSyncWarned.Load(); last == 0 || now.Sub(time.Unix(0, last)) > metadataSyncWarnEvery {
+			b.metaSyncWarned.Store(now.UnixNano())
+			b.log.Warn("metadata read: this node has not caught up with the controller; answering from what it has", "err", err)
+		}
 	}
 	return b.meta.State().Index != before
 }

@@ -16,7 +16,8 @@ import (
 // Metadata answer of each other node; a config altered through one node
 // (which passes it on to the controller) is in force on that node's
 // partition when it answers, and the very next DescribeConfigs of each
-// other node shows it. Twenty rounds, never a retry.
+// other node shows it; a topic deleted is gone from the next answer of
+// each node. Twenty rounds, never a retry.
 func TestClusterReadAfterWrite(t *testing.T) {
 	c := testCluster(t, 3)
 	cl := c.client()
@@ -50,6 +51,7 @@ func TestClusterReadAfterWrite(t *testing.T) {
 		}
 		for _, id := range others {
 			md := kmsg.NewPtrMetadataRequest()
+			md.AllowAutoTopicCreation = false
 			mt := kmsg.NewMetadataRequestTopic()
 			mt.Topic = kmsg.StringPtr(topic)
 			md.Topics = append(md.Topics, mt)
@@ -59,6 +61,31 @@ func TestClusterReadAfterWrite(t *testing.T) {
 				t.Errorf("round %d: node %d answers Metadata for %s with %d topics", i, id, topic, len(r.Topics))
 			case r.Topics[0].ErrorCode != 0 || len(r.Topics[0].Partitions) != 1:
 				t.Errorf("round %d: node %d answers Metadata for %s just created: %v, %d partitions", i, id, topic, kerr.ErrorForCode(r.Topics[0].ErrorCode), len(r.Topics[0].Partitions))
+			}
+		}
+	}
+
+	// And a topic deleted is gone from the next answer of every node.
+	for i := range 5 {
+		topic := fmt.Sprintf("raw-%d", i)
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		dt := kmsg.NewDeleteTopicsRequestTopic()
+		dt.Topic = kmsg.StringPtr(topic)
+		del.Topics = append(del.Topics, dt)
+		del.TopicNames = append(del.TopicNames, topic)
+		del.TimeoutMillis = 10_000
+		if r := request(controller, del).(*kmsg.DeleteTopicsResponse); r.Topics[0].ErrorCode != 0 {
+			t.Fatalf("delete %s: error %d", topic, r.Topics[0].ErrorCode)
+		}
+		for _, id := range others {
+			md := kmsg.NewPtrMetadataRequest()
+			md.AllowAutoTopicCreation = false
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(topic)
+			md.Topics = append(md.Topics, mt)
+			r := request(id, md).(*kmsg.MetadataResponse)
+			if len(r.Topics) != 1 || r.Topics[0].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+				t.Errorf("node %d still answers Metadata for %s just deleted", id, topic)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -47,6 +48,15 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 	for _, rt := range r.Topics {
 		for _, rp := range rt.Partitions {
 			seen[tp{rt.Topic, rp.Partition}]++
+		}
+	}
+	// A partition this node does not know it leads may be one of a topic
+	// created a moment ago through another node (metasync.go); one that
+	// it knows it leads needs no catching up.
+	for _, rt := range r.Topics {
+		if slices.ContainsFunc(rt.Partitions, func(rp kmsg.ListOffsetsRequestTopicPartition) bool { return !b.namedLeader(rt.Topic, rp.Partition) }) {
+			b.syncMetadataAndReconcile()
+			break
 		}
 	}
 	for _, rt := range r.Topics {

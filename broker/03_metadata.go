@@ -33,6 +33,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	allowAuto := r.Version < 4 || r.AllowAutoTopicCreation
 
+	// A client that was just told a topic was created or changed, by any
+	// node, must see it here (metasync.go).
+	b.syncMetadata()
 	st := b.meta.State()
 	for _, br := range sortedBrokers(st) {
 		if !st.Alive(br.ID) {

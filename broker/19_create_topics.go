@@ -33,6 +33,9 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 	for _, rt := range r.Topics {
 		count[rt.Topic]++
 	}
+	// The checks below read this node's metadata: a topic deleted through
+	// another node a moment ago must not be "already there" (metasync.go).
+	b.syncMetadata()
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic

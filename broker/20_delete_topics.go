@@ -44,6 +44,9 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 			targets = append(targets, target{name: &n})
 		}
 	}
+	// A topic created through another node a moment ago is not unknown
+	// (metasync.go).
+	b.syncMetadata()
 	deleted := false
 	for _, tg := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()

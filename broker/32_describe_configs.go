@@ -35,6 +35,11 @@ const (
 func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeConfigsRequest)
 	resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	if slices.ContainsFunc(r.Resources, func(rr kmsg.DescribeConfigsRequestResource) bool { return rr.ResourceType == resourceTopic }) {
+		// A config just altered through any node must read back here
+		// (metasync.go).
+		b.syncMetadata()
+	}
 	for _, rr := range r.Resources {
 		sr := kmsg.NewDescribeConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName

@@ -46,7 +46,8 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 			if rr.ResourceType != resourceTopic {
 				return fmt.Errorf("%w: only topic configs can be altered", kerr.InvalidRequest)
 			}
-			if _, ok := b.topicByName(rr.ResourceName); !ok {
+			t, ok := b.topicByName(rr.ResourceName)
+			if !ok {
 				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rr.ResourceName)
 			}
 			set := make(map[string]string, len(rr.Configs))
@@ -70,6 +71,9 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 						set[k] = v
 					}
 				}
+			}
+			if err := b.checkMinInsync(set, t.Configs, replicationFactor(t)); err != nil {
+				return err
 			}
 			if r.ValidateOnly {
 				return nil

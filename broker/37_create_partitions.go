@@ -28,6 +28,9 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 	for _, rt := range r.Topics {
 		count[rt.Topic]++
 	}
+	// The checks below read this node's metadata, which must hold every
+	// change acknowledged before (metasync.go).
+	b.syncMetadata()
 	changed := false
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()

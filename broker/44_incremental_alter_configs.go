@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -75,6 +76,18 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 				if err := validateTopicConfig(k, v); err != nil {
 					return fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 				}
+			}
+			// The configs as the metadata will apply them: sets, then deletes.
+			after := maps.Clone(t.Configs)
+			if after == nil {
+				after = map[string]string{}
+			}
+			maps.Copy(after, set)
+			for _, k := range del {
+				delete(after, k)
+			}
+			if err := b.checkMinInsync(after, t.Configs, replicationFactor(t)); err != nil {
+				return err
 			}
 			if r.ValidateOnly {
 				return nil

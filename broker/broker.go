@@ -78,6 +78,11 @@ type Broker struct {
 
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
+	// metaSyncFailed is when this node last failed to catch up with the
+	// controller's commit index (unix nanoseconds; 0: it did not fail
+	// since the last success), metaSyncWarned when it last said so. See
+	// metasync.go.
+	metaSyncFailed, metaSyncWarned atomic.Int64
 
 	// mu guards the partitions this node hosts and the open connections.
 	mu struct {

@@ -522,7 +522,9 @@ var forwarded = map[int16]bool{
 }
 
 // forward sends req to the controller and returns its answer, in the
-// version the client asked for.
+// version the client asked for, once this node has applied what the
+// controller committed and its partitions are in step with it: the
+// client's next request, here or anywhere, sees the change (metasync.go).
 func (b *Broker) forward(req *request) (kmsg.Response, error) {
 	version := req.kreq.GetVersion()
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
@@ -533,5 +535,11 @@ func (b *Broker) forward(req *request) (kmsg.Response, error) {
 		return nil, err
 	}
 	resp.SetVersion(version)
+	b.syncMetadata()
+	// Unconditionally: the reconcile loop may have seen the change first
+	// and still be applying it.
+	if err := b.reconcile(); err != nil {
+		b.log.Error("apply the metadata change passed on to the controller", "err", err)
+	}
 	return resp, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +53,42 @@ func (b *Broker) collidingTopic(name string) (string, bool) {
 	return "", false
 }
 
+// checkMinInsync refuses a min.insync.replicas larger than the replication
+// factor: no ISR could ever be that large, so every acks=all produce would
+// wait and time out. Kafka accepts it; refusing is kinder. configs are the
+// topic's configs as they will be, old its configs before an alter (nil
+// at creation). A broker default counts at creation; at an alter only a
+// change of the value in force does, so altering something else on a
+// topic made before the default was raised is not refused for it.
+func (b *Broker) checkMinInsync(configs, old map[string]string, replicationFactor int) error {
+	v, src := b.topicConfigValue(configs, "min.insync.replicas")
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= replicationFactor {
+		return nil
+	}
+	if old != nil {
+		if was, _ := b.topicConfigValue(old, "min.insync.replicas"); was == v {
+			return nil
+		}
+	}
+	if src == configSourceTopic {
+		return fmt.Errorf("%w: min.insync.replicas %d is larger than the replication factor %d: no acks=all produce could ever succeed", kerr.InvalidConfig, n, replicationFactor)
+	}
+	return fmt.Errorf("%w: the broker default min.insync.replicas %d is larger than the replication factor %d: no acks=all produce could ever succeed; set min.insync.replicas on the topic to at most %d", kerr.InvalidConfig, n, replicationFactor, replicationFactor)
+}
+
+// replicationFactor is the smallest replica count of t's partitions: the
+// largest ISR every partition can have.
+func replicationFactor(t *meta.Topic) int {
+	rf := 0
+	for i, p := range t.Partitions {
+		if i == 0 || len(p.Replicas) < rf {
+			rf = len(p.Replicas)
+		}
+	}
+	return rf
+}
+
 // topicCreate is a request to create one topic, from CreateTopics or from
 // auto-creation.
 type topicCreate struct {
@@ -95,6 +132,9 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 		if err := validateTopicConfig(k, v); err != nil {
 			return nil, fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 		}
+	}
+	if err := b.checkMinInsync(c.configs, nil, int(c.replicationFactor)); err != nil {
+		return nil, err
 	}
 	if _, exists := b.topicByName(c.name); exists {
 		return nil, fmt.Errorf("%w: topic %q already exists", kerr.TopicAlreadyExists, c.name)

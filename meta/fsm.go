@@ -17,12 +17,18 @@ import (
 // through an atomic pointer and readers never take a lock.
 type fsm struct {
 	cur atomic.Pointer[State]
+	// applied is the raft index of the last command Apply saw, whether or
+	// not it changed the State (a refused command changes nothing, and
+	// State.Index stays behind it).
+	applied atomic.Uint64
 
 	mu struct {
 		sync.Mutex
 		// changed is closed, and replaced, each time a new State is
 		// published.
 		changed chan struct{}
+		// appliedCh is closed, and replaced, each time Apply has run.
+		appliedCh chan struct{}
 	}
 }
 
@@ -32,6 +38,7 @@ func newFSM() *fsm {
 	f := &fsm{}
 	f.cur.Store(newState())
 	f.mu.changed = make(chan struct{})
+	f.mu.appliedCh = make(chan struct{})
 	return f
 }
 
@@ -41,6 +48,13 @@ func (f *fsm) changed() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mu.changed
+}
+
+// appliedChanged returns a channel closed when Apply next runs.
+func (f *fsm) appliedChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.appliedCh
 }
 
 func (f *fsm) publish(s *State) {
@@ -65,6 +79,12 @@ func (f *fsm) apply(index uint64, data []byte) result {
 		next.Index = index
 		f.publish(next)
 	}
+	// After the publish: whoever sees applied reach index sees its State.
+	f.applied.Store(index)
+	f.mu.Lock()
+	close(f.mu.appliedCh)
+	f.mu.appliedCh = make(chan struct{})
+	f.mu.Unlock()
 	return res
 }
 

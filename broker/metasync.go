@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Read after write (docs/replication.md): a metadata change that one
+// node acknowledged must be visible to the client's next request on any
+// node. The controller applies a change before it answers, and so does a
+// node that passed the change on to it; every other node applies it when
+// raft tells it of the commit, up to a heartbeat later. So a node about to
+// serve metadata (Metadata, DescribeConfigs, ListOffsets' topic lookup, an
+// admin write's checks) first learns the latest committed index, from the
+// controller (its high watermark, by DescribeQuorum) when it is not the
+// controller itself, and waits until its own state has applied that far:
+// Kafka's way for a read that must not go back in time (the metadata log's
+// high watermark, KIP-500), raft's ReadIndex.
+//
+// The wait is bounded: a node that cannot reach the controller, or that
+// the controller's log does not reach, answers from what it has after
+// metadataSyncTimeout rather than not at all, and while its last catch-up
+// failed less than metadataSyncBackoff ago it does not ask again, so a
+// dead controller costs clients one bounded wait, not one per request.
+
+const (
+	// metadataSyncTimeout bounds the whole catch-up: the question to the
+	// controller and the wait for this node to apply its answer.
+	metadataSyncTimeout = time.Second
+	// metadataAskTimeout bounds the question to the controller alone.
+	metadataAskTimeout = 300 * time.Millisecond
+	// metadataSyncBackoff is how long a failed catch-up stops the next.
+	metadataSyncBackoff = time.Second
+	// metadataSyncWarnEvery rate-limits the warning that a catch-up
+	// failed: a lagging node would otherwise log it for every request.
+	metadataSyncWarnEvery = 10 * time.Second
+)
+
+// syncMetadata waits, within metadataSyncTimeout, until this node's
+// metadata holds every change committed before the call. It reports
+// whether the state changed while it waited. A single node answers at
+// once: its changes are applied before they are acknowledged.
+func (b *Broker) syncMetadata() bool {
+	if !b.clustered() {
+		return false
+	}
+	before := b.meta.State().Index
+	ctx, cancel := context.WithTimeout(b.ctx, metadataSyncTimeout)
+	defer cancel()
+	target := b.meta.CommitIndex()
+	if !b.meta.IsLeader() {
+		if last := b.metaSyncFailed.Load(); last == 0 || time.Since(time.Unix(0, last)) > metadataSyncBackoff {
+			hwm, err := b.controllerCommitIndex(ctx)
+			if err != nil {
+				b.metaSyncFailed.Store(time.Now().UnixNano())
+				b.log.Debug("metadata read: the controller's commit index is unknown; answering from this node's", "err", err)
+			} else {
+				b.metaSyncFailed.Store(0)
+				target = max(target, hwm)
+			}
+		}
+	}
+	if err := b.meta.WaitApplied(ctx, target); err != nil && b.ctx.Err() == nil {
+		// The next requests do not wait again for a while either.
+		now := time.Now()
+		b.metaSyncFailed.Store(now.UnixNano())
+		if last := b.metaSyncWarned.Load(); last == 0 || now.Sub(time.Unix(0, last)) > metadataSyncWarnEvery {
+			b.metaSyncWarned.Store(now.UnixNano())
+			b.log.Warn("metadata read: this node has not caught up with the controller; answering from what it has", "err", err)
+		}
+	}
+	return b.meta.State().Index != before
+}
+
+// syncMetadataAndReconcile is syncMetadata for requests that also need
+// this node's partitions in step with what it learnt: the partitions of
+// a new topic open, a config change in force.
+func (b *Broker) syncMetadataAndReconcile() {
+	if b.syncMetadata() {
+		if err := b.reconcile(); err != nil {
+			b.log.Error("reconcile partitions after catching up with the metadata", "err", err)
+		}
+	}
+}
+
+// controllerCommitIndex asks the controller for the metadata log's high
+// watermark: its raft commit index (55_describe_quorum.go).
+func (b *Broker) controllerCommitIndex(ctx context.Context) (uint64, error) {
+	id := b.meta.ControllerID()
+	if id < 0 {
+		return 0, errNoController
+	}
+	ctx, cancel := context.WithTimeout(ctx, metadataAskTimeout)
+	defer cancel()
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	rt := kmsg.NewDescribeQuorumRequestTopic()
+	rt.Topic = metadataTopic
+	rp := kmsg.NewDescribeQuorumRequestTopicPartition()
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := b.peerRequest(ctx, id, req)
+	if err != nil {
+		return 0, fmt.Errorf("asking controller %d for its commit index: %w", id, err)
+	}
+	resp := kresp.(*kmsg.DescribeQuorumResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, fmt.Errorf("controller %d: %w", id, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("controller %d answered DescribeQuorum without the metadata log", id)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		return 0, fmt.Errorf("controller %d: %w", id, err)
+	}
+	if p.HighWatermark < 0 {
+		return 0, fmt.Errorf("controller %d knows no commit index", id)
+	}
+	// Whether or not it still leads, what it knows committed is committed.
+	return uint64(p.HighWatermark), nil
+}

@@ -153,7 +153,7 @@ func (d *devCluster) run(ctx context.Context, out io.Writer) error {
 
 	brokers, err := startAll(ctx, cfgs)
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, d.base.Logger, err)
 	}
 	// The whole cluster stops together, so there is nowhere to move
 	// leaderships to: each node closes at once rather than going through

@@ -447,9 +447,10 @@ func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Vot
 	// The channel only wakes us; the leader is read back after registering,
 	// so an election that finished before registration is not missed.
 	var since time.Time
+	said := false
 	for {
 		if addr, id := s.raft.LeaderWithID(); addr != "" {
-			if !since.IsZero() {
+			if said {
 				logger.Info("found the controller", "controller", id, "waited", time.Since(since).Round(time.Millisecond))
 			}
 			break
@@ -461,6 +462,7 @@ func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Vot
 				// nothing. A restarted voter waits here too until the
 				// controller's first heartbeat reaches it.
 				logger.Info("waiting to hear from the controller, or for a majority of the voters to elect one", "voters", voters)
+				said = true
 			}
 		}
 		select {

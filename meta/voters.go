@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"strata/meta/internal/badgerstore"
 )
 
 // The voters of a quorum change only through membership changes, which
@@ -150,4 +156,53 @@ func askVoters(ctx context.Context, addr string) (votersReply, error) {
 		return votersReply{}, fmt.Errorf("voters answer from %s: %w", addr, err)
 	}
 	return r, nil
+}
+
+// StoredVoters returns the voters of the raft configuration stored in dir
+// (a Config.Dir), without starting raft, and false when dir holds no raft
+// state. It is for front ends that must start a node on the addresses its
+// quorum already has (strata dev --nodes, whose raft ports are its own to
+// pick). dir must not be open.
+func StoredVoters(dir string, logger *slog.Logger) ([]Voter, bool, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft")); errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	logs, err := badgerstore.Open(filepath.Join(dir, "raft"), logger)
+	if err != nil {
+		return nil, false, fmt.Errorf("meta: raft log: %w", err)
+	}
+	defer logs.Close()
+	hl := newHCLogAdapter(logger)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, hl)
+	if err != nil {
+		return nil, false, fmt.Errorf("meta: snapshot store: %w", err)
+	}
+	exists, err := raft.HasExistingState(logs, logs, snaps)
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = "probe"
+	rc.Logger = hl
+	_, trans := raft.NewInmemTransport("")
+	conf, err := raft.GetConfiguration(rc, newFSM(), logs, logs, snaps, trans)
+	if err != nil {
+		return nil, false, fmt.Errorf("meta: read raft configuration in %s: %w", dir, err)
+	}
+	var vs []Voter
+	for _, srv := range conf.Servers {
+		if srv.Suffrage != raft.Voter {
+			continue
+		}
+		id, err := strconv.ParseInt(string(srv.ID), 10, 32)
+		if err != nil {
+			return nil, false, fmt.Errorf("meta: raft server id %q is not a node id", srv.ID)
+		}
+		vs = append(vs, Voter{ID: int32(id), Addr: string(srv.Address)})
+	}
+	slices.SortFunc(vs, func(a, b Voter) int { return int(a.ID) - int(b.ID) })
+	return vs, true, nil
 }

@@ -79,6 +79,9 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)
 		}
+		if err := checkDevShape(dev.dataDir, nodes); err != nil {
+			return err
+		}
 		if nodes > 1 {
 			d := &devCluster{base: cfg, n: nodes, s3: c.S3, tier: c.Tier, dataDir: dev.dataDir}
 			return d.run(cmd.Context(), stdout)

@@ -151,6 +151,9 @@ type Store struct {
 	}
 	raft *raft.Raft
 	ctl  *controller
+	// hold is trans on TCP, nil in memory: its held replication RPCs are
+	// released before raft shuts down (hold.go).
+	hold *holdingTransport
 	// raftReady is closed once raft is set: join requests that arrive
 	// while the node starts wait for it.
 	raftReady chan struct{}
@@ -229,7 +232,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
-		s.trans = raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl)
+		s.hold = newHoldingTransport(raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl), s.leadingIn)
+		s.trans = s.hold
 	}
 
 	rc := raft.DefaultConfig()
@@ -488,6 +492,9 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		// The controller goes first: its loop proposes through raft.
 		s.stopController()
+		if s.hold != nil {
+			s.hold.release() // raft's shutdown waits for held RPCs
+		}
 		var errs []error
 		if s.raft != nil {
 			if err := s.raft.Shutdown().Error(); err != nil {
@@ -529,6 +536,16 @@ func (s *Store) State() *State { return s.fsm.state() }
 //		<-ch
 //	}
 func (s *Store) Changed() <-chan struct{} { return s.fsm.changed() }
+
+// leadingIn reports whether this node is the raft leader in term.
+func (s *Store) leadingIn(term uint64) bool {
+	select {
+	case <-s.raftReady:
+	default:
+		return false
+	}
+	return s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+}
 
 // IsLeader reports whether this node is the raft leader, and so the
 // controller.

@@ -211,3 +211,35 @@ func TestServeStoppedWhileWaitingForQuorum(t *testing.T) {
 		t.Errorf("stderr does not say it stopped while waiting for a quorum:\n%s", out)
 	}
 }
+
+// TestServeRejoinAfterOutage reproduces issue 21's rejoin with real
+// processes: a voter killed for STRATA_REJOIN_OUTAGE (95s in the issue)
+// and started again announces itself as fast as after a short outage; it
+// took 10 s, raft's replication backoff. The mechanism is tested in meta
+// (TestQuorumRejoinAfterLongOutage) in seconds; this runs only when the
+// variable is set, as it waits the outage out.
+func TestServeRejoinAfterOutage(t *testing.T) {
+	v := os.Getenv("STRATA_REJOIN_OUTAGE")
+	if v == "" {
+		t.Skip("set STRATA_REJOIN_OUTAGE (e.g. 95s) to run")
+	}
+	outage, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("STRATA_REJOIN_OUTAGE=%q: %v", v, err)
+	}
+	c := startCluster(t, 3, clusterSettings{})
+	ctrl := c.waitController()
+	victim := int32(1)
+	if ctrl == 1 {
+		victim = 2
+	}
+	c.kill(victim)
+	time.Sleep(outage)
+	start := time.Now()
+	c.restart(victim)
+	took := time.Since(start)
+	t.Logf("node %d back after a %s outage: bootstrap line in %s", victim, outage, took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("node %d took %s to start after a %s outage", victim, took.Round(time.Millisecond), outage)
+	}
+}

@@ -283,7 +283,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	if err := writeNodeID(cfg); err != nil {
+	if err := writeNodeID(cfg, exists); err != nil {
 		return nil, err
 	}
 	if sole {
@@ -388,11 +388,15 @@ func storedNodeID(dir string) (int32, error) {
 	return int32(id), nil
 }
 
-// writeNodeID records cfg.NodeID in cfg.Dir's node-id file, unless it is
-// there already (checkMember has compared them).
-func writeNodeID(cfg Config) error {
-	if id, err := storedNodeID(cfg.Dir); err != nil || id >= 0 {
-		return err
+// writeNodeID records cfg.NodeID in cfg.Dir's node-id file. With raft
+// state (exists), a file already there is left alone: checkMember has
+// compared it. Without, the dir becomes this node's whatever a file left
+// from a wiped log says.
+func writeNodeID(cfg Config, exists bool) error {
+	if exists {
+		if id, err := storedNodeID(cfg.Dir); err != nil || id >= 0 {
+			return err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(cfg.Dir, nodeIDFile), []byte(strconv.Itoa(int(cfg.NodeID))+"\n"), 0o644); err != nil {
 		return fmt.Errorf("meta: %w", err)

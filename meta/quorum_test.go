@@ -676,7 +676,7 @@ func TestQuorumRejoinAfterLongOutage(t *testing.T) {
 	waitFor(t, "the producer ids allocated while it was down", func() bool { return q.stores[id].State().NextProducerID == want })
 	took := time.Since(back)
 	t.Logf("node %d received the log it missed %s after a %s outage", id, took.Round(time.Millisecond), back.Sub(outage).Round(time.Millisecond))
-	if took > 1200*time.Millisecond {
+	if took > 1500*time.Millisecond {
 		t.Errorf("node %d took %s after a %s outage to receive the log it missed", id, took.Round(time.Millisecond), back.Sub(outage).Round(time.Millisecond))
 	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,5 +209,28 @@ func TestLegacyAlterConfigsKeepsOffsetsTopicSettings(t *testing.T) {
 	}
 	if got["retention.ms"] != "86400000" {
 		t.Errorf("retention.ms = %q, want 86400000", got["retention.ms"])
+	}
+}
+
+// A replication factor below 1 (other than -1, the default) is refused
+// with INVALID_REPLICATION_FACTOR and a message saying it must be at least
+// 1, not a comparison with the brokers alive, which reads as if more
+// brokers would help (issue 21).
+func TestCreateTopicReplicationFactorBelowOne(t *testing.T) {
+	b := testBroker(t, "")
+	adm := testAdmin(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, rf := range []int16{0, -5} {
+		resp, err := adm.CreateTopic(ctx, 1, rf, nil, "rf-below-one")
+		if err == nil {
+			err = resp.Err
+		}
+		if !errors.Is(err, kerr.InvalidReplicationFactor) {
+			t.Errorf("replication factor %d: err %v, want INVALID_REPLICATION_FACTOR", rf, err)
+		}
+		if !strings.Contains(resp.ErrMessage, "at least 1") || strings.Contains(resp.ErrMessage, "alive") {
+			t.Errorf("replication factor %d: message %q, want one saying it must be at least 1", rf, resp.ErrMessage)
+		}
 	}
 }

@@ -112,14 +112,26 @@ func (b *Broker) register(ctx context.Context) error {
 
 // waitApplied waits until this node's metadata has applied the raft log up
 // to index.
+//
+// It can take a while after a long outage, so a wait of more than a
+// second says what it waits for.
 func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
+	start := time.Now()
+	tell := time.NewTimer(time.Second)
+	defer tell.Stop()
 	for {
 		changed := b.meta.Changed()
 		if b.meta.State().Index >= index {
+			if time.Since(start) > time.Second {
+				b.log.Info("the metadata log reached this node's registration", "took", time.Since(start).Round(time.Millisecond))
+			}
 			return nil
 		}
 		select {
 		case <-changed:
+		case <-tell.C:
+			b.log.Info("waiting for the controller's metadata log to reach this node's registration",
+				"controller", b.meta.ControllerID(), "registered_at", index, "applied", b.meta.State().Index)
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the metadata to reach this node's registration: %w", context.Cause(ctx))
 		}

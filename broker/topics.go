@@ -125,7 +125,10 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 			brokers++
 		}
 	}
-	if c.assignment == nil && (c.replicationFactor < 1 || c.replicationFactor > brokers) {
+	if c.assignment == nil && c.replicationFactor < 1 {
+		return nil, fmt.Errorf("%w: replication factor %d: it must be at least 1", kerr.InvalidReplicationFactor, c.replicationFactor)
+	}
+	if c.assignment == nil && c.replicationFactor > brokers {
 		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are alive", kerr.InvalidReplicationFactor, c.replicationFactor, brokers)
 	}
 	for k, v := range c.configs {

@@ -46,6 +46,7 @@ type muxStream struct {
 	adv    net.Addr
 	conns  chan net.Conn
 	join   func(net.Conn)
+	voters func(net.Conn) // answers a votersMagic query (voters.go)
 	done   chan struct{}
 	once   sync.Once
 	wg     sync.WaitGroup
@@ -58,7 +59,7 @@ var _ raft.StreamLayer = (*muxStream)(nil)
 // first byte.
 const peekTimeout = 10 * time.Second
 
-func newMuxStream(bind string, adv net.Addr, join func(net.Conn), logger *slog.Logger) (*muxStream, error) {
+func newMuxStream(bind string, adv net.Addr, join, voters func(net.Conn), logger *slog.Logger) (*muxStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func newMuxStream(bind string, adv net.Addr, join func(net.Conn), logger *slog.L
 			return nil, fmt.Errorf("raft listener %s: an unspecified address needs an advertised one", bind)
 		}
 	}
-	m := &muxStream{ln: ln, adv: adv, conns: make(chan net.Conn), join: join, done: make(chan struct{}), logger: logger}
+	m := &muxStream{ln: ln, adv: adv, conns: make(chan net.Conn), join: join, voters: voters, done: make(chan struct{}), logger: logger}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
@@ -112,9 +113,14 @@ func (m *muxStream) route(c net.Conn) {
 		c.Close()
 		return
 	}
-	if first[0] == joinMagic {
+	switch first[0] {
+	case joinMagic:
 		br.Discard(1)
 		m.join(&bufferedConn{Conn: c, r: br})
+		return
+	case votersMagic:
+		br.Discard(1)
+		m.voters(&bufferedConn{Conn: c, r: br})
 		return
 	}
 	select {
@@ -264,7 +270,7 @@ func join(ctx context.Context, self Voter, voters []Voter, session time.Duration
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("joining the metadata quorum: %w", context.Cause(ctx))
+			return fmt.Errorf("%w (joining it): %w", ErrStoppedWaiting, context.Cause(ctx))
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)

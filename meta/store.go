@@ -20,6 +20,7 @@
 //
 //	raft/        Badger database: raft log entries and stable store
 //	snapshots/   raft FileSnapshotStore; JSON state (see snapshotV1)
+//	node-id      the node id whose metadata this is, in decimal
 package meta
 
 import (
@@ -35,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -149,9 +151,15 @@ type Store struct {
 	}
 	raft *raft.Raft
 	ctl  *controller
+	// hold is trans on TCP, nil in memory: its held replication RPCs are
+	// released before raft shuts down (hold.go).
+	hold *holdingTransport
 	// raftReady is closed once raft is set: join requests that arrive
 	// while the node starts wait for it.
 	raftReady chan struct{}
+	// storedConf is the raft configuration found in Dir at start, for
+	// voters queries answered before raft runs; nil until read, or none.
+	storedConf atomic.Pointer[raft.Configuration]
 
 	mu struct {
 		sync.Mutex
@@ -220,11 +228,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
 			}
 		}
-		stream, err := newMuxStream(cfg.RaftAddr, adv, s.handleJoin, logger)
+		stream, err := newMuxStream(cfg.RaftAddr, adv, s.handleJoin, s.handleVoters, logger)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
-		s.trans = raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl)
+		s.hold = newHoldingTransport(raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl), s.leadingIn)
+		s.trans = s.hold
 	}
 
 	rc := raft.DefaultConfig()
@@ -258,10 +267,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		sole = sole || isSoleVoter(conf, s.nodeID)
 		if len(cfg.Voters) > 0 && !sameVoters(conf, cfg.Voters) {
 			// Changing the voters of a running quorum takes membership
-			// changes, which are not built: the stored set stays.
-			logger.Warn("the stored raft configuration's voters differ from the voters setting; using the stored ones",
-				"stored", conf.Servers, "setting", cfg.Voters)
+			// changes, which are not built: running on the stored set
+			// while told another would leave the quorum's membership to
+			// whichever node leads.
+			return nil, &VotersMismatchError{Setting: cfg.Voters, Quorum: confVoters(conf), From: "stored in " + cfg.Dir}
 		}
+		s.storedConf.Store(&conf)
+	}
+	if isVoter && len(cfg.Voters) > 1 {
+		// Without state this node would bootstrap the setting's voters;
+		// with state, the stored set matches the setting but may still
+		// not be the quorum's (a node bootstrapped alone on a wrong
+		// setting). The other voters say which set the quorum runs.
+		if err := checkPeerVoters(ctx, cfg.NodeID, cfg.Voters); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeNodeID(cfg, exists); err != nil {
+		return nil, err
 	}
 	if sole {
 		rc.HeartbeatTimeout = soleVoterTimeout
@@ -315,36 +338,88 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// OtherNodeError is returned by Open for stored metadata whose raft
-// membership does not include Config.NodeID: a data dir made by another
-// node (or started earlier under another node id).
+// OtherNodeError is returned by Open for stored metadata that is not
+// Config.NodeID's: a data dir made by another node (or started earlier
+// under another node id). Its raft membership lacks the node, or its
+// node-id file names another.
 type OtherNodeError struct {
 	Dir     string   // Config.Dir
 	Members []string // node ids of the stored membership
 	Node    int32    // Config.NodeID
+	// Owner is the node whose metadata it is, from the node-id file;
+	// -1 when the file is missing (a data dir older than the file).
+	Owner int32
 }
 
 func (e *OtherNodeError) Error() string {
 	return fmt.Sprintf("meta: %s holds the metadata of %s, not of node %d", e.Dir, e.MadeBy(), e.Node)
 }
 
-// MadeBy names the node, or nodes, whose metadata it is.
+// MadeBy names the node whose metadata it is or, when that is not
+// recorded and the membership has several nodes, the quorum it belongs to
+// (every voter's data dir holds the same membership, so the membership
+// alone does not say whose it is).
 func (e *OtherNodeError) MadeBy() string {
-	if len(e.Members) == 1 {
+	switch {
+	case e.Owner >= 0:
+		return "node " + strconv.Itoa(int(e.Owner))
+	case len(e.Members) == 1:
 		return "node " + e.Members[0]
 	}
-	return "nodes " + strings.Join(e.Members, ", ")
+	return "a member of the metadata quorum of nodes " + strings.Join(e.Members, ", ")
 }
 
-// checkMember fails unless cfg.NodeID is a server of conf.
-func checkMember(conf raft.Configuration, cfg Config) error {
-	id := raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
-	e := &OtherNodeError{Dir: cfg.Dir, Node: cfg.NodeID}
-	for _, srv := range conf.Servers {
-		if srv.ID == id {
-			return nil
+// nodeIDFile, in Config.Dir, records the node whose metadata it is.
+const nodeIDFile = "node-id"
+
+// storedNodeID reads dir's node-id file: -1 if there is none.
+func storedNodeID(dir string) (int32, error) {
+	b, err := os.ReadFile(filepath.Join(dir, nodeIDFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("meta: %w", err)
+	}
+	id, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil || id < 0 {
+		return -1, fmt.Errorf("meta: %s does not hold a node id: %q", filepath.Join(dir, nodeIDFile), b)
+	}
+	return int32(id), nil
+}
+
+// writeNodeID records cfg.NodeID in cfg.Dir's node-id file. With raft
+// state (exists), a file already there is left alone: checkMember has
+// compared it. Without, the dir becomes this node's whatever a file left
+// from a wiped log says.
+func writeNodeID(cfg Config, exists bool) error {
+	if exists {
+		if id, err := storedNodeID(cfg.Dir); err != nil || id >= 0 {
+			return err
 		}
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, nodeIDFile), []byte(strconv.Itoa(int(cfg.NodeID))+"\n"), 0o644); err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	return nil
+}
+
+// checkMember fails unless cfg.NodeID is a server of conf and, where the
+// node-id file says whose metadata it is, that node.
+func checkMember(conf raft.Configuration, cfg Config) error {
+	owner, err := storedNodeID(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	id := raft.ServerID(strconv.Itoa(int(cfg.NodeID)))
+	e := &OtherNodeError{Dir: cfg.Dir, Node: cfg.NodeID, Owner: owner}
+	member := false
+	for _, srv := range conf.Servers {
+		member = member || srv.ID == id
 		e.Members = append(e.Members, string(srv.ID))
+	}
+	if member && (owner < 0 || owner == cfg.NodeID) {
+		return nil
 	}
 	return e
 }
@@ -362,6 +437,11 @@ func isSoleVoter(conf raft.Configuration, id raft.ServerID) bool {
 	return voters == 1 && self
 }
 
+// ErrStoppedWaiting is wrapped by Open's error when ctx ended while the
+// node waited for a quorum: to hear from a controller, for a majority of
+// the voters to elect one, or (a broker-only node) to be let in.
+var ErrStoppedWaiting = errors.New("meta: stopped while waiting for a quorum")
+
 // waitReady waits for a leader to be known and, if it is this node, for the
 // FSM to have applied the log it inherited, so State is current on return.
 func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Voter) error {
@@ -374,18 +454,29 @@ func (s *Store) waitReady(ctx context.Context, logger *slog.Logger, voters []Vot
 	defer s.raft.DeregisterObserver(obs)
 	// The channel only wakes us; the leader is read back after registering,
 	// so an election that finished before registration is not missed.
-	for said := false; ; said = true {
-		if addr, _ := s.raft.LeaderWithID(); addr != "" {
+	var since time.Time
+	said := false
+	for {
+		if addr, id := s.raft.LeaderWithID(); addr != "" {
+			if said {
+				logger.Info("found the controller", "controller", id, "waited", time.Since(since).Round(time.Millisecond))
+			}
 			break
 		}
-		if !said && len(voters) > 1 {
-			// Otherwise a voter started before its peers says nothing.
-			logger.Info("waiting for a majority of the voters to elect a controller", "voters", voters)
+		if since.IsZero() {
+			since = time.Now()
+			if len(voters) > 1 {
+				// Otherwise a voter started before its peers says
+				// nothing. A restarted voter waits here too until the
+				// controller's first heartbeat reaches it.
+				logger.Info("waiting to hear from the controller, or for a majority of the voters to elect one", "voters", voters)
+				said = true
+			}
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("meta: waiting for a raft leader: %w", context.Cause(ctx))
+			return fmt.Errorf("%w: %w", ErrStoppedWaiting, context.Cause(ctx))
 		}
 	}
 	if s.raft.State() != raft.Leader {
@@ -405,6 +496,9 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		// The controller goes first: its loop proposes through raft.
 		s.stopController()
+		if s.hold != nil {
+			s.hold.release() // raft's shutdown waits for held RPCs
+		}
 		var errs []error
 		if s.raft != nil {
 			if err := s.raft.Shutdown().Error(); err != nil {
@@ -446,6 +540,16 @@ func (s *Store) State() *State { return s.fsm.state() }
 //		<-ch
 //	}
 func (s *Store) Changed() <-chan struct{} { return s.fsm.changed() }
+
+// leadingIn reports whether this node is the raft leader in term.
+func (s *Store) leadingIn(term uint64) bool {
+	select {
+	case <-s.raftReady:
+	default:
+		return false
+	}
+	return s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+}
 
 // IsLeader reports whether this node is the raft leader, and so the
 // controller.

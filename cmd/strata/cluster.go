@@ -43,6 +43,18 @@ type clusterStatus struct {
 	Brokers      []brokerStatus `json:"brokers"`
 	Quorum       quorumStatus   `json:"quorum"`
 
+	// NoQuorum says that no node answering knows a controller: too few
+	// voters are up, or reach each other, to elect one. The brokers and
+	// partitions are then what the answering nodes last learned, and
+	// PossiblyStale is set: nobody fences a dead broker or shrinks an
+	// ISR without a controller.
+	NoQuorum      bool `json:"no_quorum"`
+	PossiblyStale bool `json:"possibly_stale"`
+	// AnsweredBy lists the nodes that answered DescribeQuorum, and
+	// UnreachableVoters the voters among the quorum's that did not.
+	AnsweredBy        []int32 `json:"answered_by,omitempty"`
+	UnreachableVoters []int32 `json:"unreachable_voters,omitempty"`
+
 	Partitions                int      `json:"partitions"`
 	UnderReplicated           int      `json:"under_replicated"`
 	Offline                   int      `json:"offline"`
@@ -56,8 +68,10 @@ type brokerStatus struct {
 	ID      int32  `json:"id"`
 	Address string `json:"address,omitempty"`
 	Rack    string `json:"rack,omitempty"`
-	// Status is "alive" (registered and not fenced), "fenced", or
-	// "unregistered" (a quorum member with no broker registration).
+	// Status is "alive" (registered and not fenced), "fenced",
+	// "unreachable" (registered and not fenced, but it did not answer
+	// this command), or "unregistered" (a quorum member with no broker
+	// registration).
 	Status string `json:"status"`
 	Fenced bool   `json:"fenced"`
 	// Role is the node's place in the metadata quorum: "voter",
@@ -67,6 +81,8 @@ type brokerStatus struct {
 	// The node's own raft commit index and log end, when it answered.
 	RaftCommitIndex *int64 `json:"raft_commit_index,omitempty"`
 	RaftLogEnd      *int64 `json:"raft_log_end,omitempty"`
+	// Answered says the node answered DescribeQuorum for this command.
+	Answered bool `json:"answered"`
 }
 
 // quorumStatus is the metadata quorum as its leader (or, if it did not
@@ -89,7 +105,13 @@ offline (no leader).
 
 Each node is asked for its own raft progress (DescribeQuorum), through its
 registered address or, for a node not registered yet, through the bootstrap
-addresses; a node that does not answer shows "-".`,
+addresses; a node that does not answer shows "-", and a registered broker
+that does not answer shows "unreachable" unless the controller fenced it.
+
+Without a quorum (no node answering knows a controller) the command says
+so, names the voters that do not answer, and shows the rest as the
+answering nodes last knew it, marked as possibly stale: no controller
+fences dead brokers or shrinks ISRs then.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.doClient(cmd.Context(), func(ctx context.Context, cl *kgo.Client) error {
@@ -179,6 +201,7 @@ func describeCluster(ctx context.Context, cl *kgo.Client, seeds []string) (*clus
 	wg.Wait()
 
 	var layout *kmsg.DescribeQuorumResponseTopicPartition
+	answered := map[int32]bool{}
 	for i, resp := range answers {
 		p, ok := quorumPartition(resp)
 		if !ok {
@@ -192,6 +215,7 @@ func describeCluster(ctx context.Context, cl *kgo.Client, seeds []string) (*clus
 			continue
 		}
 		n := node(self)
+		n.Answered, answered[self] = true, true
 		n.RaftCommitIndex, n.RaftLogEnd = ptrTo(p.HighWatermark), ptrTo(logEndOf(p, self))
 		if n.Address == "" {
 			n.Address = addrs[i]
@@ -202,6 +226,19 @@ func describeCluster(ctx context.Context, cl *kgo.Client, seeds []string) (*clus
 		for _, v := range layout.CurrentVoters {
 			n := node(v.ReplicaID)
 			n.Role, n.Voter = "voter", true
+			if !answered[v.ReplicaID] {
+				st.UnreachableVoters = append(st.UnreachableVoters, v.ReplicaID)
+			}
+		}
+		slices.Sort(st.UnreachableVoters)
+		st.AnsweredBy = slices.Sorted(maps.Keys(answered))
+		st.NoQuorum = layout.LeaderID < 0 && st.ControllerID < 0
+		st.PossiblyStale = st.NoQuorum
+		for _, n := range nodes {
+			// The registration says alive; the node says nothing.
+			if n.Status == "alive" && !n.Answered {
+				n.Status = "unreachable"
+			}
 		}
 		for _, o := range layout.Observers {
 			node(o.ReplicaID).Role = "observer"
@@ -303,7 +340,13 @@ func partitionHealth(resp *kmsg.MetadataResponse) health {
 
 func printClusterStatus(w io.Writer, st *clusterStatus) error {
 	fmt.Fprintf(w, "Cluster: %s\n", st.ClusterID)
-	fmt.Fprintf(w, "Controller: %d\n\n", st.ControllerID)
+	if st.NoQuorum {
+		fmt.Fprintln(w, "Controller: none")
+		fmt.Fprintf(w, "NO QUORUM: no node that answered knows a controller; %s\n", quorumLoss(st))
+		fmt.Fprintf(w, "Below is what %s last knew, possibly stale: without a controller no broker is fenced and no ISR shrinks.\n\n", nodeList(st.AnsweredBy))
+	} else {
+		fmt.Fprintf(w, "Controller: %d\n\n", st.ControllerID)
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tADDRESS\tRACK\tSTATUS\tROLE\tRAFT-COMMIT\tRAFT-LOG-END")
 	for _, b := range st.Brokers {
@@ -313,12 +356,24 @@ func printClusterStatus(w io.Writer, st *clusterStatus) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	if st.Quorum.LeaderID >= 0 {
+	switch {
+	case st.NoQuorum:
+		fmt.Fprintf(w, "Metadata quorum: no leader; epoch %d, commit index %d as %s knows them\n", st.Quorum.Epoch, st.Quorum.CommitIndex, nodeList(st.AnsweredBy))
+	case st.Quorum.LeaderID >= 0:
 		fmt.Fprintf(w, "Metadata quorum: leader %d, epoch %d, commit index %d\n", st.Quorum.LeaderID, st.Quorum.Epoch, st.Quorum.CommitIndex)
-	} else {
+		if len(st.UnreachableVoters) > 0 {
+			fmt.Fprintf(w, "Voters not answering: %s\n", joinIDs(st.UnreachableVoters))
+		}
+	case len(st.AnsweredBy) > 0:
+		fmt.Fprintf(w, "Metadata quorum: %s answered but knows no leader\n", nodeList(st.AnsweredBy))
+	default:
 		fmt.Fprintln(w, "Metadata quorum: no node answered DescribeQuorum")
 	}
-	fmt.Fprintf(w, "Partitions: %d, under-replicated: %d, offline: %d\n", st.Partitions, st.UnderReplicated, st.Offline)
+	stale := ""
+	if st.PossiblyStale {
+		stale = " (possibly stale)"
+	}
+	fmt.Fprintf(w, "Partitions%s: %d, under-replicated: %d, offline: %d\n", stale, st.Partitions, st.UnderReplicated, st.Offline)
 	if len(st.UnderReplicatedPartitions) > 0 {
 		fmt.Fprintf(w, "Under-replicated: %s\n", strings.Join(st.UnderReplicatedPartitions, ", "))
 	}
@@ -326,6 +381,41 @@ func printClusterStatus(w io.Writer, st *clusterStatus) error {
 		fmt.Fprintf(w, "Offline: %s\n", strings.Join(st.OfflinePartitions, ", "))
 	}
 	return nil
+}
+
+// quorumLoss says which voters do not answer and how many a controller
+// needs.
+func quorumLoss(st *clusterStatus) string {
+	voters := 0
+	for _, b := range st.Brokers {
+		if b.Voter {
+			voters++
+		}
+	}
+	need := fmt.Sprintf("electing one needs %d of the %d voters", voters/2+1, voters)
+	if len(st.UnreachableVoters) == 0 {
+		return need + ", and every voter answered: they may not reach each other"
+	}
+	if len(st.UnreachableVoters) == 1 {
+		return fmt.Sprintf("voter %s does not answer; %s", joinIDs(st.UnreachableVoters), need)
+	}
+	return fmt.Sprintf("voters %s do not answer; %s", joinIDs(st.UnreachableVoters), need)
+}
+
+// nodeList names nodes: "node 1", "nodes 1, 3".
+func nodeList(ids []int32) string {
+	if len(ids) == 1 {
+		return "node " + joinIDs(ids)
+	}
+	return "nodes " + joinIDs(ids)
+}
+
+func joinIDs(ids []int32) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.Itoa(int(id))
+	}
+	return strings.Join(s, ", ")
 }
 
 func index(p *int64) string {

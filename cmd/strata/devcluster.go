@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -106,14 +107,24 @@ func (d *devCluster) configs() ([]broker.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--http-listen: %w", err)
 	}
-	host, _, _ := net.SplitHostPort(d.base.Listen)
-	raftAddrs, err := freeRaftAddrs(host, d.n)
+	voters, err := d.storedVoters()
 	if err != nil {
 		return nil, err
 	}
-	voters := make([]meta.Voter, d.n)
-	for i := range voters {
-		voters[i] = meta.Voter{ID: int32(i), Addr: raftAddrs[i]}
+	if voters == nil {
+		host, _, _ := net.SplitHostPort(d.base.Listen)
+		raftAddrs, err := freeRaftAddrs(host, d.n)
+		if err != nil {
+			return nil, err
+		}
+		voters = make([]meta.Voter, d.n)
+		for i := range voters {
+			voters[i] = meta.Voter{ID: int32(i), Addr: raftAddrs[i]}
+		}
+	}
+	raftAddrs := make([]string, d.n)
+	for i, v := range voters {
+		raftAddrs[i] = v.Addr
 	}
 	cfgs := make([]broker.Config, d.n)
 	for i := range cfgs {
@@ -127,6 +138,60 @@ func (d *devCluster) configs() ([]broker.Config, error) {
 		cfgs[i] = c
 	}
 	return cfgs, nil
+}
+
+// storedVoters returns the voters a cluster that ran in this data dir
+// before stored, nil if none did. Its raft ports were picked free when it
+// first started; they are part of the quorum's stored configuration, so
+// every later run listens on them again. A stored cluster of another size
+// is refused: it is another cluster.
+func (d *devCluster) storedVoters() ([]meta.Voter, error) {
+	for i := range d.n {
+		dir := filepath.Join(d.dataDir, "node-"+strconv.Itoa(i), "meta")
+		vs, ok, err := meta.StoredVoters(dir, nil)
+		if err != nil {
+			// In use or damaged: the node's start-up says so in its
+			// own words.
+			return nil, nil
+		}
+		if !ok {
+			continue
+		}
+		if len(vs) != d.n {
+			return nil, fmt.Errorf("data dir %s holds the data of a %d-node local cluster (strata dev --nodes %d), not of a %d-node one; run it with --nodes %d, or give another --data-dir",
+				d.dataDir, len(vs), len(vs), d.n, len(vs))
+		}
+		return vs, nil
+	}
+	return nil, nil
+}
+
+// checkDevShape refuses a data dir laid out for the other shape of strata
+// dev: a single node keeps its metadata in <data-dir>/meta, a local
+// cluster its nodes' in <data-dir>/node-<id>. Both tier into
+// <data-dir>/bucket, so running one shape over the other's data would
+// show the bucket's topics without their metadata, or the other way
+// round: topics seem to vanish and come back.
+func checkDevShape(dataDir string, nodes int) error {
+	single := isDir(filepath.Join(dataDir, "meta"))
+	var cluster []string
+	for i := range maxDevNodes {
+		if isDir(filepath.Join(dataDir, "node-"+strconv.Itoa(i), "meta")) {
+			cluster = append(cluster, "node-"+strconv.Itoa(i))
+		}
+	}
+	switch {
+	case nodes > 1 && single:
+		return fmt.Errorf("data dir %s holds the data of a single strata dev node, not of a %d-node local cluster; run strata dev without --nodes, or give another --data-dir", dataDir, nodes)
+	case nodes == 1 && len(cluster) > 0:
+		return fmt.Errorf("data dir %s holds the data of a local cluster (%s), not of a single node; run strata dev --nodes %d, or give another --data-dir", dataDir, strings.Join(cluster, ", "), len(cluster))
+	}
+	return nil
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // run starts every node, prints one bootstrap line naming them all once
@@ -153,7 +218,7 @@ func (d *devCluster) run(ctx context.Context, out io.Writer) error {
 
 	brokers, err := startAll(ctx, cfgs)
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, d.base.Logger, err)
 	}
 	// The whole cluster stops together, so there is nowhere to move
 	// leaderships to: each node closes at once rather than going through

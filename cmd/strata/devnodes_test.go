@@ -124,3 +124,38 @@ func TestDevNodesUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDevDataDirShape: strata dev and strata dev --nodes N lay out their
+// data dir differently but tier into the same <data-dir>/bucket, so one
+// shape run over the other's data showed topics vanish and come back
+// (issue 21). Each refuses the other's data dir with one line naming it;
+// a local cluster run again on its own data dir starts on the raft
+// addresses its quorum stored and still has its topics, and one of
+// another size is refused.
+func TestDevDataDirShape(t *testing.T) {
+	quiet := []string{"--listen", "127.0.0.1:0", "--http-listen", "off"}
+	single := t.TempDir()
+	n := startNode(t, nil, append([]string{"dev", "--data-dir", single}, quiet...)...)
+	n.stop(t)
+	stderr := runFails(t, append([]string{"dev", "--nodes", "2", "--data-dir", single}, quiet...)...)
+	assertOneLineError(t, stderr, single, "single strata dev node", "without --nodes")
+
+	cluster := t.TempDir()
+	n = startNode(t, nil, append([]string{"dev", "--nodes", "2", "--data-dir", cluster}, quiet...)...)
+	mustCreate(t, strings.Split(n.bootstrap, ",")[0], "kept", 1, nil)
+	n.stop(t)
+	stderr = runFails(t, append([]string{"dev", "--data-dir", cluster}, quiet...)...)
+	assertOneLineError(t, stderr, cluster, "local cluster", "--nodes 2")
+	stderr = runFails(t, append([]string{"dev", "--nodes", "3", "--data-dir", cluster}, quiet...)...)
+	assertOneLineError(t, stderr, cluster, "2-node local cluster", "--nodes 2")
+
+	n = startNode(t, nil, append([]string{"dev", "--nodes", "2", "--data-dir", cluster}, quiet...)...)
+	found := false
+	for _, tp := range metadataOf(t, strings.Split(n.bootstrap, ",")[0]).Topics {
+		found = found || (tp.Topic != nil && *tp.Topic == "kept" && tp.ErrorCode == 0)
+	}
+	if !found {
+		t.Errorf("topic kept is gone after the local cluster restarted")
+	}
+	n.stop(t)
+}

@@ -115,6 +115,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"serve", "--default-replication-factor", "0"}, []string{"--default-replication-factor", `"0" is less than 1`}},
 		{[]string{"topic", "create", "t", "--config", "retention.ms"}, []string{`--config "retention.ms": want key=value`}},
 		{[]string{"topic", "create", "t", "--partitions", "many"}, []string{"--partitions"}},
+		{[]string{"topic", "create", "t", "-r", "0"}, []string{"--replication-factor 0", "at least 1"}},
+		{[]string{"topic", "create", "t", "-r", "-5"}, []string{"--replication-factor -5", "at least 1"}},
 		{[]string{"dev", "--log-level", "loud"}, []string{`"loud" is not a log level`}},
 		// Syntax fine (key=value), meaning checked by the broker: still the
 		// command line's fault (issue 10).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	"strata/broker"
 	"strata/cmd/internal/config"
+	"strata/meta"
 )
 
 // defaultDevDataDir is where strata dev keeps its data, and where the tier
@@ -76,6 +78,9 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		}
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)
+		}
+		if err := checkDevShape(dev.dataDir, nodes); err != nil {
+			return err
 		}
 		if nodes > 1 {
 			d := &devCluster{base: cfg, n: nodes, s3: c.S3, tier: c.Tier, dataDir: dev.dataDir}
@@ -260,7 +265,7 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 	cfg.Logger.Debug("scheduler", "gomaxprocs", procs, "cpus", runtime.NumCPU())
 	b, err := broker.Start(ctx, cfg)
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, cfg.Logger, err)
 	}
 	line := fmt.Sprintf("%s: bootstrap %s (data in %s", r.name, b.AdvertisedAddr(), cfg.DataDir)
 	if where != "" {
@@ -283,6 +288,21 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 		defer cancel()
 		return b.Shutdown(ctx)
 	})
+}
+
+// stoppedStarting is what a node's start-up that failed with err comes
+// to: a signal (ctx ended) while it waited is a clean stop, status 0, said
+// in a log line, not a failure reading "context canceled".
+func stoppedStarting(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, meta.ErrStoppedWaiting) {
+		log.Info("stopped while waiting for a quorum")
+	} else {
+		log.Info("stopped while starting")
+	}
+	return nil
 }
 
 // controlledShutdownTimeout bounds how long a node waits for the

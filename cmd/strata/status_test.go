@@ -6,6 +6,7 @@ import (
 	"net"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +225,71 @@ func TestClusterStatusFencedBroker(t *testing.T) {
 	// The others are left to the cleanup's SIGKILL: with one voter dead,
 	// whichever stops last has no quorum for its controlled shutdown and
 	// waits that out, which is not what this test is about.
+}
+
+// TestClusterStatusNoQuorum: with two of three voters killed, `cluster
+// status` showed "Controller: -1", the dead nodes alive, and "no node
+// answered DescribeQuorum" while one did (issue 21). It says plainly that
+// there is no quorum, which voters do not answer, and that what it shows
+// is the answering node's possibly stale view; --json says the same.
+func TestClusterStatusNoQuorum(t *testing.T) {
+	c := startCluster(t, 3, clusterSettings{})
+	env := []string{"STRATA_BOOTSTRAP=" + c.bootstrap()}
+	ctrl := c.waitController()
+	// Kill the controller and one other node: node survivor is left.
+	var dead []int32
+	var survivor int32
+	for _, id := range []int32{1, 2, 3} {
+		if id != ctrl && survivor == 0 {
+			survivor = id
+		} else {
+			dead = append(dead, id)
+		}
+	}
+	slices.Sort(dead)
+	for _, id := range dead {
+		c.kill(id)
+	}
+
+	var st clusterStatus
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st = clusterStatus{}
+		if err := json.Unmarshal([]byte(cliOK(t, env, "cluster", "status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.NoQuorum || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !st.NoQuorum || !st.PossiblyStale || st.ControllerID >= 0 {
+		t.Fatalf("two of three voters dead: %+v", st)
+	}
+	if !reflect.DeepEqual(st.UnreachableVoters, dead) || !reflect.DeepEqual(st.AnsweredBy, []int32{survivor}) {
+		t.Errorf("unreachable voters %v (want %v), answered by %v (want %d)", st.UnreachableVoters, dead, st.AnsweredBy, survivor)
+	}
+	for _, b := range st.Brokers {
+		if contains(dead, b.ID) && (b.Status == "alive" || b.Answered) {
+			t.Errorf("dead node %d shows %q (answered %v)", b.ID, b.Status, b.Answered)
+		}
+	}
+
+	out := cliOK(t, env, "cluster", "status")
+	deadIDs := fmt.Sprintf("voters %d, %d do not answer", dead[0], dead[1])
+	for _, want := range []string{"Controller: none", "NO QUORUM", deadIDs, fmt.Sprintf("what node %d last knew, possibly stale", survivor), "Partitions (possibly stale)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not say %q:\n%s", want, out)
+		}
+	}
+	for _, wrong := range []string{"Controller: -1", "no node answered DescribeQuorum"} {
+		if strings.Contains(out, wrong) {
+			t.Errorf("status says %q:\n%s", wrong, out)
+		}
+	}
+	for _, id := range dead {
+		if regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+\S+\s+\S+\s+alive\s`, id)).MatchString(out) {
+			t.Errorf("dead node %d shows alive:\n%s", id, out)
+		}
+	}
 }

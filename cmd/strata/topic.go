@@ -137,6 +137,12 @@ func newTopicCreateCmd(a *admin, stdout io.Writer) *cobra.Command {
   strata topic create audit --config retention.ms=-1 --config cleanup.policy=compact`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
+			// -1 asks for the broker's default; any other value below 1
+			// is a mistake the broker would only report as a comparison
+			// with the brokers alive.
+			if replication < 1 && replication != -1 {
+				return &usageError{err: fmt.Errorf("--replication-factor %d: it must be at least 1 (or -1 for the broker's default)", replication), cmd: cmd.CommandPath()}
+			}
 			cfgs := make(map[string]*string, len(configs))
 			for _, kv := range configs {
 				k, v, ok := strings.Cut(kv, "=")

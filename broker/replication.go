@@ -75,6 +75,11 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	if same {
 		newer := w.partitionEpoch > p.rep.partitionEpoch
 		if newer {
+			if p.rep.lead != nil {
+				// Whoever asked: this leader's AlterPartition, whose answer
+				// has not come yet, or the controller fencing a replica.
+				b.metrics.countISRChange(p.rep.isr, w.isr)
+			}
 			p.rep.isr, p.rep.replicas, p.rep.partitionEpoch = w.isr, w.replicas, w.partitionEpoch
 			if p.rep.lead != nil {
 				p.rep.lead.Committed(w.isr, now)
@@ -248,6 +253,7 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch > p.rep.partitionEpoch
 		// Still the change in flight: the metadata has not moved on.
 		current := p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch
+		prev := p.rep.isr
 		switch {
 		case ok:
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
@@ -266,11 +272,9 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 			}
 			return
 		}
-		if len(got.ISR) < len(old) {
-			b.metrics.isrShrinks.Inc()
-		} else {
-			b.metrics.isrExpands.Inc()
-		}
+		// Counted here when the answer comes before the metadata, which
+		// then brings no newer partition epoch; in setRole otherwise.
+		b.metrics.countISRChange(prev, got.ISR)
 		b.log.Info("ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
 		p.advanceHighWatermark()
 		p.wake()
@@ -458,6 +462,8 @@ type replicationCollector struct{ b *Broker }
 var (
 	underReplicatedDesc = prometheus.NewDesc("strata_under_replicated_partitions",
 		"Partitions this broker leads whose ISR is smaller than their replica set.", nil, nil)
+	isrSizeDesc = prometheus.NewDesc("strata_partition_isr_size",
+		"Replicas in the ISR of each partition this broker leads.", []string{"topic", "partition"}, nil)
 	replicaLagDesc = prometheus.NewDesc("strata_replica_fetch_lag_offsets",
 		"Offsets a follower is behind the leader's log end, per partition this broker leads and follower (-1: not fetched yet).",
 		[]string{"topic", "partition", "replica"}, nil)
@@ -465,6 +471,7 @@ var (
 
 func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- underReplicatedDesc
+	ch <- isrSizeDesc
 	ch <- replicaLagDesc
 }
 
@@ -485,6 +492,7 @@ func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
 			under++
 		}
 		part := strconv.Itoa(int(p.index))
+		ch <- prometheus.MustNewConstMetric(isrSizeDesc, prometheus.GaugeValue, float64(isr), p.topic, part)
 		for id, n := range lag {
 			ch <- prometheus.MustNewConstMetric(replicaLagDesc, prometheus.GaugeValue, float64(n), p.topic, part, strconv.Itoa(int(id)))
 		}

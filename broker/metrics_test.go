@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -281,5 +286,45 @@ func TestClusterMetrics(t *testing.T) {
 	series := `strata_request_errors_total{api="Produce",code="19",error="NOT_ENOUGH_REPLICAS"}`
 	if got := scrapeSeries(t, c.node(leader))[series]; got < 1 {
 		t.Errorf("leader %d: %s %v", leader, series, got)
+	}
+}
+
+// TestMetricsDocumented: every series the code names is in the table of
+// docs/operations.md, with its name in backquotes, so that an operator
+// finds what each one means.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`"(strata_[a-z0-9_]+)"`)
+	found := 0
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range name.FindAllSubmatch(src, -1) {
+			found++
+			if !bytes.Contains(doc, []byte("`"+string(m[1])+"`")) {
+				t.Errorf("%s: %s is not in docs/operations.md", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 50 {
+		t.Fatalf("found %d metric names in the code: the pattern no longer matches how they are written", found)
 	}
 }

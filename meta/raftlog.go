@@ -85,6 +85,13 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		// before it heard from a leader: routine, not a leader lost.
 		level = hclog.Info
 	}
+	if level == hclog.Warn && msg == "failed to contact" && contactGap(args) < contactJitter {
+		// The leader's lease check names a follower it has not heard
+		// from for a lease (250 ms in a quorum): on a busy machine that
+		// is scheduling jitter, not a peer down. An outage goes past it
+		// within a second, and is logged then.
+		level = hclog.Debug
+	}
 	if level >= hclog.Warn && expectedShutdown(args) {
 		// The transport's own close ends its connection loops with this
 		// error: a clean stop, not a fault.
@@ -174,6 +181,24 @@ func (w stdWriter) Write(p []byte) (int, error) {
 // peerLogInterval is how often one complaint about one peer is logged;
 // the line after a quiet interval says how many were left out.
 const peerLogInterval = 30 * time.Second
+
+// contactJitter is the silence from a follower below which raft's
+// "failed to contact" is not worth a warning.
+const contactJitter = time.Second
+
+// contactGap returns the "time" argument of raft's "failed to contact":
+// how long the follower has been silent (an hour if it is missing, so
+// that a message of an unknown shape is logged).
+func contactGap(args []any) time.Duration {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == "time" {
+			if d, ok := args[i+1].(time.Duration); ok {
+				return d
+			}
+		}
+	}
+	return time.Hour
+}
 
 // peerKeys are the arguments by which raft names the peer a message is
 // about.

@@ -136,3 +136,19 @@ func TestHCLogAdapterFirstElectionIsRoutine(t *testing.T) {
 		t.Errorf("a lost leader's election was not logged: %q", buf.String())
 	}
 }
+
+// The leader's lease check warns of a follower silent for a lease (250 ms
+// in a quorum): on a busy machine that is jitter, logged at debug; a
+// follower silent for longer is a peer down, logged as a warning.
+func TestHCLogAdapterContactJitter(t *testing.T) {
+	var buf bytes.Buffer
+	a := newHCLogAdapter(slog.New(slog.NewTextHandler(&buf, nil)))
+	a.Warn("failed to contact", "server-id", raft.ServerID("2"), "time", 250*time.Millisecond)
+	if buf.Len() != 0 {
+		t.Errorf("a 250 ms gap logged:\n%s", buf.String())
+	}
+	a.Warn("failed to contact", "server-id", raft.ServerID("2"), "time", 1500*time.Millisecond)
+	if !strings.Contains(buf.String(), "level=WARN") {
+		t.Errorf("a 1.5 s gap was not logged: %q", buf.String())
+	}
+}

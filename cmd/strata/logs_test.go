@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,16 +86,26 @@ func TestClusterIdleIsQuiet(t *testing.T) {
 		}
 		return n
 	}
-	// Settled: no line for a second (bounded, so a node that never stops
-	// talking fails below rather than here).
+	// Settled: every node has taken up its share of the transaction
+	// coordinators (the last thing a starting cluster logs), then no line
+	// for three seconds; bounded, so that a node that never stops talking
+	// fails below rather than here.
 	settled := logs()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(time.Second)
-		now := logs()
-		if count(now) == count(settled) {
-			break
+	deadline := time.Now().Add(30 * time.Second)
+	c.waitFor("every node to load its transaction state partitions", 30*time.Second, func() bool {
+		settled = logs()
+		for _, lines := range settled {
+			if !strings.Contains(strings.Join(lines, "\n"), "loaded transaction state partitions") {
+				return false
+			}
 		}
-		settled = now
+		return true
+	}, func() string { return strings.Join(slices.Concat(settled...), "\n") })
+	for quiet := time.Now(); time.Since(quiet) < 3*time.Second && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		if now := logs(); count(now) != count(settled) {
+			settled, quiet = now, time.Now()
+		}
 	}
 	t.Logf("settled after %d lines; idle for %s", count(settled), window)
 	time.Sleep(window)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -211,7 +212,11 @@ func scrapeSeries(t *testing.T, b *Broker) map[string]float64 {
 // ISR shrinks of partitions led here whoever made them, and produce errors
 // by name.
 func TestClusterMetrics(t *testing.T) {
-	c := testCluster(t, 3, func(cfg *Config) { cfg.HTTPListen = "127.0.0.1:0" })
+	var logs logBuffer
+	c := testCluster(t, 3, func(cfg *Config) {
+		cfg.HTTPListen = "127.0.0.1:0"
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("node", cfg.NodeID)
+	})
 	minISR := "3"
 	c.createTopic("strict", 1, 3, map[string]*string{"min.insync.replicas": &minISR})
 	st := c.partitionState("strict", 0)
@@ -287,6 +292,34 @@ func TestClusterMetrics(t *testing.T) {
 	if got := scrapeSeries(t, c.node(leader))[series]; got < 1 {
 		t.Errorf("leader %d: %s %v", leader, series, got)
 	}
+
+	// The follower comes back and catches up: the leader counts the
+	// expansion, and logs it at debug only (a node's return expands every
+	// ISR it is in, one line each).
+	expands := scrapeSeries(t, c.node(leader))["strata_isr_expands_total"]
+	c.restart(follower)
+	c.waitFor("the follower back in the ISR", 15*time.Second, func() bool {
+		return len(c.partitionState("strict", 0).ISR) == 3
+	})
+	c.waitFor("the leader to count the expansion", 5*time.Second, func() bool {
+		return scrapeSeries(t, c.node(leader))["strata_isr_expands_total"] > expands
+	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `msg="ISR changed"`) && strings.Contains(line, "level=INFO") && strings.Contains(line, "topic=strict") &&
+			len(isrField(line, "to")) > len(isrField(line, "from")) {
+			t.Errorf("an ISR expansion logged at info: %s", line)
+		}
+	}
+}
+
+// isrField returns the members of the ISR that key="[...]" holds in line.
+func isrField(line, key string) []string {
+	i := strings.Index(line, key+`="[`)
+	if i < 0 {
+		return nil
+	}
+	rest := line[i+len(key)+3:]
+	return strings.Fields(rest[:strings.IndexByte(rest, ']')])
 }
 
 // TestMetricsDocumented: every series the code names is in the table of

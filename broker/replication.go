@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -275,7 +276,15 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		// Counted here when the answer comes before the metadata, which
 		// then brings no newer partition epoch; in setRole otherwise.
 		b.metrics.countISRChange(prev, got.ISR)
-		b.log.Info("ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
+		// A shrink says a replica fell behind, which an operator may need
+		// to explain; an expansion is the recovery, one line per
+		// partition when a node comes back (strata_isr_expands_total
+		// counts them).
+		level := slog.LevelDebug
+		if len(got.ISR) < len(old) {
+			level = slog.LevelInfo
+		}
+		b.log.Log(b.ctx, level, "ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
 		p.advanceHighWatermark()
 		p.wake()
 	})

@@ -329,7 +329,13 @@ func (b *Broker) readFetch(c *conn, parts []*fetchPart, maxBytes int) (total int
 		if err != nil && len(buf) == n {
 			// Corrupt data is logged where it is found, once per segment or
 			// object and interval: a consumer retries it many times a second.
-			if !errors.Is(err, segment.ErrOffsetOutOfRange) && !errors.Is(err, segment.ErrCorruptSegment) {
+			switch {
+			case errors.Is(err, segment.ErrOffsetOutOfRange), errors.Is(err, segment.ErrCorruptSegment):
+			case errors.Is(err, segment.ErrClosed):
+				// The partition was deleted or moved away mid-read: the
+				// client is told to refresh its metadata, nothing failed.
+				b.log.Debug("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
+			default:
 				b.log.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.offset, "err", err)
 			}
 			fp.setError(err) // Fetch has no error message: only the code goes back

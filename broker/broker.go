@@ -208,6 +208,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	b.meta = m
+	b.metrics.reg.MustRegister(metaCollector{b})
 
 	b.pids.store = controllerIDs{b}
 	b.pids.ahead = func(reserve func(context.Context)) {

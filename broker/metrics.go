@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/internal/build"
@@ -66,8 +67,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_request_duration_seconds", Help: "Time to handle a Kafka request, by API.", Buckets: buckets,
 		}, []string{"api"}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "strata_request_errors_total", Help: "Error codes returned, by API and Kafka error code (per partition where the API answers per partition).",
-		}, []string{"api", "code"}),
+			Name: "strata_request_errors_total", Help: "Error codes returned, by API, Kafka error code and its name (per partition where the API answers per partition).",
+		}, []string{"api", "code", "error"}),
 		bytesIn: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_network_received_bytes_total", Help: "Bytes of Kafka requests received.",
 		}),
@@ -117,10 +118,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_leader_elections_total", Help: "Times this broker became the leader of a partition.",
 		}),
 		isrShrinks: f.NewCounter(prometheus.CounterOpts{
-			Name: "strata_isr_shrinks_total", Help: "ISR shrinks of partitions this broker leads, as the controller committed them.",
+			Name: "strata_isr_shrinks_total", Help: "ISR shrinks of partitions this broker leads, as the controller committed them, whoever asked (this leader, or the controller fencing a replica).",
 		}),
 		isrExpands: f.NewCounter(prometheus.CounterOpts{
-			Name: "strata_isr_expands_total", Help: "ISR expansions of partitions this broker leads, as the controller committed them.",
+			Name: "strata_isr_expands_total", Help: "ISR expansions of partitions this broker leads, as the controller committed them, whoever asked.",
 		}),
 	}
 }
@@ -201,12 +202,79 @@ func (m *metrics) observeRequest(key int16, d time.Duration) {
 	s.latency.Observe(d.Seconds())
 }
 
-// countError records a non-zero error code returned by api.
+// countError records a non-zero error code returned by api. The error
+// label names the code (NOT_ENOUGH_REPLICAS for 19), as Kafka's
+// ErrorsPerSec does, so that a dashboard need not know the numbers; it is
+// a function of code, so it adds no series.
 func (m *metrics) countError(key kmsg.Key, code int16) {
 	if code == 0 {
 		return
 	}
-	m.errors.WithLabelValues(kmsg.NameForKey(int16(key)), strconv.Itoa(int(code))).Inc()
+	name := "UNKNOWN_SERVER_ERROR"
+	if err := kerr.ErrorForCode(code); err != nil {
+		var ke *kerr.Error
+		if errors.As(err, &ke) {
+			name = ke.Message
+		} else {
+			name = "UNKNOWN_CODE"
+		}
+	}
+	m.errors.WithLabelValues(kmsg.NameForKey(int16(key)), strconv.Itoa(int(code)), name).Inc()
+}
+
+// countISRChange counts a committed ISR change of a partition this broker
+// leads, from old to isr.
+func (m *metrics) countISRChange(old, isr []int32) {
+	switch {
+	case len(isr) < len(old):
+		m.isrShrinks.Inc()
+	case len(isr) > len(old):
+		m.isrExpands.Inc()
+	}
+}
+
+// metaCollector reports the metadata quorum as this node sees it: raft's
+// progress, whether this node is the controller, and, on the controller,
+// the partitions that have no live leader (Kafka's OfflinePartitionsCount
+// and ActiveControllerCount, reported the same way: summed over the
+// cluster, each is the cluster's figure).
+type metaCollector struct{ b *Broker }
+
+var (
+	activeControllerDesc = prometheus.NewDesc("strata_active_controller",
+		"1 on the node that is the controller (the raft leader), 0 elsewhere.", nil, nil)
+	offlinePartitionsDesc = prometheus.NewDesc("strata_offline_partitions",
+		"Partitions with no live leader, as the controller sees them; 0 on other nodes.", nil, nil)
+	raftCommitIndexDesc = prometheus.NewDesc("strata_raft_commit_index",
+		"Last metadata log entry this node knows to be committed.", nil, nil)
+	raftAppliedIndexDesc = prometheus.NewDesc("strata_raft_applied_index",
+		"Last metadata log entry this node applied to its state.", nil, nil)
+	raftLastContactDesc = prometheus.NewDesc("strata_raft_last_contact_seconds",
+		"Seconds since this node last heard from the raft leader (0 on the leader; since start if it never has).", nil, nil)
+	raftLeaderChangesDesc = prometheus.NewDesc("strata_raft_leader_changes_total",
+		"Raft leaders (controllers) this node saw elected since it started.", nil, nil)
+)
+
+func (c metaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{activeControllerDesc, offlinePartitionsDesc, raftCommitIndexDesc,
+		raftAppliedIndexDesc, raftLastContactDesc, raftLeaderChangesDesc} {
+		ch <- d
+	}
+}
+
+func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.b.meta
+	active, offline := 0.0, 0.0
+	if m.IsLeader() {
+		active, offline = 1, float64(m.State().OfflinePartitions())
+	}
+	st := m.RaftStats()
+	ch <- prometheus.MustNewConstMetric(activeControllerDesc, prometheus.GaugeValue, active)
+	ch <- prometheus.MustNewConstMetric(offlinePartitionsDesc, prometheus.GaugeValue, offline)
+	ch <- prometheus.MustNewConstMetric(raftCommitIndexDesc, prometheus.GaugeValue, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(raftAppliedIndexDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
+	ch <- prometheus.MustNewConstMetric(raftLastContactDesc, prometheus.GaugeValue, st.SinceContact.Seconds())
+	ch <- prometheus.MustNewConstMetric(raftLeaderChangesDesc, prometheus.CounterValue, float64(st.LeaderChanges))
 }
 
 func (m *metrics) logEndGauge(topic string, partition int32) prometheus.Gauge {

@@ -1,9 +1,15 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"io/fs"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -60,7 +66,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	for _, want := range []string{
 		`strata_requests_total{api="Produce"} 10`,
 		`strata_requests_total{api="Fetch"}`,
-		`strata_request_errors_total{api="Metadata",code="3"}`, // UNKNOWN_TOPIC_OR_PARTITION
+		`strata_request_errors_total{api="Metadata",code="3",error="UNKNOWN_TOPIC_OR_PARTITION"}`,
 		`strata_network_received_bytes_total`,
 		`strata_network_sent_bytes_total`,
 		`strata_produce_duration_seconds_count 10`,
@@ -178,5 +184,180 @@ func TestRuntimeMetrics(t *testing.T) {
 		if !strings.Contains(body, w) {
 			t.Errorf("/metrics lacks %s", w)
 		}
+	}
+}
+
+// scrapeSeries returns broker b's /metrics as series -> value, where the
+// series is the name and labels as Prometheus prints them.
+func scrapeSeries(t *testing.T, b *Broker) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, line := range strings.Split(scrape(t, b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestClusterMetrics scrapes every node of a three-node cluster for what
+// an operator alerts on: which node is the controller, the partitions with
+// no leader, the metadata quorum's progress, each partition's ISR size, the
+// ISR shrinks of partitions led here whoever made them, and produce errors
+// by name.
+func TestClusterMetrics(t *testing.T) {
+	var logs logBuffer
+	c := testCluster(t, 3, func(cfg *Config) {
+		cfg.HTTPListen = "127.0.0.1:0"
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("node", cfg.NodeID)
+	})
+	minISR := "3"
+	c.createTopic("strict", 1, 3, map[string]*string{"min.insync.replicas": &minISR})
+	st := c.partitionState("strict", 0)
+	leader, follower := st.Leader, c.followerNotController(st)
+	// A topic whose only replica is the follower: offline once it is gone.
+	c.createTopicOn("solo", []int32{follower})
+	ctrl := c.any().meta.ControllerID()
+
+	c.waitFor("every replica of strict in its ISR on the leader's scrape", 10*time.Second, func() bool {
+		return scrapeSeries(t, c.node(leader))[`strata_partition_isr_size{partition="0",topic="strict"}`] == 3
+	})
+	for id := int32(1); id <= 3; id++ {
+		// Read before the scrape: the commit index it shows is at least
+		// what was applied by then.
+		applied := float64(c.node(id).meta.RaftStats().AppliedIndex)
+		m := scrapeSeries(t, c.node(id))
+		want := 0.0
+		if id == ctrl {
+			want = 1
+		}
+		if got := m["strata_active_controller"]; got != want {
+			t.Errorf("node %d: strata_active_controller %v, want %v (controller %d)", id, got, want, ctrl)
+		}
+		if got := m["strata_offline_partitions"]; got != 0 {
+			t.Errorf("node %d: strata_offline_partitions %v before any node stopped", id, got)
+		}
+		if got := m["strata_raft_commit_index"]; got < applied || got == 0 {
+			t.Errorf("node %d: strata_raft_commit_index %v, below the applied index %v", id, got, applied)
+		}
+		if got := m["strata_raft_leader_changes_total"]; got < 1 {
+			t.Errorf("node %d: strata_raft_leader_changes_total %v: the first controller's election not counted", id, got)
+		}
+		if got, ok := m["strata_raft_last_contact_seconds"]; !ok || got < 0 || got > 5 || (id == ctrl && got != 0) {
+			t.Errorf("node %d: strata_raft_last_contact_seconds %v (present %v)", id, got, ok)
+		}
+	}
+	shrinks := scrapeSeries(t, c.node(leader))["strata_isr_shrinks_total"]
+
+	// The follower dies: the controller fences it and takes it out of
+	// every ISR, which the leader did not ask for.
+	c.stop(follower)
+	c.waitFor("the controller to fence the follower", 10*time.Second, func() bool {
+		return len(c.partitionState("strict", 0).ISR) == 2
+	})
+	c.waitFor("the leader to count the shrink", 5*time.Second, func() bool {
+		return scrapeSeries(t, c.node(leader))["strata_isr_shrinks_total"] > shrinks
+	})
+	m := scrapeSeries(t, c.node(leader))
+	if got := m[`strata_partition_isr_size{partition="0",topic="strict"}`]; got != 2 {
+		t.Errorf("leader %d: strata_partition_isr_size of strict %v, want 2", leader, got)
+	}
+	var offline float64
+	for _, tp := range c.any().meta.State().Topics {
+		for _, p := range tp.Partitions {
+			if p.Leader < 0 {
+				offline++
+			}
+		}
+	}
+	if offline == 0 {
+		t.Fatal("no partition without a leader after the only replica of solo stopped")
+	}
+	c.waitFor("the controller to report the offline partitions", 5*time.Second, func() bool {
+		return scrapeSeries(t, c.node(ctrl))["strata_offline_partitions"] == offline
+	})
+
+	// min.insync.replicas=3 with two in sync: acks=all is refused, and
+	// the refusal is counted under its name.
+	if code := c.rawProduce(leader, "strict", -1, time.Second); code != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("acks=all produce with 2 of min.insync 3 in sync: error %d, want NOT_ENOUGH_REPLICAS", code)
+	}
+	series := `strata_request_errors_total{api="Produce",code="19",error="NOT_ENOUGH_REPLICAS"}`
+	if got := scrapeSeries(t, c.node(leader))[series]; got < 1 {
+		t.Errorf("leader %d: %s %v", leader, series, got)
+	}
+
+	// The follower comes back and catches up: the leader counts the
+	// expansion, and logs it at debug only (a node's return expands every
+	// ISR it is in, one line each).
+	expands := scrapeSeries(t, c.node(leader))["strata_isr_expands_total"]
+	c.restart(follower)
+	c.waitFor("the follower back in the ISR", 15*time.Second, func() bool {
+		return len(c.partitionState("strict", 0).ISR) == 3
+	})
+	c.waitFor("the leader to count the expansion", 5*time.Second, func() bool {
+		return scrapeSeries(t, c.node(leader))["strata_isr_expands_total"] > expands
+	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `msg="ISR changed"`) && strings.Contains(line, "level=INFO") && strings.Contains(line, "topic=strict") &&
+			len(isrField(line, "to")) > len(isrField(line, "from")) {
+			t.Errorf("an ISR expansion logged at info: %s", line)
+		}
+	}
+}
+
+// isrField returns the members of the ISR that key="[...]" holds in line.
+func isrField(line, key string) []string {
+	i := strings.Index(line, key+`="[`)
+	if i < 0 {
+		return nil
+	}
+	rest := line[i+len(key)+3:]
+	return strings.Fields(rest[:strings.IndexByte(rest, ']')])
+}
+
+// TestMetricsDocumented: every series the code names is in the table of
+// docs/operations.md, with its name in backquotes, so that an operator
+// finds what each one means.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`"(strata_[a-z0-9_]+)"`)
+	found := 0
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range name.FindAllSubmatch(src, -1) {
+			found++
+			if !bytes.Contains(doc, []byte("`"+string(m[1])+"`")) {
+				t.Errorf("%s: %s is not in docs/operations.md", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 50 {
+		t.Fatalf("found %d metric names in the code: the pattern no longer matches how they are written", found)
 	}
 }

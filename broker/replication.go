@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -75,6 +76,11 @@ func (b *Broker) setRole(p *partition, w wantedPartition) {
 	if same {
 		newer := w.partitionEpoch > p.rep.partitionEpoch
 		if newer {
+			if p.rep.lead != nil {
+				// Whoever asked: this leader's AlterPartition, whose answer
+				// has not come yet, or the controller fencing a replica.
+				b.metrics.countISRChange(p.rep.isr, w.isr)
+			}
 			p.rep.isr, p.rep.replicas, p.rep.partitionEpoch = w.isr, w.replicas, w.partitionEpoch
 			if p.rep.lead != nil {
 				p.rep.lead.Committed(w.isr, now)
@@ -248,6 +254,7 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 		ok := err == nil && p.rep.lead == lead && got.PartitionEpoch > p.rep.partitionEpoch
 		// Still the change in flight: the metadata has not moved on.
 		current := p.rep.lead == lead && p.rep.partitionEpoch == req.PartitionEpoch
+		prev := p.rep.isr
 		switch {
 		case ok:
 			p.rep.isr, p.rep.partitionEpoch = got.ISR, got.PartitionEpoch
@@ -266,12 +273,18 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 			}
 			return
 		}
+		// Counted here when the answer comes before the metadata, which
+		// then brings no newer partition epoch; in setRole otherwise.
+		b.metrics.countISRChange(prev, got.ISR)
+		// A shrink says a replica fell behind, which an operator may need
+		// to explain; an expansion is the recovery, one line per
+		// partition when a node comes back (strata_isr_expands_total
+		// counts them).
+		level := slog.LevelDebug
 		if len(got.ISR) < len(old) {
-			b.metrics.isrShrinks.Inc()
-		} else {
-			b.metrics.isrExpands.Inc()
+			level = slog.LevelInfo
 		}
-		b.log.Info("ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
+		b.log.Log(b.ctx, level, "ISR changed", "topic", p.topic, "partition", p.index, "from", old, "to", got.ISR)
 		p.advanceHighWatermark()
 		p.wake()
 	})
@@ -458,6 +471,8 @@ type replicationCollector struct{ b *Broker }
 var (
 	underReplicatedDesc = prometheus.NewDesc("strata_under_replicated_partitions",
 		"Partitions this broker leads whose ISR is smaller than their replica set.", nil, nil)
+	isrSizeDesc = prometheus.NewDesc("strata_partition_isr_size",
+		"Replicas in the ISR of each partition this broker leads.", []string{"topic", "partition"}, nil)
 	replicaLagDesc = prometheus.NewDesc("strata_replica_fetch_lag_offsets",
 		"Offsets a follower is behind the leader's log end, per partition this broker leads and follower (-1: not fetched yet).",
 		[]string{"topic", "partition", "replica"}, nil)
@@ -465,6 +480,7 @@ var (
 
 func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- underReplicatedDesc
+	ch <- isrSizeDesc
 	ch <- replicaLagDesc
 }
 
@@ -485,6 +501,7 @@ func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
 			under++
 		}
 		part := strconv.Itoa(int(p.index))
+		ch <- prometheus.MustNewConstMetric(isrSizeDesc, prometheus.GaugeValue, float64(isr), p.topic, part)
 		for id, n := range lag {
 			ch <- prometheus.MustNewConstMetric(replicaLagDesc, prometheus.GaugeValue, float64(n), p.topic, part, strconv.Itoa(int(id)))
 		}

@@ -86,6 +86,10 @@ type controller struct {
 	// prevLeader is the last other node seen leading raft, -1 if none:
 	// the previous controller when this node becomes it.
 	prevLeader atomic.Int32
+	// leaderChanges counts raft leaders seen elected, and opened is when
+	// the store opened: RaftStats.
+	leaderChanges atomic.Uint64
+	opened        time.Time
 
 	// terms counts the control loops started, and running says one runs;
 	// for tests to wait on.
@@ -106,6 +110,7 @@ func newController(cfg Config) *controller {
 		log:       cfg.Logger,
 	}
 	c.prevLeader.Store(-1)
+	c.opened = time.Now()
 	if c.session == 0 {
 		c.session = DefaultSessionTimeout
 	}
@@ -202,6 +207,9 @@ func (s *Store) startController() {
 				return
 			case o := <-obs:
 				lo := o.Data.(raft.LeaderObservation)
+				if lo.LeaderID != "" {
+					s.ctl.leaderChanges.Add(1)
+				}
 				if id, err := strconv.ParseInt(string(lo.LeaderID), 10, 32); err == nil && int32(id) != s.ctl.self {
 					s.ctl.prevLeader.Store(int32(id))
 				}

@@ -525,7 +525,9 @@ func (t *Tier) claimLocked(ctx context.Context, tp format.TopicPartition, ps *pa
 		}
 		if below == (format.ManifestKey{}) {
 			ps.claim.checked = true
-			t.log.Info("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", from.String())
+			// Routine at every leadership change: one line per partition
+			// moved would bury a failover's own lines.
+			t.log.Debug("manifest claimed by a new leader", "topic", tp.Topic, "partition", tp.Partition, "epoch", epoch, "from", from.String())
 			return cur, nil
 		}
 		if attempt == maxConflicts {

@@ -20,6 +20,7 @@ import (
 
 	"strata/broker"
 	"strata/cmd/internal/config"
+	"strata/internal/logging"
 	"strata/meta"
 )
 
@@ -372,14 +373,16 @@ func notifySignals(parent context.Context) (ctx context.Context, forced <-chan o
 	}
 }
 
-// newLogger writes slog records to w; format is "text" or "json".
+// newLogger writes slog records to w; format is "text" or "json". Each key
+// appears once per line (logging.DedupHandler): loggers are derived in
+// layers that do not know what the others added.
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
 		opts.ReplaceAttr = durationsAsText
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(logging.NewDedupHandler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(logging.NewDedupHandler(slog.NewTextHandler(w, opts)))
 }
 
 // durationsAsText prints durations as the text handler does ("1.5s"):

@@ -25,6 +25,9 @@ type TierConfig struct {
 	// Store is the object store closed segments go to (already prefixed
 	// and decorated by the caller).
 	Store objstore.Store
+	// Where names the store in messages ("s3://b/prefix", a directory),
+	// never with keys.
+	Where string
 	// ChunkBytes, MemoryBytes, CacheBytes, ReadAhead and ReadWorkers shape
 	// remote reads (see tier.Config); zero takes the tier package's
 	// defaults.
@@ -81,9 +84,24 @@ func (c TierConfig) withDefaults() TierConfig {
 var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)
 
 // openTier starts the cold tier when a store is configured.
-func (b *Broker) openTier() error {
+func (b *Broker) openTier(ctx context.Context) error {
 	if b.cfg.Tier.Store == nil {
 		return nil
+	}
+	// The bucket is this cluster's, or becomes it: a bucket (or prefix)
+	// another cluster uses holds topics whose ids mean nothing here.
+	claim := format.Cluster{ClusterID: b.clusterID(), CreatedMs: time.Now().UnixMilli(), CreatedBy: b.cfg.NodeID}
+	if err := tier.ClaimBucket(ctx, b.cfg.Tier.Store, claim); err != nil {
+		where := b.cfg.Tier.Where
+		if where == "" {
+			where = "the object store"
+		}
+		var foreign *tier.ForeignBucketError
+		if errors.As(err, &foreign) {
+			return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
+				where, foreign.Bucket, foreign.Cluster)
+		}
+		return fmt.Errorf("claim bucket %s for cluster %s: %w", where, claim.ClusterID, err)
 	}
 	t, err := tier.Open(tier.Config{
 		Store:              b.cfg.Tier.Store,

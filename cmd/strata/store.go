@@ -170,6 +170,7 @@ func withStore(ctx context.Context, cfg broker.Config, s3 config.S3, t config.Ti
 		return cfg, "", err // objstore's errors say what and where
 	}
 	cfg.Tier = tierConfig(t, st)
+	cfg.Tier.Where = where
 	cfg.Logger.Info("tiered storage on", "store", where, "credentials", credentialsSource(s3))
 	return cfg, where, nil
 }

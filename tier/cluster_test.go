@@ -11,7 +11,7 @@ import (
 )
 
 // TestClaimBucket: a bucket is claimed once, by the first cluster to start
-// against it (docs/bucket-format.md §0); the same cluster claims it again
+// against it (docs/bucket-format.md §11); the same cluster claims it again
 // at every start, and another cluster is refused with both ids named.
 func TestClaimBucket(t *testing.T) {
 	ctx := context.Background()

@@ -61,7 +61,7 @@ type checkedBucket struct {
 }
 
 // openChecked opens the bucket and asks the cluster at --bootstrap for
-// its id: a bucket whose cluster object (docs/bucket-format.md §0) names
+// its id: a bucket whose cluster object (docs/bucket-format.md §11) names
 // another cluster, or none, is not that cluster's bucket, and reading it
 // would mix one cluster's offsets with another's (or with nothing), so it
 // is refused, naming both. It says on w which bucket it reads, and whose:

@@ -21,7 +21,7 @@ const clusterVersion = 1
 // real one is well under 200 bytes.
 const maxClusterObject = 4096
 
-// Cluster is the bucket's cluster object (docs/bucket-format.md §0): the
+// Cluster is the bucket's cluster object (docs/bucket-format.md §11): the
 // cluster that owns the bucket, written once by the first broker of that
 // cluster to start against it and never replaced.
 type Cluster struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"strata/tier/format"
 	"strata/tier/objstore"
@@ -85,3 +86,95 @@ func ClaimBucket(ctx context.Context, st objstore.Store, c format.Cluster) error
 	}
 	return nil
 }
+
+// ClaimedStore is a store whose writes (Put, Create, Delete) happen only
+// once the bucket is claimed for its cluster (ClaimBucket). A broker
+// claims at start; when the store is down then, it starts anyway, as it
+// does for any outage, and the claim is made by the first write after:
+// until then writes fail like the store they could not reach, and the
+// writers retry them as they retry any failed upload. A bucket found to
+// be another cluster's refuses every write. Reads pass through: they
+// change nothing, and topic ids are the cluster's own.
+type ClaimedStore struct {
+	objstore.Store
+	cluster format.Cluster
+
+	mu struct {
+		sync.Mutex
+		// done says the claim held; foreign, that the bucket is another
+		// cluster's. Both are final.
+		done    bool
+		foreign *ForeignBucketError
+	}
+}
+
+var (
+	_ objstore.Store  = (*ClaimedStore)(nil)
+	_ objstore.Lister = (*ClaimedStore)(nil)
+)
+
+// NewClaimedStore returns st with its writes held until the bucket is
+// claimed for c's cluster.
+func NewClaimedStore(st objstore.Store, c format.Cluster) *ClaimedStore {
+	return &ClaimedStore{Store: st, cluster: c}
+}
+
+// Claim claims the bucket if that is not done yet: nil once it is (now or
+// before), a *ForeignBucketError, every time, once the bucket proved to be
+// another cluster's, else the store's error, and a later call tries again.
+// Concurrent callers wait for one claim.
+func (s *ClaimedStore) Claim(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.mu.done:
+		return nil
+	case s.mu.foreign != nil:
+		return s.mu.foreign
+	}
+	err := ClaimBucket(ctx, s.Store, s.cluster)
+	var foreign *ForeignBucketError
+	switch {
+	case err == nil:
+		s.mu.done = true
+	case errors.As(err, &foreign):
+		s.mu.foreign = foreign
+	}
+	return err
+}
+
+func (s *ClaimedStore) claimed(ctx context.Context) error {
+	if err := s.Claim(ctx); err != nil {
+		return fmt.Errorf("bucket not claimed for cluster %s, nothing written: %w", s.cluster.ClusterID, err)
+	}
+	return nil
+}
+
+func (s *ClaimedStore) Put(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.claimed(ctx); err != nil {
+		return err
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+func (s *ClaimedStore) Create(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	if err := s.claimed(ctx); err != nil {
+		return err
+	}
+	return s.Store.Create(ctx, key, r, size)
+}
+
+func (s *ClaimedStore) Delete(ctx context.Context, key string) error {
+	if err := s.claimed(ctx); err != nil {
+		return err
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+// ListAfter keeps the inner store's listing from a key, which embedding
+// alone would hide.
+func (s *ClaimedStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(objstore.Attrs) error) error {
+	return objstore.ListAfter(ctx, s.Store, prefix, startAfter, fn)
+}
+
+func (s *ClaimedStore) String() string { return fmt.Sprint(s.Store) }

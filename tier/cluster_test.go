@@ -1,8 +1,10 @@
 package tier
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -84,5 +86,51 @@ func TestClaimBucketRace(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestClaimedStoreClaimsOnFirstWrite: a broker that starts while the
+// store is down claims the bucket with its first write once the store is
+// back; until then nothing is written. A bucket that proves to be
+// another cluster's takes no write at all, and says whose it is.
+func TestClaimedStoreClaimsOnFirstWrite(t *testing.T) {
+	ctx := context.Background()
+	inner, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := objstore.WithFaults(inner, objstore.FaultConfig{FailRate: 1})
+	st := NewClaimedStore(down, format.Cluster{ClusterID: "alpha"})
+	if err := st.Claim(ctx); !errors.Is(err, objstore.ErrInjected) {
+		t.Fatalf("claim while the store is down: %v", err)
+	}
+	if err := st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1); !errors.Is(err, objstore.ErrInjected) || !objstore.IsRetryable(err) {
+		t.Fatalf("write while the store is down: %v, want the store's retryable error", err)
+	}
+	down.SetConfig(objstore.FaultConfig{})
+	if err := st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1); err != nil {
+		t.Fatalf("write once the store is back: %v", err)
+	}
+	if c, ok, err := BucketCluster(ctx, inner); err != nil || !ok || c.ClusterID != "alpha" {
+		t.Fatalf("the first write did not claim the bucket: %+v, %v, %v", c, ok, err)
+	}
+
+	other := NewClaimedStore(inner, format.Cluster{ClusterID: "beta"})
+	for _, write := range []func() error{
+		func() error { return other.Put(ctx, "k2", bytes.NewReader([]byte("v")), 1) },
+		func() error { return other.Create(ctx, "k3", bytes.NewReader([]byte("v")), 1) },
+		func() error { return other.Delete(ctx, "k") },
+	} {
+		var foreign *ForeignBucketError
+		if err := write(); !errors.As(err, &foreign) || foreign.Bucket != "alpha" || foreign.Cluster != "beta" {
+			t.Fatalf("write by another cluster: %v", err)
+		}
+	}
+	var keys []string
+	if err := inner.List(ctx, "", func(a objstore.Attrs) error { keys = append(keys, a.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, " ") != "cluster.json k" {
+		t.Fatalf("the bucket holds %v after the other cluster's writes", keys)
 	}
 }

@@ -25,8 +25,9 @@ func TestClusterIDInTheBucket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var id string
-	for i := range c.nodes {
-		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, c.client().Broker(i+1))
+	for i, b := range c.nodes {
+		// Each node answers for itself: a client seeded with it alone.
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, testClient(t, b))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/tier"
+	"strata/tier/format"
 	"strata/tier/objstore"
 )
 
@@ -58,5 +60,49 @@ func TestClusterIDInTheBucket(t *testing.T) {
 	}
 	if mark, _, _ := tier.BucketCluster(ctx, store); mark.ClusterID != id {
 		t.Fatalf("the refused broker changed the bucket's cluster to %s", mark.ClusterID)
+	}
+}
+
+// TestSilentStoreDoesNotHoldTheStart: a store that does not answer the
+// claim at start-up holds the start for the claim's bound only; the
+// bucket is claimed by the first upload once the store answers, and no
+// upload is written before.
+func TestSilentStoreDoesNotHoldTheStart(t *testing.T) {
+	inner, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &hookStore{Store: inner}
+	release := make(chan struct{})
+	hs.setHook(func(ctx context.Context, op, key string) error {
+		if key != format.ClusterKey {
+			return nil
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	begun := time.Now()
+	b := tieredBroker(t, "", hs)
+	if took := time.Since(begun); took > claimTimeout+5*time.Second {
+		t.Fatalf("start-up took %s with a silent store", took)
+	}
+	createTopic(t, testAdmin(t, b), "t", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceKeyed(t, b, "t", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
+	time.Sleep(300 * time.Millisecond) // upload passes run every 20ms
+	if _, ok, err := tier.BucketCluster(context.Background(), inner); ok || err != nil {
+		t.Fatalf("the bucket was claimed while the store was silent (%v)", err)
+	}
+	if p := b.partition("t", 0); p.remoteEnd.Load() > 0 {
+		t.Fatalf("uploaded to offset %d before the bucket was claimed", p.remoteEnd.Load())
+	}
+	close(release)
+	waitUploaded(t, b, "t", 1)
+	mark, ok, err := tier.BucketCluster(context.Background(), inner)
+	if err != nil || !ok || mark.ClusterID != b.clusterID() {
+		t.Fatalf("after the first upload the bucket names %+v (found %v, %v), want cluster %s", mark, ok, err, b.clusterID())
 	}
 }

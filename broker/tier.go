@@ -84,8 +84,10 @@ func (c TierConfig) withDefaults() TierConfig {
 var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)
 
 // claimTimeout bounds how long a start waits on the store for the
-// bucket's claim.
-const claimTimeout = 10 * time.Second
+// bucket's claim (a GET, and a conditional PUT the first time): long
+// enough for any store that answers, short enough that a silent one
+// does not hold the start, which does not wait for the bucket otherwise.
+const claimTimeout = 2 * time.Second
 
 // openTier starts the cold tier when a store is configured.
 func (b *Broker) openTier(ctx context.Context) error {

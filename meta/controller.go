@@ -278,7 +278,11 @@ func (s *Store) nameCluster(ctx context.Context) {
 		}
 		return
 	}
-	s.ctl.log.Info("cluster named", "cluster_id", s.State().ClusterID)
+	// A controller whose state lagged its log may have proposed in vain:
+	// the first id stays, and is not news.
+	if s.State().ClusterID == id {
+		s.ctl.log.Info("cluster named", "cluster_id", id)
+	}
 }
 
 // NewClusterID returns a random cluster id spelled as Kafka spells its

@@ -45,7 +45,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, mb)
 	}
-	resp.ClusterID = kmsg.StringPtr(b.cfg.ClusterID)
+	resp.ClusterID = kmsg.StringPtr(b.clusterID())
 	resp.ControllerID = b.meta.ControllerID()
 	resp.AuthorizedOperations = authorizedOperationsOmitted
 

@@ -198,6 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceInterval: cfg.LeaderRebalanceInterval,
+		ClusterID:         cfg.ClusterID,
 	})
 	if err != nil {
 		b.closeListeners()
@@ -233,9 +234,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.waitClusterID(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
-	if err := b.openTier(); err != nil {
+	if err := b.openTier(ctx); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}

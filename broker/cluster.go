@@ -138,6 +138,31 @@ func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
+// waitClusterID waits until the metadata names the cluster (the
+// controller does so first thing, once), and refuses a metadata that
+// names another cluster than the configured cluster.id: this node's data
+// dir, or the quorum it joined, belongs to that other cluster.
+func (b *Broker) waitClusterID(ctx context.Context) error {
+	for {
+		changed := b.meta.Changed()
+		if id := b.meta.State().ClusterID; id != "" {
+			if b.cfg.ClusterID != "" && id != b.cfg.ClusterID {
+				return fmt.Errorf("cluster.id is %s, but the metadata (data dir %s, or the quorum) is of cluster %s", b.cfg.ClusterID, b.cfg.DataDir, id)
+			}
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the controller to name the cluster: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// clusterID is the id Metadata and DescribeCluster report: the
+// metadata's, which Start waited for.
+func (b *Broker) clusterID() string { return b.meta.State().ClusterID }
+
 func (b *Broker) registerOnce(ctx context.Context, reg meta.Registration) (int64, error) {
 	if b.meta.IsLeader() {
 		return b.meta.RegisterBroker(ctx, reg)

@@ -36,7 +36,11 @@ type Config struct {
 	HTTPListen string
 	// Rack is advertised in Metadata (client rack awareness).
 	Rack string
-	// ClusterID is reported in Metadata and DescribeCluster.
+	// ClusterID names a new cluster: its first controller writes it into
+	// the metadata, which is where every broker takes the id it reports
+	// in Metadata and DescribeCluster and writes into the bucket. Empty
+	// lets that controller pick a random one. A node whose metadata
+	// names another cluster refuses to start.
 	ClusterID string
 
 	// AutoCreateTopics creates unknown topics on Metadata and Produce
@@ -156,7 +160,6 @@ const (
 	// DefaultTransactionStatePartitions is Kafka's
 	// transaction.state.log.num.partitions.
 	DefaultTransactionStatePartitions = 50
-	defaultClusterID                  = "strata"
 	// DefaultSessionTimeout is shorter than Kafka's 9 s so that a killed
 	// leader stalls its producers for under 3 s; loopback and LAN
 	// heartbeats every 500 ms leave room for a few lost ones.
@@ -207,9 +210,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.TransactionAbortInterval == 0 {
 		c.TransactionAbortInterval = 10 * time.Second
-	}
-	if c.ClusterID == "" {
-		c.ClusterID = defaultClusterID
 	}
 	if c.DefaultReplicationFactor == 0 {
 		c.DefaultReplicationFactor = 1

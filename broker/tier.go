@@ -25,6 +25,9 @@ type TierConfig struct {
 	// Store is the object store closed segments go to (already prefixed
 	// and decorated by the caller).
 	Store objstore.Store
+	// Where names the store in messages ("s3://b/prefix", a directory),
+	// never with keys.
+	Where string
 	// ChunkBytes, MemoryBytes, CacheBytes, ReadAhead and ReadWorkers shape
 	// remote reads (see tier.Config); zero takes the tier package's
 	// defaults.
@@ -80,13 +83,43 @@ func (c TierConfig) withDefaults() TierConfig {
 // back off and try again, and nothing is lost.
 var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)
 
+// claimTimeout bounds how long a start waits on the store for the
+// bucket's claim (a GET, and a conditional PUT the first time): long
+// enough for any store that answers, short enough that a silent one
+// does not hold the start, which does not wait for the bucket otherwise.
+const claimTimeout = 2 * time.Second
+
 // openTier starts the cold tier when a store is configured.
-func (b *Broker) openTier() error {
+func (b *Broker) openTier(ctx context.Context) error {
 	if b.cfg.Tier.Store == nil {
 		return nil
 	}
+	// The bucket is this cluster's, or becomes it: a bucket (or prefix)
+	// another cluster uses holds topics whose ids mean nothing here. A
+	// store that is down now does not stop the start (an outage is the
+	// uploader's to wait out), nor does one that does not answer for
+	// claimTimeout; the first write claims it then.
+	store := tier.NewClaimedStore(b.cfg.Tier.Store, format.Cluster{ClusterID: b.clusterID(), CreatedMs: time.Now().UnixMilli(), CreatedBy: b.cfg.NodeID})
+	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	err := store.Claim(cctx)
+	cancel()
+	if err != nil {
+		where := b.cfg.Tier.Where
+		if where == "" {
+			where = "the object store"
+		}
+		var foreign *tier.ForeignBucketError
+		if errors.As(err, &foreign) {
+			return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
+				where, foreign.Bucket, foreign.Cluster)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("claim bucket %s for cluster %s: %w", where, b.clusterID(), err)
+		}
+		b.log.Warn("bucket not claimed yet: nothing is written to it until it is", "store", where, "err", err)
+	}
 	t, err := tier.Open(tier.Config{
-		Store:              b.cfg.Tier.Store,
+		Store:              store,
 		CacheDir:           filepath.Join(b.cfg.DataDir, "tier-cache"),
 		ChunkBytes:         b.cfg.Tier.ChunkBytes,
 		MemoryBytes:        b.cfg.Tier.MemoryBytes,

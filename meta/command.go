@@ -32,6 +32,7 @@ const (
 	kindAlterPartition                  // alterPartitionCmd
 	kindControlledShutdown              // brokerEpochCmd
 	kindElectLeaders                    // electLeadersCmd
+	kindInitCluster                     // initClusterCmd
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -86,6 +87,11 @@ type alterConfigsCmd struct {
 	Replace bool
 }
 
+// initClusterCmd names the cluster, if nothing named it before.
+type initClusterCmd struct {
+	ID string
+}
+
 type allocateProducerIDsCmd struct {
 	Count int64
 }
@@ -137,6 +143,7 @@ var applyTable = [...]applyFunc{
 	kindAlterPartition:      applyAlterPartition,
 	kindControlledShutdown:  applyControlledShutdown,
 	kindElectLeaders:        applyElectLeaders,
+	kindInitCluster:         applyInitCluster,
 }
 
 // applyCommand decodes data and dispatches it.
@@ -159,6 +166,25 @@ func decodePayload(payload []byte, v any) error {
 }
 
 func applyBarrier(*State, uint64, []byte) (*State, result) { return nil, result{} }
+
+// applyInitCluster sets the cluster id once: the first such command wins,
+// so two controllers of successive terms that both proposed one agree on
+// the first.
+func applyInitCluster(s *State, _ uint64, payload []byte) (*State, result) {
+	var c initClusterCmd
+	if err := decodePayload(payload, &c); err != nil {
+		return nil, result{err: err}
+	}
+	if c.ID == "" {
+		return nil, result{err: fmt.Errorf("%w: empty cluster id", errBadCommand)}
+	}
+	if s.ClusterID != "" {
+		return nil, result{}
+	}
+	next := s.clone()
+	next.ClusterID = c.ID
+	return next, result{}
+}
 
 // applyRegisterBroker admits a broker incarnation under a new epoch, the
 // command's index. Whether a new incarnation may replace a live one is the

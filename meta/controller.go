@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -65,6 +66,8 @@ type controller struct {
 	rebalance time.Duration
 	now       func() time.Time
 	log       *slog.Logger
+	// clusterID names a cluster the metadata has no id for yet.
+	clusterID string
 	// openIndex is the last raft index this node held when it opened.
 	// A registration of this node's own id at or below it was made by an
 	// earlier process on this data dir, which this process now holds
@@ -108,6 +111,7 @@ func newController(cfg Config) *controller {
 		rebalance: cfg.RebalanceInterval,
 		now:       cfg.Now,
 		log:       cfg.Logger,
+		clusterID: cfg.ClusterID,
 	}
 	c.prevLeader.Store(-1)
 	c.opened = time.Now()
@@ -249,18 +253,52 @@ func (s *Store) controlLoop(ctx context.Context) {
 	tick := time.NewTicker(s.ctl.tickEvery())
 	defer tick.Stop()
 	nextRebalance := s.ctl.now().Add(s.ctl.rebalance)
+	s.nameCluster(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		s.nameCluster(ctx)
 		s.fenceExpired(ctx)
 		if now := s.ctl.now(); !now.Before(nextRebalance) {
 			nextRebalance = now.Add(s.ctl.rebalance)
 			s.rebalance(ctx)
 		}
 	}
+}
+
+// nameCluster gives a cluster whose metadata holds no id yet (a new one,
+// or one made before clusters had ids) its id, once. Brokers wait for it
+// before they touch the bucket (see State.ClusterID).
+func (s *Store) nameCluster(ctx context.Context) {
+	if s.State().ClusterID != "" {
+		return
+	}
+	id := s.ctl.clusterID
+	if id == "" {
+		id = NewClusterID()
+	}
+	if _, err := s.propose(ctx, kindInitCluster, initClusterCmd{ID: id}); err != nil {
+		if ctx.Err() == nil {
+			s.ctl.log.Warn("name the cluster", "err", err)
+		}
+		return
+	}
+	// A controller whose state lagged its log may have proposed in vain:
+	// the first id stays, and is not news.
+	if s.State().ClusterID == id {
+		s.ctl.log.Info("cluster named", "cluster_id", id)
+	}
+}
+
+// NewClusterID returns a random cluster id spelled as Kafka spells its
+// own (kafka-storage random-uuid): a version 4 UUID in 22 characters of
+// unpadded base64url, never starting with '-'.
+func NewClusterID() string {
+	id := newTopicID()
+	return base64.RawURLEncoding.EncodeToString(id[:])
 }
 
 // fenceExpired fences every unfenced broker whose session has run out. The

@@ -117,8 +117,11 @@ type snapshotV1 struct {
 	Format         int
 	Index          uint64
 	NextProducerID int64
-	Brokers        []Broker
-	Topics         []*Topic
+	// ClusterID is absent from snapshots taken before clusters had ids;
+	// the next controller then names the cluster.
+	ClusterID string `json:",omitempty"`
+	Brokers   []Broker
+	Topics    []*Topic
 }
 
 type fsmSnapshot struct{ state *State }
@@ -134,7 +137,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 func encodeSnapshot(w io.Writer, s *State) error {
-	snap := snapshotV1{Format: snapshotFormat, Index: s.Index, NextProducerID: s.NextProducerID}
+	snap := snapshotV1{Format: snapshotFormat, Index: s.Index, NextProducerID: s.NextProducerID, ClusterID: s.ClusterID}
 	for _, id := range s.sortedBrokerIDs() {
 		snap.Brokers = append(snap.Brokers, s.Brokers[id])
 	}
@@ -168,6 +171,7 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("meta: snapshot: next producer id %d", snap.NextProducerID)
 	}
 	s.NextProducerID = snap.NextProducerID
+	s.ClusterID = snap.ClusterID
 	for _, b := range snap.Brokers {
 		if _, dup := s.Brokers[b.ID]; dup {
 			return nil, fmt.Errorf("meta: snapshot: broker %d twice", b.ID)

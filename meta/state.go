@@ -102,6 +102,11 @@ type State struct {
 	// NextProducerID is the first idempotent-producer id not yet handed
 	// out; ids below it are never reused.
 	NextProducerID int64
+	// ClusterID names the cluster: chosen once by the first controller
+	// (Config.ClusterID, else random) and never changed. It is what
+	// Metadata reports and what ties a bucket to its cluster. Empty
+	// until that first command is applied.
+	ClusterID string
 
 	byID map[[16]byte]*Topic
 }
@@ -161,6 +166,7 @@ func (s *State) clone() *State {
 	return &State{
 		Index:          s.Index,
 		NextProducerID: s.NextProducerID,
+		ClusterID:      s.ClusterID,
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),

@@ -84,6 +84,10 @@ type Config struct {
 	// Now is the controller's clock, for session timeouts and rebalancing.
 	// Nil means time.Now; tests inject their own.
 	Now func() time.Time
+	// ClusterID is the id this node, as the first controller of a new
+	// cluster, names the cluster with (State.ClusterID). Empty picks a
+	// random one. A cluster already named keeps its id.
+	ClusterID string
 }
 
 const (

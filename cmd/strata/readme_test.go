@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,4 +70,36 @@ func TestReadmeGoExample(t *testing.T) {
 		}
 	}
 	n.stop(t)
+}
+
+// TestReadmeListsEveryCommand: the README's paragraph that lists the
+// commands names every top-level command the binary has (issue 21, item
+// 14: `cluster` was missing), so a new command cannot go unmentioned.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "lists the commands:")
+	if !ok {
+		t.Fatal(`README.md has no paragraph that "lists the commands:"`)
+	}
+	para, _, _ := strings.Cut(rest, "\n\n")
+	root := newRootCmd(nil, io.Discard, io.Discard)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	n := 0
+	for _, c := range root.Commands() {
+		// help and completion are cobra's own, the same in every binary.
+		if !c.IsAvailableCommand() || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		n++
+		if !strings.Contains(para, "`"+c.Name()+"`") && !strings.Contains(para, "`strata "+c.Name()+" ") {
+			t.Errorf("README.md's command list does not name `%s` (%s)", c.Name(), c.Short)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d top-level commands found", n)
+	}
 }

@@ -105,7 +105,8 @@ func openStore(ctx context.Context, c config.S3, dataDir, dir string, m *objstor
 // openExistingStore opens the store for the inspection verbs, which must
 // not create an empty directory store where an operator mistyped a path
 // and then report that it holds nothing.
-func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir string) (objstore.Store, error) {
+// It also returns where the store is, as openStore does.
+func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir string) (objstore.Store, string, error) {
 	if dataDir == "" {
 		dataDir = defaultDevDataDir
 	}
@@ -113,13 +114,17 @@ func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir 
 	if c.Bucket == "" {
 		if _, err := os.Stat(dir); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("no bucket directory %s (give the node's --data-dir or --bucket-dir, or --s3-bucket for S3)", dir)
+				return nil, "", fmt.Errorf("no bucket directory %s (give the node's --data-dir or --bucket-dir, or --s3-bucket for S3)", dir)
 			}
-			return nil, err
+			return nil, "", err
+		}
+		// Say where, whatever the working directory: a relative
+		// ./strata-data is the leftover the operator must recognise.
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
 		}
 	}
-	st, _, err := openStore(ctx, c, dataDir, dir, nil)
-	return st, err
+	return openStore(ctx, c, dataDir, dir, nil)
 }
 
 // tierConfig is the broker's tier configuration for the settings c over
@@ -170,6 +175,7 @@ func withStore(ctx context.Context, cfg broker.Config, s3 config.S3, t config.Ti
 		return cfg, "", err // objstore's errors say what and where
 	}
 	cfg.Tier = tierConfig(t, st)
+	cfg.Tier.Where = where
 	cfg.Logger.Info("tiered storage on", "store", where, "credentials", credentialsSource(s3))
 	return cfg, where, nil
 }

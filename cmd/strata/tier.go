@@ -41,12 +41,82 @@ type bucket struct {
 	flags   *config.Flags
 }
 
-func (b *bucket) open(ctx context.Context) (objstore.Store, error) {
+// open opens the bucket the settings name, without creating it.
+func (b *bucket) open(ctx context.Context) (objstore.Store, string, error) {
 	c, _, err := config.Load(config.Sources{Env: b.environ, Flags: b.flags, DataDirOptional: true})
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, "", fmt.Errorf("config: %w", err)
 	}
 	return openExistingStore(ctx, c.S3, c.Tier, c.Node.DataDir)
+}
+
+// checkedBucket is the bucket a tier verb reads, checked against the
+// cluster it talks to.
+type checkedBucket struct {
+	st    objstore.Store
+	where string
+	// unreachable is set when no broker answered: the bucket is then read
+	// alone, unchecked.
+	unreachable *unreachableError
+}
+
+// openChecked opens the bucket and asks the cluster at --bootstrap for
+// its id: a bucket whose cluster object (docs/bucket-format.md §11) names
+// another cluster, or none, is not that cluster's bucket, and reading it
+// would mix one cluster's offsets with another's (or with nothing), so it
+// is refused, naming both. It says on w which bucket it reads, and whose:
+// the first line of a verb's output, or of its stderr when stdout is JSON.
+// When no broker answers the bucket is read alone, as that line says.
+func (b *bucket) openChecked(ctx context.Context, a *admin, w io.Writer) (*checkedBucket, error) {
+	st, where, err := b.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(where, "s3://") {
+		where = "dir " + where
+	}
+	cb := &checkedBucket{st: st, where: where}
+	mark, marked, err := tier.BucketCluster(ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", where, err)
+	}
+	var cluster string
+	err = a.do(ctx, func(ctx context.Context, adm *kadm.Client) error {
+		md, err := adm.BrokerMetadata(ctx)
+		cluster = md.Cluster
+		return err
+	})
+	switch {
+	case errors.As(err, &cb.unreachable):
+	case err != nil:
+		return nil, fmt.Errorf("cluster id: %w", err)
+	case cluster == "":
+		return nil, fmt.Errorf("the broker at %s reports no cluster id to check bucket %s against", a.bootstrap, where)
+	case !marked:
+		return nil, fmt.Errorf("bucket %s holds no cluster id (%s), so it is not the bucket of cluster %s at %s, whose brokers write theirs at start: give that cluster's bucket (--data-dir, --bucket-dir or --s3-*)",
+			where, format.ClusterKey, cluster, a.bootstrap)
+	case mark.ClusterID != cluster:
+		return nil, fmt.Errorf("bucket %s belongs to cluster %s, but the broker at %s is of cluster %s: give that cluster's bucket (--data-dir, --bucket-dir or --s3-*)",
+			where, mark.ClusterID, a.bootstrap, cluster)
+	}
+	whose := "no cluster id"
+	if marked {
+		whose = "cluster " + mark.ClusterID
+	}
+	if cb.unreachable != nil {
+		whose += "; no broker answered to check it against"
+	}
+	fmt.Fprintf(w, "bucket: %s (%s)\n", where, whose)
+	return cb, nil
+}
+
+// textOut is where a verb's words go beside its output: stdout, unless
+// stdout carries JSON for a program to parse.
+func textOut(asJSON bool, stdout, stderr io.Writer) io.Writer {
+	if asJSON {
+		return stderr
+	}
+	return stdout
 }
 
 func newTierCmd(environ []string, stdout io.Writer) *cobra.Command {
@@ -133,15 +203,20 @@ every partition it holds a manifest of.`,
 		Args: args(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			ctx := cmd.Context()
-			st, err := b.open(ctx)
+			cb, err := b.openChecked(ctx, a, textOut(asJSON, stdout, cmd.ErrOrStderr()))
 			if err != nil {
 				return fmt.Errorf("tier status: %w", err)
 			}
+			st := cb.st
 			var rows []partitionStatus
-			err = a.doClient(ctx, func(ctx context.Context, cl *kgo.Client) error {
-				rows, err = partitionOffsets(ctx, cl, a.adminClient(cl), topics)
-				return err
-			})
+			if cb.unreachable != nil {
+				err = cb.unreachable
+			} else {
+				err = a.doClient(ctx, func(ctx context.Context, cl *kgo.Client) error {
+					rows, err = partitionOffsets(ctx, cl, a.adminClient(cl), topics)
+					return err
+				})
+			}
 			var unreachable *unreachableError
 			switch {
 			case errors.As(err, &unreachable):
@@ -455,14 +530,23 @@ when it holds a single topic of that name.`,
 					return &usageError{err: fmt.Errorf("--topic-id: %w", err), cmd: cmd.CommandPath()}
 				}
 			}
-			st, err := b.open(cmd.Context())
+			cb, err := b.openChecked(cmd.Context(), a, textOut(asJSON, stdout, cmd.ErrOrStderr()))
 			if err != nil {
 				return fmt.Errorf("tier ls: %w", err)
 			}
+			st := cb.st
 			fail := func(err error) error { return fmt.Errorf("tier ls %s %d: %w", topic, p, err) }
 			// The broker knows whether the partition exists, which the
 			// bucket cannot tell from "nothing uploaded yet".
-			known, brokerErr := brokerTopic(cmd.Context(), a, topic)
+			var (
+				known     kadm.TopicDetail
+				brokerErr error
+			)
+			if cb.unreachable != nil {
+				brokerErr = cb.unreachable
+			} else {
+				known, brokerErr = brokerTopic(cmd.Context(), a, topic)
+			}
 			if brokerErr == nil {
 				if _, ok := known.Partitions[tp.Partition]; !ok && (idFlag == "" || tp.TopicID == known.ID) {
 					return fail(fmt.Errorf("topic %s has no partition %d (it has %s)", topic, p, plural(len(known.Partitions), "partition")))
@@ -615,9 +699,9 @@ only when given.`,
 				ctx, cancel = context.WithTimeout(ctx, a.timeout)
 				defer cancel()
 			}
-			st, err := b.open(ctx)
+			cb, err := b.openChecked(ctx, a, stdout)
 			if err == nil {
-				err = verifyBucket(ctx, st, topics, parallel, stdout)
+				err = verifyBucket(ctx, cb.st, topics, parallel, stdout)
 			}
 			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return fmt.Errorf("tier verify: not done within --timeout %s", a.timeout)

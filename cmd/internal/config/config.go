@@ -51,7 +51,7 @@ type Node struct {
 // Cluster holds settings every node of a cluster shares, and this node's
 // place in the metadata quorum.
 type Cluster struct {
-	ID string // cluster.id; empty lets the broker choose its default
+	ID string // cluster.id; empty lets the first controller pick a random one
 	// RaftListen is cluster.raft_listen, host:port of this node's raft
 	// listener; empty (with no voters) keeps raft in-process.
 	RaftListen string

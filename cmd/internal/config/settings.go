@@ -48,7 +48,7 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Node.Rack },
 	},
 	{
-		key: "cluster.id", flag: "cluster-id", typ: "string", usage: "cluster id reported to clients",
+		key: "cluster.id", flag: "cluster-id", typ: "string", usage: "cluster id reported to clients and written into the bucket (default: a random id, chosen when the cluster first starts)",
 		set: stringSetter(func(c *Config) *string { return &c.Cluster.ID }),
 		get: func(c *Config) string { return c.Cluster.ID },
 	},

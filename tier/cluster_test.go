@@ -1,0 +1,136 @@
+package tier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"strata/tier/format"
+	"strata/tier/objstore"
+)
+
+// TestClaimBucket: a bucket is claimed once, by the first cluster to start
+// against it (docs/bucket-format.md §11); the same cluster claims it again
+// at every start, and another cluster is refused with both ids named.
+func TestClaimBucket(t *testing.T) {
+	ctx := context.Background()
+	st, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := BucketCluster(ctx, st); err != nil || ok {
+		t.Fatalf("empty bucket: cluster object found=%v, err %v", ok, err)
+	}
+	if err := ClaimBucket(ctx, st, format.Cluster{ClusterID: "alpha", CreatedBy: 1}); err != nil {
+		t.Fatalf("claim an empty bucket: %v", err)
+	}
+	c, ok, err := BucketCluster(ctx, st)
+	if err != nil || !ok || c.ClusterID != "alpha" || c.CreatedBy != 1 {
+		t.Fatalf("after the claim: %+v, found=%v, err %v", c, ok, err)
+	}
+	// Another broker of the same cluster, or the same one restarted.
+	if err := ClaimBucket(ctx, st, format.Cluster{ClusterID: "alpha", CreatedBy: 2}); err != nil {
+		t.Fatalf("claim again by the same cluster: %v", err)
+	}
+	err = ClaimBucket(ctx, st, format.Cluster{ClusterID: "beta", CreatedBy: 1})
+	var foreign *ForeignBucketError
+	if !errors.As(err, &foreign) || foreign.Bucket != "alpha" || foreign.Cluster != "beta" {
+		t.Fatalf("claim by another cluster: %v, want a ForeignBucketError naming alpha and beta", err)
+	}
+	if c, _, _ := BucketCluster(ctx, st); c.ClusterID != "alpha" || c.CreatedBy != 1 {
+		t.Fatalf("the refused claim changed the cluster object: %+v", c)
+	}
+}
+
+// TestClaimBucketRace: two clusters starting at once against one empty
+// bucket, three brokers each: exactly one cluster gets it, all of its
+// brokers pass, and every broker of the other is refused.
+func TestClaimBucketRace(t *testing.T) {
+	ctx := context.Background()
+	for round := range 10 {
+		st, err := objstore.NewDir(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(map[string][]error)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, id := range []string{"alpha", "beta"} {
+			for node := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := ClaimBucket(ctx, st, format.Cluster{ClusterID: id, CreatedBy: int32(node)})
+					mu.Lock()
+					errs[id] = append(errs[id], err)
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+		c, ok, err := BucketCluster(ctx, st)
+		if err != nil || !ok {
+			t.Fatalf("round %d: no cluster object after the race: %v", round, err)
+		}
+		for id, es := range errs {
+			for _, err := range es {
+				var foreign *ForeignBucketError
+				switch {
+				case id == c.ClusterID && err != nil:
+					t.Errorf("round %d: a broker of %s, which owns the bucket, failed: %v", round, id, err)
+				case id != c.ClusterID && !errors.As(err, &foreign):
+					t.Errorf("round %d: a broker of %s was not refused the bucket of %s: %v", round, id, c.ClusterID, err)
+				}
+			}
+		}
+	}
+}
+
+// TestClaimedStoreClaimsOnFirstWrite: a broker that starts while the
+// store is down claims the bucket with its first write once the store is
+// back; until then nothing is written. A bucket that proves to be
+// another cluster's takes no write at all, and says whose it is.
+func TestClaimedStoreClaimsOnFirstWrite(t *testing.T) {
+	ctx := context.Background()
+	inner, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := objstore.WithFaults(inner, objstore.FaultConfig{FailRate: 1})
+	st := NewClaimedStore(down, format.Cluster{ClusterID: "alpha"})
+	if err := st.Claim(ctx); !errors.Is(err, objstore.ErrInjected) {
+		t.Fatalf("claim while the store is down: %v", err)
+	}
+	if err := st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1); !errors.Is(err, objstore.ErrInjected) || !objstore.IsRetryable(err) {
+		t.Fatalf("write while the store is down: %v, want the store's retryable error", err)
+	}
+	down.SetConfig(objstore.FaultConfig{})
+	if err := st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1); err != nil {
+		t.Fatalf("write once the store is back: %v", err)
+	}
+	if c, ok, err := BucketCluster(ctx, inner); err != nil || !ok || c.ClusterID != "alpha" {
+		t.Fatalf("the first write did not claim the bucket: %+v, %v, %v", c, ok, err)
+	}
+
+	other := NewClaimedStore(inner, format.Cluster{ClusterID: "beta"})
+	for _, write := range []func() error{
+		func() error { return other.Put(ctx, "k2", bytes.NewReader([]byte("v")), 1) },
+		func() error { return other.Create(ctx, "k3", bytes.NewReader([]byte("v")), 1) },
+		func() error { return other.Delete(ctx, "k") },
+	} {
+		var foreign *ForeignBucketError
+		if err := write(); !errors.As(err, &foreign) || foreign.Bucket != "alpha" || foreign.Cluster != "beta" {
+			t.Fatalf("write by another cluster: %v", err)
+		}
+	}
+	var keys []string
+	if err := inner.List(ctx, "", func(a objstore.Attrs) error { keys = append(keys, a.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, " ") != "cluster.json k" {
+		t.Fatalf("the bucket holds %v after the other cluster's writes", keys)
+	}
+}

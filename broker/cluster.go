@@ -288,6 +288,12 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 				}
 			}
 		}
+		// The controller hands the quorum to another voter before it
+		// goes, rather than leave the others an election timeout of its
+		// silence to notice.
+		if err := b.meta.Resign(); err != nil {
+			b.log.Info("controlled shutdown: the quorum's leadership was not handed over; the other voters elect a controller", "node", b.cfg.NodeID, "err", err)
+		}
 	}
 	return b.Close()
 }

@@ -654,6 +654,45 @@ func TestClusterControlledShutdownMovesLeadershipsFirst(t *testing.T) {
 	})
 }
 
+// A controller stopped on purpose hands the quorum to another voter
+// before it goes: when its Shutdown returns another node already leads,
+// where without the hand-over the others would wait out an election
+// timeout (500 ms, randomised up to twice that) of its silence, every
+// voter logging about it meanwhile.
+func TestClusterControllerShutdownHandsOverTheQuorum(t *testing.T) {
+	c := testCluster(t, 3)
+	old := c.any().meta.ControllerID()
+	if old < 0 {
+		t.Fatal("no controller")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := c.node(old)
+	c.nodes[old-1] = nil
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	leader := func() int32 {
+		for _, n := range c.nodes {
+			if n != nil && n.meta.IsLeader() {
+				return n.cfg.NodeID
+			}
+		}
+		return -1
+	}
+	// Well inside the election timeout: only a hand-over gets there.
+	for leader() < 0 {
+		if time.Since(stopped) > 250*time.Millisecond {
+			t.Fatalf("no voter leads %s after the controller's shutdown: it left the quorum to notice its silence", time.Since(stopped).Round(time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if l := leader(); l == old {
+		t.Fatalf("the stopped node %d still leads", l)
+	}
+}
+
 func TestClusterGroupOffsetsSurviveCoordinatorFailover(t *testing.T) {
 	c := testCluster(t, 3)
 	c.waitFor("the offsets topic", 15*time.Second, func() bool {

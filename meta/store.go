@@ -559,6 +559,40 @@ func (s *Store) leadingIn(term uint64) bool {
 // controller.
 func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 
+// Resign hands the quorum's leadership to another voter if this node
+// holds it and there is another voter to take it. A controller stopped on
+// purpose then costs the quorum one round trip, not an election timeout
+// of silence before the others notice it is gone, with every voter
+// complaining of it meanwhile; Kafka's controllers resign on shutdown the
+// same way. raft bounds the hand-over by an election timeout.
+func (s *Store) Resign() error {
+	select {
+	case <-s.raftReady:
+	default:
+		return nil
+	}
+	if s.raft.State() != raft.Leader {
+		return nil
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("meta: resign: %w", err)
+	}
+	others := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter && srv.ID != s.nodeID {
+			others++
+		}
+	}
+	if others == 0 {
+		return nil
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("meta: resign the quorum's leadership: %w", err)
+	}
+	return nil
+}
+
 // ControllerID returns the node ID of the raft leader, or -1 if none is
 // known.
 func (s *Store) ControllerID() int32 {

@@ -61,6 +61,10 @@ import (
 // fetch from the leader only (no KIP-392 follower fetching).
 func init() { register(kmsg.Fetch, 4, 17, (*Broker).handleFetch) }
 
+// noRecords is the record set of a partition answered without data:
+// empty, not null. Shared and never written to.
+var noRecords = []byte{}
+
 // fetchPart is one requested partition's place in the response.
 type fetchPart struct {
 	p         *partition
@@ -191,9 +195,16 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 
 	for _, fp := range parts {
-		// Never nil: before v12 nil encodes as length -1, which
-		// librdkafka refuses; Kafka always sends an empty record set.
-		fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
+		// Never nil: Kafka always sends a record set, empty or not, and
+		// nil encodes as null (length -1 before v12), which librdkafka
+		// refuses and kafka-python crashes on. A slice of the scratch
+		// buffer is nil when nothing was read on a connection whose
+		// buffer was never allocated or was let go, so an empty answer
+		// takes a non-nil empty slice instead.
+		fp.resp.RecordBatches = noRecords
+		if fp.end > fp.start {
+			fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
+		}
 		b.metrics.countError(kmsg.Fetch, fp.resp.ErrorCode)
 	}
 	return resp, nil

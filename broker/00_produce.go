@@ -36,9 +36,11 @@ import (
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
 // (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
 //
-// Validation runs before the partition's append lock. Compressed records
-// are checked as they decompress, at most recordCount × max.message.bytes
-// of them: a batch that inflates further is MESSAGE_TOO_LARGE.
+// Validation runs before the partition's append lock. max.message.bytes
+// applies to the batch as sent (compressed), as in Kafka. Compressed
+// records are checked as they stream out of the decompressor, never held
+// whole, up to max(recordCount, 16) × max.message.bytes of them (at most
+// 256 MiB): a batch that inflates further is MESSAGE_TOO_LARGE.
 //
 // A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
 // broker may stamp that, and the topic type is always CreateTime. A record

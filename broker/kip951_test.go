@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -122,4 +125,94 @@ func splitHostPort(t *testing.T, addr string) (string, int32) {
 		t.Fatal(err)
 	}
 	return h, port
+}
+
+// TestClusterControlledShutdownAnswersWithTheNewLeader: a broker in
+// controlled shutdown keeps answering for a moment after its leaderships
+// moved, so a producer's next request gets NOT_LEADER_OR_FOLLOWER naming
+// the new leader (KIP-951) and moves at once, instead of meeting a closed
+// connection and waiting for its next metadata refresh (franz-go: at most
+// every 5 s by default).
+func TestClusterControlledShutdownAnswersWithTheNewLeader(t *testing.T) {
+	c := testCluster(t, 3)
+	c.createTopic("drain", 1, 3, nil)
+	st := c.partitionState("drain", 0)
+	victim := c.node(st.Leader)
+	conn, err := net.Dial("tcp", victim.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	c.nodes[st.Leader-1] = nil
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- victim.Shutdown(ctx)
+	}()
+	select {
+	case <-victim.cluster.shutdownDone: // the controller says its leaderships moved
+	case err := <-done:
+		t.Fatalf("shutdown ended before its leaderships moved: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("leaderships did not move")
+	}
+
+	// Until this node has applied the move it still leads and takes the
+	// records (acks=1); then it refuses them, naming the new leader.
+	var resp *kmsg.ProduceResponse
+	deadline := time.Now().Add(5 * time.Second)
+	for corr := int32(1); ; corr++ {
+		resp = produceOn(t, conn, corr, "drain")
+		if resp.Topics[0].Partitions[0].ErrorCode != 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sp := resp.Topics[0].Partitions[0]
+	now := c.partitionState("drain", 0)
+	if sp.ErrorCode != kerr.NotLeaderForPartition.Code || sp.CurrentLeader.LeaderID != now.Leader || sp.CurrentLeader.LeaderID == st.Leader ||
+		sp.CurrentLeader.LeaderEpoch != now.LeaderEpoch {
+		t.Fatalf("error %v naming leader %d at epoch %d; want NOT_LEADER_OR_FOLLOWER naming %d at epoch %d",
+			kerr.ErrorForCode(sp.ErrorCode), sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch, now.Leader, now.LeaderEpoch)
+	}
+	if len(resp.Brokers) != 1 || resp.Brokers[0].NodeID != now.Leader {
+		t.Fatalf("node endpoints %+v, want the new leader %d", resp.Brokers, now.Leader)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// produceOn sends an acks=1 Produce of one record to partition 0 of topic
+// on conn at our highest version and reads its answer; a closed connection
+// fails the test.
+func produceOn(t *testing.T, conn net.Conn, corr int32, topic string) *kmsg.ProduceResponse {
+	t.Helper()
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(apis[int16(kmsg.Produce)].max)
+	req.Acks, req.TimeoutMillis = 1, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = rawBatch(-1, -1, -1, time.Now().UnixMilli(), "during the shutdown")
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	writeFrames(t, conn, corr, req)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var size [4]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		t.Fatalf("the broker closed the connection instead of answering: %v", err)
+	}
+	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(conn, frame); err != nil {
+		t.Fatal(err)
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(frame[5:]); err != nil { // correlation id, header tags
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -171,6 +171,9 @@ func TestClusterControlledShutdownAnswersWithTheNewLeader(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	sp := resp.Topics[0].Partitions[0]
+	c.waitFor("a running node to know the new leader", 5*time.Second, func() bool {
+		return c.partitionState("drain", 0).LeaderEpoch > st.LeaderEpoch
+	})
 	now := c.partitionState("drain", 0)
 	if sp.ErrorCode != kerr.NotLeaderForPartition.Code || sp.CurrentLeader.LeaderID != now.Leader || sp.CurrentLeader.LeaderID == st.Leader ||
 		sp.CurrentLeader.LeaderEpoch != now.LeaderEpoch {

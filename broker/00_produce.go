@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/txn"
+	"strata/meta"
 )
 
 // Produce: v3-12
@@ -34,11 +36,16 @@ import (
 // Unknown topics are auto-created when auto.create.topics.enable is on.
 //
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
-// (KIP-467); v9 flexible; v12 no wire change (KIP-890 marker).
+// (KIP-467); v9 flexible; v10 CurrentLeader and NodeEndpoints (KIP-951: a
+// partition refused with NOT_LEADER_OR_FOLLOWER names the leader, its
+// epoch and its address, so the client moves without a metadata round
+// trip); v11 TRANSACTION_ABORTABLE; v12 no wire change (KIP-890 marker).
 //
-// Validation runs before the partition's append lock. Compressed records
-// are checked as they decompress, at most recordCount × max.message.bytes
-// of them: a batch that inflates further is MESSAGE_TOO_LARGE.
+// Validation runs before the partition's append lock. max.message.bytes
+// applies to the batch as sent (compressed), as in Kafka. Compressed
+// records are checked as they stream out of the decompressor, never held
+// whole, up to max(recordCount, 16) × max.message.bytes of them (at most
+// 256 MiB): a batch that inflates further is MESSAGE_TOO_LARGE.
 //
 // A batch with the LogAppendTime attribute is INVALID_TIMESTAMP: only the
 // broker may stamp that, and the topic type is always CreateTime. A record
@@ -186,11 +193,75 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			b.produceError(w.p.topic, w.p.index, sp, err)
 		}
 	}
+	if r.Version >= 10 {
+		b.produceLeaderHints(resp)
+	}
 	b.metrics.produceLatency.Observe(time.Since(start).Seconds())
 	if r.Acks == 0 {
 		return nil, acksZeroFailure(resp)
 	}
 	return resp, nil
+}
+
+// produceLeaderHints applies KIP-951 to a Produce answer (v10+): each
+// partition refused with NOT_LEADER_OR_FOLLOWER names the leader and
+// epoch this node's metadata knows, and the response carries those
+// leaders' endpoints, so that a client moves its batches at once instead
+// of waiting for a metadata refresh (franz-go refreshes at most every 5 s
+// by default).
+func (b *Broker) produceLeaderHints(resp *kmsg.ProduceResponse) {
+	h := leaderHints{st: b.meta.State()}
+	for i := range resp.Topics {
+		st := &resp.Topics[i]
+		for j := range st.Partitions {
+			sp := &st.Partitions[j]
+			if sp.ErrorCode == kerr.NotLeaderForPartition.Code {
+				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = h.leader(st.Topic, sp.Partition)
+			}
+		}
+	}
+	for _, br := range h.endpoints() {
+		pb := kmsg.NewProduceResponseBroker()
+		pb.NodeID, pb.Host, pb.Port, pb.Rack = br.ID, br.Host, br.Port, rack(br)
+		resp.Brokers = append(resp.Brokers, pb)
+	}
+}
+
+// leaderHints gathers KIP-951's CurrentLeader answers of one response
+// and the leaders they name.
+type leaderHints struct {
+	st  *meta.State
+	ids []int32
+}
+
+// leader returns the leader and leader epoch of the partition as this
+// node's metadata knows them, -1 and -1 when it knows none (an unknown
+// partition, an offline one).
+func (h *leaderHints) leader(topic string, partition int32) (id, epoch int32) {
+	t, ok := h.st.Topics[topic]
+	if !ok || partition < 0 || int(partition) >= len(t.Partitions) || t.Partitions[partition].Leader < 0 {
+		return -1, -1
+	}
+	p := &t.Partitions[partition]
+	if !slices.Contains(h.ids, p.Leader) {
+		h.ids = append(h.ids, p.Leader)
+	}
+	return p.Leader, p.LeaderEpoch
+}
+
+// endpoints returns the registered, unfenced brokers among the leaders
+// named, in id order. A fenced one is left out, as in Kafka: a client
+// takes a hint only with its leader's endpoint, and must not be sent to a
+// broker the controller knows to be gone.
+func (h *leaderHints) endpoints() []meta.Broker {
+	slices.Sort(h.ids)
+	var out []meta.Broker
+	for _, id := range h.ids {
+		if h.st.Alive(id) {
+			out = append(out, h.st.Brokers[id])
+		}
+	}
+	return out
 }
 
 func (b *Broker) produceError(topic string, partition int32, sp *kmsg.ProduceResponseTopicPartition, err error) {

@@ -31,8 +31,11 @@ import (
 //
 // Version notes: v4 isolation level and LastStableOffset; v5
 // LogStartOffset; v7 fetch sessions (KIP-227); v9 CurrentLeaderEpoch
-// (KIP-320); v11 rack-aware preferred replica (KIP-392); v12 flexible; v13
-// topic ids; v15 ReplicaState (KIP-903); v16-17 no change for consumers.
+// (KIP-320); v11 rack-aware preferred replica (KIP-392); v12 flexible, and
+// CurrentLeader (KIP-951: a partition refused with NOT_LEADER_OR_FOLLOWER
+// or FENCED_LEADER_EPOCH names the leader and epoch this node knows); v13
+// topic ids; v15 ReplicaState (KIP-903); v16 NodeEndpoints, those
+// leaders' addresses (KIP-951); v17 no change for consumers.
 //
 // Followers fetch too (ReplicaID, or ReplicaState from v15): only the
 // leader answers them, only for a replica of the partition (and, from
@@ -60,6 +63,10 @@ import (
 // choice the protocol allows: clients then send full fetches); consumers
 // fetch from the leader only (no KIP-392 follower fetching).
 func init() { register(kmsg.Fetch, 4, 17, (*Broker).handleFetch) }
+
+// noRecords is the record set of a partition answered without data:
+// empty, not null. Shared and never written to.
+var noRecords = []byte{}
 
 // fetchPart is one requested partition's place in the response.
 type fetchPart struct {
@@ -191,12 +198,48 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 
 	for _, fp := range parts {
-		// Never nil: before v12 nil encodes as length -1, which
-		// librdkafka refuses; Kafka always sends an empty record set.
-		fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
+		// Never nil: Kafka always sends a record set, empty or not, and
+		// nil encodes as null (length -1 before v12), which librdkafka
+		// refuses and kafka-python crashes on. A slice of the scratch
+		// buffer is nil when nothing was read on a connection whose
+		// buffer was never allocated or was let go, so an empty answer
+		// takes a non-nil empty slice instead.
+		fp.resp.RecordBatches = noRecords
+		if fp.end > fp.start {
+			fp.resp.RecordBatches = req.conn.scratch[fp.start:fp.end:fp.end]
+		}
 		b.metrics.countError(kmsg.Fetch, fp.resp.ErrorCode)
 	}
+	if r.Version >= 12 {
+		b.fetchLeaderHints(resp)
+	}
 	return resp, nil
+}
+
+// fetchLeaderHints applies KIP-951 to a Fetch answer: each partition
+// refused with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the
+// leader and epoch this node's metadata knows (v12+), and from v16 the
+// response carries those leaders' endpoints, so that a consumer or a
+// follower moves at once instead of waiting for a metadata refresh.
+func (b *Broker) fetchLeaderHints(resp *kmsg.FetchResponse) {
+	h := leaderHints{st: b.meta.State()}
+	for i := range resp.Topics {
+		ft := &resp.Topics[i]
+		for j := range ft.Partitions {
+			sp := &ft.Partitions[j]
+			if sp.ErrorCode == kerr.NotLeaderForPartition.Code || sp.ErrorCode == kerr.FencedLeaderEpoch.Code {
+				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = h.leader(ft.Topic, sp.Partition)
+			}
+		}
+	}
+	if resp.Version < 16 {
+		return
+	}
+	for _, br := range h.endpoints() {
+		fb := kmsg.NewFetchResponseBroker()
+		fb.NodeID, fb.Host, fb.Port, fb.Rack = br.ID, br.Host, br.Port, rack(br)
+		resp.Brokers = append(resp.Brokers, fb)
+	}
 }
 
 // followerFetch checks a follower's fetch and records its position: the

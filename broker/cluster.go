@@ -274,6 +274,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			select {
 			case <-b.cluster.shutdownDone:
 				b.log.Info("controlled shutdown: leaderships moved", "node", b.cfg.NodeID)
+				b.drainLeaderships(ctx)
 				break wait
 			case <-ctx.Done():
 				b.log.Warn("controlled shutdown: gave up waiting for leaderships to move", "node", b.cfg.NodeID)
@@ -296,6 +297,61 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		}
 	}
 	return b.Close()
+}
+
+// drainLeaderships keeps a broker whose controlled shutdown moved its
+// leaderships answering a little longer, as a Kafka broker does until its
+// next heartbeat, so that a client's next request gets
+// NOT_LEADER_OR_FOLLOWER naming the new leader (KIP-951) and moves at
+// once; a closed connection would leave the client to its next metadata
+// refresh (franz-go: at most every 5 s by default). The controller's
+// ShouldShutdown can arrive before this node has applied the moves, so it
+// first waits for its own metadata to show them (within a session
+// timeout), then answers for a heartbeat interval.
+func (b *Broker) drainLeaderships(ctx context.Context) {
+	bound := time.NewTimer(b.cfg.SessionTimeout)
+	defer bound.Stop()
+	for {
+		changed := b.meta.Changed()
+		if ledNothingMovable(b.meta.State(), b.cfg.NodeID) {
+			break
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-b.ctx.Done():
+			return
+		}
+	}
+	linger := time.NewTimer(b.cfg.HeartbeatInterval)
+	defer linger.Stop()
+	select {
+	case <-linger.C:
+	case <-ctx.Done():
+	case <-b.ctx.Done():
+	}
+}
+
+// ledNothingMovable reports whether st names node id the leader of no
+// partition that another live in-sync replica could lead: what the
+// controller checks before it answers ShouldShutdown.
+func ledNothingMovable(st *meta.State, id int32) bool {
+	for _, t := range st.Topics {
+		for _, p := range t.Partitions {
+			if p.Leader != id {
+				continue
+			}
+			for _, r := range p.ISR {
+				if r != id && st.Alive(r) && !st.Brokers[r].ShuttingDown {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // peers holds one client per other broker's address, for the requests

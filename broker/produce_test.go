@@ -190,8 +190,9 @@ func zstdBomb(t *testing.T, size int) []byte {
 	return withAttributes(raw, 4)
 }
 
-// A small compressed batch that inflates past max.message.bytes per record
-// is MESSAGE_TOO_LARGE, found while it decompresses and before the
+// A small compressed batch that inflates past its bound (16 ×
+// max.message.bytes for a batch of one record) is MESSAGE_TOO_LARGE,
+// found while it decompresses and before the
 // partition's append lock: produce to a partition whose appends are held
 // up still gets its answer.
 func TestProduceDecompressionBombOutsidePartitionLock(t *testing.T) {

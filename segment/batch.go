@@ -144,8 +144,9 @@ func batchCRC(b []byte) uint32 { return crc32.Checksum(b[offAttributes:], castag
 // records themselves, walked as they decompress: their encoding, that
 // their count matches recordCount, that offset deltas run 0..n-1 and that
 // lastOffsetDelta is recordCount-1. Compressed records may decompress to
-// at most recordCount × maxBytes (ErrMessageTooLarge beyond). It does not
-// check timestamps against a clock.
+// at most max(recordCount, 16) × maxBytes (decompressedLimit;
+// ErrMessageTooLarge beyond). It does not check timestamps against a
+// clock.
 func ValidateBatch(b []byte, maxBytes int) (BatchHeader, error) {
 	f, err := validateBatch(b, maxBytes, nil)
 	return f.hdr, err
@@ -238,15 +239,29 @@ func validateBatch(b []byte, maxBytes int, bounds *tsBounds) (batchFacts, error)
 }
 
 // decompressedLimit is how many bytes the records of a compressed batch
-// may decompress to: maxBytes (max.message.bytes) per record, as no
-// single record a producer sends is larger than a batch may be, and never
-// more than maxDecompressed. Without a batch limit, only the latter.
+// may decompress to. Kafka checks max.message.bytes against the batch as
+// sent, compressed, and never bounds what it inflates to: producers whose
+// batch limit is above max.message.bytes count on compression (franz-go's
+// ProducerBatchMaxBytes and librdkafka's batch.size are uncompressed
+// sizes), and a few records of a MiB each may gzip to a few KB. Validation
+// streams the records (memory stays at the decoder's window and a read
+// buffer, whatever they inflate to), so this bound is not what protects
+// memory: it caps the work one small batch can make the broker do. It is
+// max.message.bytes per record, and never less than minDecompressedBatches
+// of them, so a batch of a few large records is accepted; and never more
+// than maxDecompressed. Without a batch limit, only the latter.
 func decompressedLimit(numRecords int32, maxBytes int) int64 {
 	if maxBytes <= 0 {
 		return maxDecompressed
 	}
-	return min(int64(numRecords)*int64(maxBytes), maxDecompressed)
+	return min(int64(max(numRecords, minDecompressedBatches))*int64(maxBytes), maxDecompressed)
 }
+
+// minDecompressedBatches is the least number of max.message.bytes a
+// compressed batch may decompress to, whatever its record count: 16 MiB
+// at the default, well above what a client batches uncompressed, and well
+// below the gigabytes a batch of max.message.bytes could claim.
+const minDecompressedBatches = 16
 
 // validateCompressed walks the records of a compressed batch while they
 // decompress, failing as soon as their lengths claim more than limit
@@ -308,7 +323,7 @@ func decompressError(codec int, err error, limit int64) error {
 	case errors.Is(err, ErrCorruptMessage), errors.Is(err, ErrInvalidRecord), errors.Is(err, ErrMessageTooLarge):
 		return err
 	case errors.Is(err, errTooLarge):
-		return fmt.Errorf("%w: records decompress to more than %d bytes (max.message.bytes per record)", ErrMessageTooLarge, limit)
+		return fmt.Errorf("%w: records decompress to more than %d bytes", ErrMessageTooLarge, limit)
 	}
 	return fmt.Errorf("%w: decompressing codec %d: %v", ErrCorruptMessage, codec, err)
 }

@@ -93,6 +93,58 @@ func TestAppendBoundsDecompression(t *testing.T) {
 	}
 }
 
+// Kafka checks max.message.bytes against the batch as sent: a few records
+// of 1 MiB each, which compress to a few KB, are accepted although they
+// decompress to several times the limit (franz-go's
+// TestConsumeMaxDecompressBatchBytes produces three), and validating them
+// streams: it allocates the decoder's buffers, not what they inflate to.
+func TestAppendLargeRecordsCompressedSmall(t *testing.T) {
+	const maxBytes = 1 << 20
+	big := make([]byte, maxBytes)
+	for _, n := range []int{3, 12} {
+		for _, codec := range []int{codecGzip, codecLz4, codecZstd, codecSnappy} {
+			clock := newClock()
+			l := mustOpen(t, t.TempDir(), Config{Now: clock.Now, MaxBatchBytes: maxBytes})
+			vals := make([][]byte, n)
+			for i := range vals {
+				vals[i] = big
+			}
+			b := encodeBatch(t, batchSpec{codec: codec, values: vals, firstTs: clock.Millis()})
+			if len(b) > maxBytes {
+				t.Fatalf("codec %d: batch of %d bytes is over the limit itself", codec, len(b))
+			}
+			info, err := l.Append(b, 0)
+			if err != nil {
+				t.Fatalf("codec %d: %d-byte batch of %d MiB of records: %v", codec, len(b), n, err)
+			}
+			if info.LastOffset != int64(n-1) || l.EndOffset() != int64(n) {
+				t.Fatalf("codec %d: appended up to %d, log end %d; want %d records", codec, info.LastOffset, l.EndOffset(), n)
+			}
+			l.Close()
+			if codec == codecSnappy {
+				// A snappy block does not stream; its expansion is
+				// bounded by the format (maxSnappyRatio) instead.
+				continue
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err = ValidateBatch(b, maxBytes)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatalf("codec %d: validate: %v", codec, err)
+			}
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("codec %d: %d-byte batch of %d MiB of records validated with %d bytes allocated", codec, len(b), n, alloc)
+			// At most the decoder's own buffers (zstd's 8 MiB window,
+			// lz4's 4 MiB block), whatever the records inflate to.
+			if alloc > 10<<20 {
+				t.Fatalf("codec %d: validating a batch of %d MiB of records allocated %d bytes", codec, n, alloc)
+			}
+		}
+	}
+}
+
 // Validation, decompression included, runs before the log's write lock, so
 // a slow batch never holds up the partition's appends.
 func TestPrepareOutsideWriteLock(t *testing.T) {
@@ -119,14 +171,18 @@ func TestPrepareOutsideWriteLock(t *testing.T) {
 }
 
 // A snappy block cannot stream, so the length it claims is checked against
-// the bound before anything is allocated; a claim snappy cannot reach from
-// that many bytes is corrupt.
+// the bound (16 × max.message.bytes for one record) before anything is
+// allocated; a claim snappy cannot reach from that many bytes is corrupt.
 func TestSnappyClaimBounded(t *testing.T) {
 	var rec []byte
 	rec = appendRecord(rec, 0, 0, nil, make([]byte, 2<<20), false)
 	b := encodeBatch(t, batchSpec{codec: codecSnappy, payload: s2.EncodeSnappy(nil, rec), count: 1})
-	if _, err := ValidateBatch(b, 1<<20); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("%d-byte snappy batch of a 2 MiB record, 1 MiB limit: %v, want %v", len(b), err, ErrMessageTooLarge)
+	const limit = 120 << 10 // the bound is 1.875 MiB, below the 2 MiB record
+	if len(b) > limit {
+		t.Fatalf("%d-byte batch is over the limit itself", len(b))
+	}
+	if _, err := ValidateBatch(b, limit); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("%d-byte snappy batch of a 2 MiB record, %d-byte limit: %v, want %v", len(b), limit, err, ErrMessageTooLarge)
 	}
 	if _, err := ValidateBatch(b, 4<<20); err != nil {
 		t.Fatalf("same batch under a 4 MiB limit: %v", err)

@@ -64,12 +64,12 @@ func (s *Store) appliedThrough(index uint64) bool {
 	if s.raft.AppliedIndex() < index {
 		return false
 	}
-	// Every entry up to index is with the state machine. Those past the
-	// last command it applied that are no commands never reach Apply and
-	// do not count; a command does, unless a snapshot the state machine
-	// restored covers it.
-	snap := uint64(0)
-	snapRead := false
+	// Every entry up to index is with the state machine. A snapshot it
+	// took or restored is reflected whole: after a restart it has applied
+	// no command yet, and the entries the snapshot covers need no look.
+	// Past that, entries that are no commands never reach Apply and do
+	// not count; a command not applied yet does.
+	done = max(done, s.lastSnapshotIndex())
 	for i := done + 1; i <= index; i++ {
 		var l raft.Log
 		err := s.logs.GetLog(i, &l)
@@ -79,13 +79,11 @@ func (s *Store) appliedThrough(index uint64) bool {
 		if err != nil || l.Type != raft.LogCommand {
 			continue
 		}
-		if !snapRead {
-			snap, snapRead = s.lastSnapshotIndex(), true
-		}
-		if i > snap {
-			return false
-		}
+		return false
 	}
+	// State reflects everything up to index: the next look starts there,
+	// rather than scan the same entries again for every request.
+	s.fsm.raiseApplied(index)
 	return true
 }
 

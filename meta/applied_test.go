@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -70,5 +71,42 @@ func TestWaitAppliedReadsAfterTheLeadersWrite(t *testing.T) {
 	defer cancel()
 	if err := q.followers()[0].WaitApplied(short, leader.CommitIndex()+100); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitApplied past the end of the log: %v, want the deadline", err)
+	}
+}
+
+// After a restart on a snapshot that covers the whole log, the state
+// machine applies no command until the next one comes, which on an idle
+// cluster may be never: the wait looks at the log past the snapshot once,
+// not at every entry since the first on every request that waits.
+func TestWaitAppliedAfterRestartOnASnapshot(t *testing.T) {
+	q := newQuorum(t, 1)
+	q.open(1)
+	s := q.leader()
+	ctx := testCtx(t)
+	if _, err := s.RegisterBroker(ctx, Registration{Incarnation: "i", ID: 1, Host: "127.0.0.1", Port: 9092}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if _, err := s.CreateTopic(ctx, TopicSpec{Name: fmt.Sprintf("t%d", i), Partitions: 1, ReplicationFactor: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	q.close(1)
+	q.open(1)
+	s = q.leader()
+	if len(s.State().Topics) != 30 {
+		t.Fatalf("%d topics after the restart, want 30", len(s.State().Topics))
+	}
+	index := s.CommitIndex()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.WaitApplied(wctx, index); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.fsm.applied.Load(); got < index {
+		t.Fatalf("after waiting for %d the state machine counts %d applied: every later wait scans the log from there again", index, got)
 	}
 }

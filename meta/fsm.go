@@ -50,6 +50,17 @@ func (f *fsm) changed() <-chan struct{} {
 	return f.mu.changed
 }
 
+// raiseApplied records that State reflects every entry up to index; it
+// never moves back.
+func (f *fsm) raiseApplied(index uint64) {
+	for {
+		cur := f.applied.Load()
+		if cur >= index || f.applied.CompareAndSwap(cur, index) {
+			return
+		}
+	}
+}
+
 // appliedChanged returns a channel closed when Apply next runs.
 func (f *fsm) appliedChanged() <-chan struct{} {
 	f.mu.Lock()
@@ -80,7 +91,7 @@ func (f *fsm) apply(index uint64, data []byte) result {
 		f.publish(next)
 	}
 	// After the publish: whoever sees applied reach index sees its State.
-	f.applied.Store(index)
+	f.raiseApplied(index)
 	f.mu.Lock()
 	close(f.mu.appliedCh)
 	f.mu.appliedCh = make(chan struct{})

@@ -60,6 +60,9 @@ type Broker struct {
 
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
+	// tierStore is the tier's store, which writes nothing until the
+	// bucket is claimed for this cluster (awaitClusterID).
+	tierStore *tier.ClaimedStore
 	// compactor compacts the compacted topics' logs (broker/compaction.go).
 	compactor *compactor.Compactor
 	// localBytes is the size of the hosted logs as of the last upload
@@ -234,13 +237,16 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
-	if err := b.waitClusterID(ctx); err != nil {
+	// Start does not wait for the cluster's id (awaitClusterID); an id
+	// known now must be this node's.
+	clusterID, unnamedSince := b.clusterID(), time.Now()
+	if err := b.checkClusterID(clusterID); err != nil {
 		b.Close()
 		return nil, err
 	}
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
-	if err := b.openTier(ctx); err != nil {
+	if err := b.openTier(ctx, clusterID); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
@@ -270,6 +276,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.startCompactor(); err != nil {
 		b.Close()
 		return nil, err
+	}
+	if clusterID == "" {
+		b.goFunc(func() { b.awaitClusterID(unnamedSince) })
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true

@@ -108,6 +108,10 @@ type Broker struct {
 // receives the HTTP listener's address.
 var testHookStarting func(httpAddr net.Addr)
 
+// testHookMetaConfig, when set by a test, edits the metadata store's
+// configuration before it opens.
+var testHookMetaConfig func(*meta.Config)
+
 // tp names a partition by topic name and index.
 type tp struct {
 	topic     string
@@ -191,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if testHookStarting != nil {
 		testHookStarting(b.httpAddr)
 	}
-	m, err := meta.Open(ctx, meta.Config{
+	mcfg := meta.Config{
 		NodeID:    cfg.NodeID,
 		Dir:       filepath.Join(cfg.DataDir, "meta"),
 		RaftAddr:  cfg.RaftListen,
@@ -202,7 +206,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceInterval: cfg.LeaderRebalanceInterval,
 		ClusterID:         cfg.ClusterID,
-	})
+	}
+	if testHookMetaConfig != nil {
+		testHookMetaConfig(&mcfg)
+	}
+	m, err := meta.Open(ctx, mcfg)
 	if err != nil {
 		b.closeListeners()
 		b.cancel()

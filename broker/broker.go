@@ -245,9 +245,14 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
-	// Start does not wait for the cluster's id (awaitClusterID); an id
-	// known now must be this node's.
-	clusterID, unnamedSince := b.clusterID(), time.Now()
+	// Start waits for the cluster's id only briefly (awaitClusterID
+	// waits on); an id known now must be this node's.
+	unnamedSince := time.Now()
+	clusterID, err := b.briefClusterID(ctx)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
 	if err := b.checkClusterID(clusterID); err != nil {
 		b.Close()
 		return nil, err

@@ -155,8 +155,31 @@ func (b *Broker) otherClusterError(id string) error {
 }
 
 // clusterNamedWait is how long a node waits quietly for the controller to
-// name the cluster before it says it waits.
+// name the cluster before it says it waits; Start waits as long at most.
 const clusterNamedWait = time.Second
+
+// briefClusterID returns the cluster's id, waiting up to clusterNamedWait
+// for it, or "" if it is not known by then. A controller of this version
+// names the cluster first thing, so the id is normally there at once or
+// within a few milliseconds, and waiting for those keeps a bucket of
+// another cluster refused at start rather than found out later.
+func (b *Broker) briefClusterID(ctx context.Context) (string, error) {
+	bound := time.NewTimer(clusterNamedWait)
+	defer bound.Stop()
+	for {
+		changed := b.meta.Changed()
+		if id := b.clusterID(); id != "" {
+			return id, nil
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return "", nil
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for the controller to name the cluster: %w", context.Cause(ctx))
+		}
+	}
+}
 
 // awaitClusterID waits, behind a started broker, for the controller to
 // name the cluster, and then gives the bucket the id to be claimed for.

@@ -45,7 +45,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, mb)
 	}
-	resp.ClusterID = kmsg.StringPtr(b.clusterID())
+	if id := b.clusterID(); id != "" {
+		resp.ClusterID = kmsg.StringPtr(id)
+	} // else null, Kafka's "not known": the controller has not named the cluster yet
 	resp.ControllerID = b.meta.ControllerID()
 	resp.AuthorizedOperations = authorizedOperationsOmitted
 

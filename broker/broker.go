@@ -60,6 +60,9 @@ type Broker struct {
 
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
+	// tierStore is the tier's store, which writes nothing until the
+	// bucket is claimed for this cluster (awaitClusterID).
+	tierStore *tier.ClaimedStore
 	// compactor compacts the compacted topics' logs (broker/compaction.go).
 	compactor *compactor.Compactor
 	// localBytes is the size of the hosted logs as of the last upload
@@ -104,6 +107,10 @@ type Broker struct {
 // store opens (the part of start-up that waits for a raft leader), and
 // receives the HTTP listener's address.
 var testHookStarting func(httpAddr net.Addr)
+
+// testHookMetaConfig, when set by a test, edits the metadata store's
+// configuration before it opens.
+var testHookMetaConfig func(*meta.Config)
 
 // tp names a partition by topic name and index.
 type tp struct {
@@ -188,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if testHookStarting != nil {
 		testHookStarting(b.httpAddr)
 	}
-	m, err := meta.Open(ctx, meta.Config{
+	mcfg := meta.Config{
 		NodeID:    cfg.NodeID,
 		Dir:       filepath.Join(cfg.DataDir, "meta"),
 		RaftAddr:  cfg.RaftListen,
@@ -199,7 +206,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceInterval: cfg.LeaderRebalanceInterval,
 		ClusterID:         cfg.ClusterID,
-	})
+	}
+	if testHookMetaConfig != nil {
+		testHookMetaConfig(&mcfg)
+	}
+	m, err := meta.Open(ctx, mcfg)
 	if err != nil {
 		b.closeListeners()
 		b.cancel()
@@ -234,13 +245,21 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
-	if err := b.waitClusterID(ctx); err != nil {
+	// Start waits for the cluster's id only briefly (awaitClusterID
+	// waits on); an id known now must be this node's.
+	unnamedSince := time.Now()
+	clusterID, err := b.briefClusterID(ctx)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.checkClusterID(clusterID); err != nil {
 		b.Close()
 		return nil, err
 	}
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
-	if err := b.openTier(ctx); err != nil {
+	if err := b.openTier(ctx, clusterID); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("tiered storage: %w", err)
 	}
@@ -270,6 +289,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.startCompactor(); err != nil {
 		b.Close()
 		return nil, err
+	}
+	if clusterID == "" {
+		b.goFunc(func() { b.awaitClusterID(unnamedSince) })
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true

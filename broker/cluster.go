@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/meta"
+	"strata/tier"
 )
 
 // A broker's life in the cluster (docs/replication.md, steps 1-2): it
@@ -138,29 +139,115 @@ func (b *Broker) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// waitClusterID waits until the metadata names the cluster (the
-// controller does so first thing, once), and refuses a metadata that
-// names another cluster than the configured cluster.id: this node's data
-// dir, or the quorum it joined, belongs to that other cluster.
-func (b *Broker) waitClusterID(ctx context.Context) error {
+// checkClusterID refuses to start a node configured with a cluster.id
+// other than id, the one its metadata names: this node's data dir, or the
+// quorum it joined, belongs to that other cluster. A metadata that names
+// no cluster yet passes; awaitClusterID checks the id once it is known.
+func (b *Broker) checkClusterID(id string) error {
+	if id != "" && b.cfg.ClusterID != "" && id != b.cfg.ClusterID {
+		return b.otherClusterError(id)
+	}
+	return nil
+}
+
+func (b *Broker) otherClusterError(id string) error {
+	return fmt.Errorf("cluster.id is %s, but the metadata (data dir %s, or the quorum) is of cluster %s", b.cfg.ClusterID, b.cfg.DataDir, id)
+}
+
+// clusterNamedWait is how long a node waits quietly for the controller to
+// name the cluster before it says it waits; Start waits as long at most.
+const clusterNamedWait = time.Second
+
+// briefClusterID returns the cluster's id, waiting up to clusterNamedWait
+// for it, or "" if it is not known by then. A controller of this version
+// names the cluster first thing, so the id is normally there at once or
+// within a few milliseconds, and waiting for those keeps a bucket of
+// another cluster refused at start rather than found out later.
+func (b *Broker) briefClusterID(ctx context.Context) (string, error) {
+	bound := time.NewTimer(clusterNamedWait)
+	defer bound.Stop()
 	for {
 		changed := b.meta.Changed()
-		if id := b.meta.State().ClusterID; id != "" {
-			if b.cfg.ClusterID != "" && id != b.cfg.ClusterID {
-				return fmt.Errorf("cluster.id is %s, but the metadata (data dir %s, or the quorum) is of cluster %s", b.cfg.ClusterID, b.cfg.DataDir, id)
-			}
-			return nil
+		if id := b.clusterID(); id != "" {
+			return id, nil
 		}
 		select {
 		case <-changed:
+		case <-bound.C:
+			return "", nil
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the controller to name the cluster: %w", context.Cause(ctx))
+			return "", fmt.Errorf("waiting for the controller to name the cluster: %w", context.Cause(ctx))
 		}
 	}
 }
 
+// awaitClusterID waits, behind a started broker, for the controller to
+// name the cluster, and then gives the bucket the id to be claimed for.
+// Start does not wait for it: a controller of a version before clusters
+// had ids never names the cluster (its followers cannot even apply the
+// name), so during a rolling upgrade the id comes only once a new
+// controller is elected. Meanwhile the broker serves, Metadata and
+// DescribeCluster report no id, and nothing is written to the bucket
+// (tier.ClaimedStore): uploads fail and are retried, as when the store
+// is down. It says, once, what it waits for after clusterNamedWait, and
+// when the wait is over.
+func (b *Broker) awaitClusterID(since time.Time) {
+	tell := time.NewTimer(max(clusterNamedWait-time.Since(since), 0))
+	defer tell.Stop()
+	told := false
+	for {
+		changed := b.meta.Changed()
+		if id := b.clusterID(); id != "" {
+			b.clusterNamed(id, told, since)
+			return
+		}
+		select {
+		case <-changed:
+		case <-tell.C:
+			told = true
+			if b.tierStore != nil {
+				b.log.Info("waiting for the controller to name the cluster; uploads to the bucket wait for it", "controller", b.meta.ControllerID())
+			} else {
+				b.log.Info("waiting for the controller to name the cluster", "controller", b.meta.ControllerID())
+			}
+		case <-b.ctx.Done():
+			return
+		}
+	}
+}
+
+// clusterNamed hands the cluster's id, now known, to the bucket and
+// claims it, so that the bucket names its cluster before the first upload
+// needs it; a claim that fails now is made by that upload.
+func (b *Broker) clusterNamed(id string, told bool, since time.Time) {
+	if b.cfg.ClusterID != "" && id != b.cfg.ClusterID {
+		// Too late to refuse the start; the bucket is neither cluster's
+		// to claim, so nothing is written to it.
+		err := b.otherClusterError(id)
+		b.log.Error("this node is of another cluster than the one it was configured for: nothing is written to the bucket; fix cluster.id or the data dir, and restart", "err", err)
+		if b.tierStore != nil {
+			b.tierStore.Refuse(err)
+		}
+		return
+	}
+	if told {
+		b.log.Info("the controller named the cluster", "cluster_id", id, "waited", time.Since(since).Round(time.Millisecond))
+	}
+	if b.tierStore == nil {
+		return
+	}
+	b.tierStore.Name(id)
+	ctx, cancel := context.WithTimeout(b.ctx, claimTimeout)
+	err := b.tierStore.Claim(ctx)
+	cancel()
+	if foreign := (*tier.ForeignBucketError)(nil); errors.As(err, &foreign) {
+		b.log.Error("nothing is written to the bucket: it belongs to another cluster; each cluster needs a bucket or prefix of its own",
+			"store", b.tierWhere(), "bucket_cluster", foreign.Bucket, "cluster", foreign.Cluster)
+	}
+}
+
 // clusterID is the id Metadata and DescribeCluster report: the
-// metadata's, which Start waited for.
+// metadata's, empty until the controller names the cluster.
 func (b *Broker) clusterID() string { return b.meta.State().ClusterID }
 
 func (b *Broker) registerOnce(ctx context.Context, reg meta.Registration) (int64, error) {

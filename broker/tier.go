@@ -89,8 +89,17 @@ var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit whi
 // does not hold the start, which does not wait for the bucket otherwise.
 const claimTimeout = 2 * time.Second
 
-// openTier starts the cold tier when a store is configured.
-func (b *Broker) openTier(ctx context.Context) error {
+// tierWhere names the object store for messages.
+func (b *Broker) tierWhere() string {
+	if b.cfg.Tier.Where == "" {
+		return "the object store"
+	}
+	return b.cfg.Tier.Where
+}
+
+// openTier starts the cold tier when a store is configured, for the
+// cluster named id (empty when not named yet).
+func (b *Broker) openTier(ctx context.Context, id string) error {
 	if b.cfg.Tier.Store == nil {
 		return nil
 	}
@@ -98,25 +107,26 @@ func (b *Broker) openTier(ctx context.Context) error {
 	// another cluster uses holds topics whose ids mean nothing here. A
 	// store that is down now does not stop the start (an outage is the
 	// uploader's to wait out), nor does one that does not answer for
-	// claimTimeout; the first write claims it then.
-	store := tier.NewClaimedStore(b.cfg.Tier.Store, format.Cluster{ClusterID: b.clusterID(), CreatedMs: time.Now().UnixMilli(), CreatedBy: b.cfg.NodeID})
-	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
-	err := store.Claim(cctx)
-	cancel()
-	if err != nil {
-		where := b.cfg.Tier.Where
-		if where == "" {
-			where = "the object store"
+	// claimTimeout; the first write claims it then. Nor does a cluster
+	// with no id yet: awaitClusterID gives the store the id once the
+	// controller names the cluster, and nothing is written before.
+	store := tier.NewClaimedStore(b.cfg.Tier.Store, format.Cluster{ClusterID: id, CreatedMs: time.Now().UnixMilli(), CreatedBy: b.cfg.NodeID})
+	b.tierStore = store
+	if id != "" {
+		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		err := store.Claim(cctx)
+		cancel()
+		if err != nil {
+			var foreign *tier.ForeignBucketError
+			if errors.As(err, &foreign) {
+				return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
+					b.tierWhere(), foreign.Bucket, foreign.Cluster)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("claim bucket %s for cluster %s: %w", b.tierWhere(), id, err)
+			}
+			b.log.Warn("bucket not claimed yet: nothing is written to it until it is", "store", b.tierWhere(), "err", err)
 		}
-		var foreign *tier.ForeignBucketError
-		if errors.As(err, &foreign) {
-			return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
-				where, foreign.Bucket, foreign.Cluster)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("claim bucket %s for cluster %s: %w", where, b.clusterID(), err)
-		}
-		b.log.Warn("bucket not claimed yet: nothing is written to it until it is", "store", where, "err", err)
 	}
 	t, err := tier.Open(tier.Config{
 		Store:              store,
@@ -245,6 +255,10 @@ func (b *Broker) uploadPass() {
 				// who leads.
 				b.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.topic, "partition", p.index, "err", err)
 				p.tier.stale.Store(true)
+			} else if errors.Is(err, tier.ErrClusterUnnamed) {
+				// Nothing was written: the bucket waits for the cluster's
+				// id, which awaitClusterID said once.
+				b.log.Debug("tier upload waits for the cluster's id", "topic", p.topic, "partition", p.index)
 			} else if err != nil && p.tier.ctx.Err() == nil {
 				b.metrics.tierUploadErrors.Inc()
 				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)

@@ -279,7 +279,7 @@ func (b *Broker) collectPartition(p *partition) {
 	cancel()
 	b.metrics.tierOrphansDeleted.Add(float64(n))
 	if err != nil {
-		if errors.Is(err, tier.ErrCollectionSkipped) || errors.Is(err, tier.ErrFenced) {
+		if errors.Is(err, tier.ErrCollectionSkipped) || errors.Is(err, tier.ErrFenced) || errors.Is(err, tier.ErrClusterUnnamed) {
 			b.log.Debug("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
 		} else if p.tier.ctx.Err() == nil {
 			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)

@@ -68,6 +68,8 @@ type controller struct {
 	log       *slog.Logger
 	// clusterID names a cluster the metadata has no id for yet.
 	clusterID string
+	// holdNaming is Config.HoldNaming.
+	holdNaming <-chan struct{}
 	// openIndex is the last raft index this node held when it opened.
 	// A registration of this node's own id at or below it was made by an
 	// earlier process on this data dir, which this process now holds
@@ -112,6 +114,8 @@ func newController(cfg Config) *controller {
 		now:       cfg.Now,
 		log:       cfg.Logger,
 		clusterID: cfg.ClusterID,
+
+		holdNaming: cfg.HoldNaming,
 	}
 	c.prevLeader.Store(-1)
 	c.opened = time.Now()
@@ -275,6 +279,13 @@ func (s *Store) controlLoop(ctx context.Context) {
 func (s *Store) nameCluster(ctx context.Context) {
 	if s.State().ClusterID != "" {
 		return
+	}
+	if s.ctl.holdNaming != nil {
+		select {
+		case <-s.ctl.holdNaming:
+		default:
+			return
+		}
 	}
 	id := s.ctl.clusterID
 	if id == "" {

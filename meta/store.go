@@ -88,6 +88,10 @@ type Config struct {
 	// cluster, names the cluster with (State.ClusterID). Empty picks a
 	// random one. A cluster already named keeps its id.
 	ClusterID string
+	// HoldNaming, when set, keeps this node's controller from naming the
+	// cluster until it is closed: for tests of a quorum whose controller
+	// is of a version before clusters had ids, which never names it.
+	HoldNaming <-chan struct{}
 }
 
 const (

@@ -92,19 +92,26 @@ func ClaimBucket(ctx context.Context, st objstore.Store, c format.Cluster) error
 // claims at start; when the store is down then, it starts anyway, as it
 // does for any outage, and the claim is made by the first write after:
 // until then writes fail like the store they could not reach, and the
-// writers retry them as they retry any failed upload. A bucket found to
-// be another cluster's refuses every write. Reads pass through: they
-// change nothing, and topic ids are the cluster's own.
+// writers retry them as they retry any failed upload. A broker whose
+// cluster has no id yet (its controller is of a version before clusters
+// had ids) starts too, with a store that refuses writes the same way
+// until Name gives it the id. A bucket found to be another cluster's
+// refuses every write. Reads pass through: they change nothing, and
+// topic ids are the cluster's own.
 type ClaimedStore struct {
 	objstore.Store
-	cluster format.Cluster
 
 	mu struct {
 		sync.Mutex
+		// cluster is what the claim writes; its id is empty until the
+		// cluster is named.
+		cluster format.Cluster
 		// done says the claim held; foreign, that the bucket is another
-		// cluster's. Both are final.
+		// cluster's; refused, that the owner will never claim it. All are
+		// final.
 		done    bool
 		foreign *ForeignBucketError
+		refused error
 	}
 }
 
@@ -113,16 +120,46 @@ var (
 	_ objstore.Lister = (*ClaimedStore)(nil)
 )
 
+// ErrClusterUnnamed is what a ClaimedStore's writes fail with while its
+// cluster has no id to claim the bucket for.
+var ErrClusterUnnamed = errors.New("the cluster has no id yet")
+
 // NewClaimedStore returns st with its writes held until the bucket is
-// claimed for c's cluster.
+// claimed for c's cluster. c's id may be empty, for a cluster not named
+// yet: writes then wait for Name too.
 func NewClaimedStore(st objstore.Store, c format.Cluster) *ClaimedStore {
-	return &ClaimedStore{Store: st, cluster: c}
+	s := &ClaimedStore{Store: st}
+	s.mu.cluster = c
+	return s
+}
+
+// Name gives a store made before its cluster had an id that id; the next
+// Claim, or write, claims the bucket for it. A store that has an id keeps
+// it.
+func (s *ClaimedStore) Name(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.cluster.ClusterID == "" {
+		s.mu.cluster.ClusterID = id
+	}
+}
+
+// Refuse makes every later write fail with err, for good: the owner found
+// that the bucket is not its to claim (its cluster's id is not the one it
+// was configured with).
+func (s *ClaimedStore) Refuse(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.mu.done && s.mu.foreign == nil {
+		s.mu.refused = err
+	}
 }
 
 // Claim claims the bucket if that is not done yet: nil once it is (now or
 // before), a *ForeignBucketError, every time, once the bucket proved to be
-// another cluster's, else the store's error, and a later call tries again.
-// Concurrent callers wait for one claim.
+// another cluster's, ErrClusterUnnamed while the cluster has no id, else
+// the store's error, and a later call tries again. Concurrent callers
+// wait for one claim.
 func (s *ClaimedStore) Claim(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,8 +168,12 @@ func (s *ClaimedStore) Claim(ctx context.Context) error {
 		return nil
 	case s.mu.foreign != nil:
 		return s.mu.foreign
+	case s.mu.refused != nil:
+		return s.mu.refused
+	case s.mu.cluster.ClusterID == "":
+		return ErrClusterUnnamed
 	}
-	err := ClaimBucket(ctx, s.Store, s.cluster)
+	err := ClaimBucket(ctx, s.Store, s.mu.cluster)
 	var foreign *ForeignBucketError
 	switch {
 	case err == nil:
@@ -145,7 +186,13 @@ func (s *ClaimedStore) Claim(ctx context.Context) error {
 
 func (s *ClaimedStore) claimed(ctx context.Context) error {
 	if err := s.Claim(ctx); err != nil {
-		return fmt.Errorf("bucket not claimed for cluster %s, nothing written: %w", s.cluster.ClusterID, err)
+		if errors.Is(err, ErrClusterUnnamed) {
+			return fmt.Errorf("bucket not claimed, nothing written: %w", err)
+		}
+		s.mu.Lock()
+		id := s.mu.cluster.ClusterID
+		s.mu.Unlock()
+		return fmt.Errorf("bucket not claimed for cluster %s, nothing written: %w", id, err)
 	}
 	return nil
 }

@@ -134,3 +134,56 @@ func TestClaimedStoreClaimsOnFirstWrite(t *testing.T) {
 		t.Fatalf("the bucket holds %v after the other cluster's writes", keys)
 	}
 }
+
+// TestClaimedStoreWaitsForTheClusterID: a store made before its cluster
+// had an id (a broker started under a controller that names no cluster)
+// writes nothing, and reads, until Name gives it the id; the next write
+// then claims the bucket for it. A store refused by its owner writes
+// nothing, for good.
+func TestClaimedStoreWaitsForTheClusterID(t *testing.T) {
+	ctx := context.Background()
+	inner, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Put(ctx, "old", bytes.NewReader([]byte("v")), 1); err != nil {
+		t.Fatal(err)
+	}
+	st := NewClaimedStore(inner, format.Cluster{CreatedBy: 3})
+	for _, write := range []func() error{
+		func() error { return st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1) },
+		func() error { return st.Create(ctx, "k", bytes.NewReader([]byte("v")), 1) },
+		func() error { return st.Delete(ctx, "old") },
+	} {
+		if err := write(); !errors.Is(err, ErrClusterUnnamed) {
+			t.Fatalf("write before the cluster has an id: %v", err)
+		}
+	}
+	rc, err := st.GetRange(ctx, "old", 0, -1)
+	if err != nil {
+		t.Fatalf("read before the cluster has an id: %v", err)
+	}
+	rc.Close()
+	if _, ok, err := BucketCluster(ctx, inner); ok || err != nil {
+		t.Fatalf("the bucket was claimed before the cluster had an id (%v)", err)
+	}
+	st.Name("alpha")
+	st.Name("beta") // the first id stays
+	if err := st.Put(ctx, "k", bytes.NewReader([]byte("v")), 1); err != nil {
+		t.Fatalf("write once the cluster has an id: %v", err)
+	}
+	if c, ok, err := BucketCluster(ctx, inner); err != nil || !ok || c.ClusterID != "alpha" || c.CreatedBy != 3 {
+		t.Fatalf("the first write after the id did not claim the bucket for it: %+v, %v, %v", c, ok, err)
+	}
+
+	refusal := errors.New("not this node's cluster")
+	refused := NewClaimedStore(inner, format.Cluster{})
+	refused.Refuse(refusal)
+	refused.Name("alpha")
+	if err := refused.Put(ctx, "k2", bytes.NewReader([]byte("v")), 1); !errors.Is(err, refusal) {
+		t.Fatalf("write to a refused store: %v", err)
+	}
+	if _, err := inner.GetRange(ctx, "k2", 0, -1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a refused store wrote k2 (%v)", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestMinInsyncAboveReplicationFactorRefused (issue 21, item 6): a
@@ -144,5 +145,27 @@ func TestMinInsyncAboveReplicationFactorRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Auto-creation takes the broker's defaults as they are, as Kafka's does:
+// a broker default min.insync.replicas above the default replication
+// factor does not fail a producer that never asked for acks=all. An
+// acks=all producer is then answered NOT_ENOUGH_REPLICAS, which names
+// the cause.
+func TestAutoCreateTakesTheMinInsyncDefault(t *testing.T) {
+	b := testBroker(t, "", func(c *Config) {
+		c.AutoCreateTopics = true
+		c.TopicDefaults = map[string]string{"min.insync.replicas": "2"}
+	})
+	cl := testClient(t, b, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite(), kgo.AllowAutoTopicCreation())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "auto", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("acks=1 produce to an auto-created topic: %v", err)
+	}
+	all := testClient(t, b, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(0))
+	if err := all.ProduceSync(ctx, &kgo.Record{Topic: "auto", Value: []byte("v")}).FirstErr(); !errors.Is(err, kerr.NotEnoughReplicas) {
+		t.Fatalf("acks=all produce: %v, want NOT_ENOUGH_REPLICAS", err)
 	}
 }

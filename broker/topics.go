@@ -99,6 +99,10 @@ type topicCreate struct {
 	validateOnly      bool
 	// assignment, when set, places each partition on the listed brokers.
 	assignment [][]int32
+	// auto is a topic created on first use: it takes the broker's
+	// defaults as they are, as Kafka's auto-creation does, rather than
+	// fail a producer that never asked for acks=all.
+	auto bool
 }
 
 // createTopic validates and, unless validateOnly, creates a topic through
@@ -136,8 +140,10 @@ func (b *Broker) createTopic(ctx context.Context, c *topicCreate) (*meta.Topic, 
 			return nil, fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 		}
 	}
-	if err := b.checkMinInsync(c.configs, nil, int(c.replicationFactor)); err != nil {
-		return nil, err
+	if !c.auto {
+		if err := b.checkMinInsync(c.configs, nil, int(c.replicationFactor)); err != nil {
+			return nil, err
+		}
 	}
 	if _, exists := b.topicByName(c.name); exists {
 		return nil, fmt.Errorf("%w: topic %q already exists", kerr.TopicAlreadyExists, c.name)
@@ -225,7 +231,7 @@ func (b *Broker) autoCreate(ctx context.Context, name string) (*meta.Topic, erro
 	if !b.cfg.AutoCreateTopics {
 		return nil, kerr.UnknownTopicOrPartition
 	}
-	t, err := b.createTopic(ctx, &topicCreate{name: name, partitions: -1, replicationFactor: -1})
+	t, err := b.createTopic(ctx, &topicCreate{name: name, partitions: -1, replicationFactor: -1, auto: true})
 	if err != nil && errorCode(err) == kerr.TopicAlreadyExists.Code {
 		// Another request created it first.
 		t2, ok := b.topicByName(name)

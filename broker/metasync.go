@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,6 +28,11 @@ import (
 // metadataSyncTimeout rather than not at all, and while its last catch-up
 // failed less than metadataSyncBackoff ago it does not ask again, so a
 // dead controller costs clients one bounded wait, not one per request.
+//
+// The questions are batched (askBatch), as raft batches ReadIndex: a
+// burst of metadata requests costs the controller one DescribeQuorum or
+// two, not one each, and every request still waits for an answer to a
+// question sent after it arrived.
 
 const (
 	// metadataSyncTimeout bounds the whole catch-up: the question to the
@@ -54,7 +61,9 @@ func (b *Broker) syncMetadata() bool {
 	target := b.meta.CommitIndex()
 	if !b.meta.IsLeader() {
 		if last := b.metaSyncFailed.Load(); last == 0 || time.Since(time.Unix(0, last)) > metadataSyncBackoff {
-			hwm, err := b.controllerCommitIndex(ctx)
+			// The shared question is bounded by its own timeout, not by
+			// the context of whichever request happens to send it.
+			hwm, err := b.metaAsks().do(ctx, func() (uint64, error) { return b.controllerCommitIndex(b.ctx) })
 			if err != nil {
 				b.metaSyncFailed.Store(time.Now().UnixNano())
 				b.log.Debug("metadata read: the controller's commit index is unknown; answering from this node's", "err", err)
@@ -122,4 +131,86 @@ func (b *Broker) controllerCommitIndex(ctx context.Context) (uint64, error) {
 	}
 	// Whether or not it still leads, what it knows committed is committed.
 	return uint64(p.HighWatermark), nil
+}
+
+// askBatch shares a question whose answer only grows (a commit index)
+// among the requests that need it, without ever answering a request with
+// a question sent before it arrived: such an answer could predate a write
+// acknowledged to the client just before its request, and the read would
+// miss it. A request joins the next question, one not yet sent; that
+// question is sent once none is in flight, so while one is, every request
+// that arrives waits for the next, which all of them share.
+type askBatch struct {
+	mu       sync.Mutex
+	inFlight *askFlight // sent and not yet answered; nil when none
+	next     *askFlight // not yet sent, for the requests arriving now; nil when none
+	// sent counts the questions sent.
+	sent atomic.Int64
+}
+
+type askFlight struct {
+	done chan struct{} // closed once v and err are set
+	v    uint64
+	err  error
+}
+
+// do returns the answer of ask to a question sent after do was called,
+// or ctx's cause if ctx ends first. The ask of one caller answers the
+// others that joined its question; it runs in that caller's goroutine and
+// must bound itself.
+func (a *askBatch) do(ctx context.Context, ask func() (uint64, error)) (uint64, error) {
+	a.mu.Lock()
+	if a.next == nil {
+		a.next = &askFlight{done: make(chan struct{})}
+	}
+	f := a.next
+	// Wait for the question in flight to come back before sending ours;
+	// one of the requests that joined ours sends it.
+	for a.next == f && a.inFlight != nil {
+		cur := a.inFlight
+		a.mu.Unlock()
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+		a.mu.Lock()
+	}
+	if a.next == f {
+		// Nothing in flight and ours not yet sent: send it, closed to
+		// anyone arriving from now on.
+		a.next, a.inFlight = nil, f
+		a.mu.Unlock()
+		a.sent.Add(1)
+		f.v, f.err = ask()
+		a.mu.Lock()
+		a.inFlight = nil
+		close(f.done)
+		a.mu.Unlock()
+		return f.v, f.err
+	}
+	a.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.v, f.err
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+}
+
+// metaAskBatches holds each Broker's askBatch for the controller's commit
+// index, from the first metadata read until the Broker closes. (It lives
+// beside the Broker rather than in it only to keep this change out of
+// broker.go while that file is being changed elsewhere.)
+var metaAskBatches sync.Map // *Broker → *askBatch
+
+func (b *Broker) metaAsks() *askBatch {
+	if v, ok := metaAskBatches.Load(b); ok {
+		return v.(*askBatch)
+	}
+	v, loaded := metaAskBatches.LoadOrStore(b, &askBatch{})
+	if !loaded {
+		context.AfterFunc(b.ctx, func() { metaAskBatches.Delete(b) })
+	}
+	return v.(*askBatch)
 }

@@ -28,12 +28,20 @@ import (
 // failed-heartbeat observations depend on them), as do votes, snapshots
 // and the pipeline. A held RPC gives up when this node stops leading or
 // its term moves on (a reply from a later term would make raft step down
-// for nothing), and when the store closes, before raft's shutdown waits
-// for its replication goroutines.
+// for nothing), when the peer is no longer at the address it was sent to
+// (removed from the configuration, or a non-voter back at a new address:
+// raft moves its replication to the new address, but only once this call
+// returns, and heartbeats, which re-read it, keep any election away, so a
+// call held on the old address would starve the peer of the log for as
+// long as this node leads), and when the store closes, before raft's
+// shutdown waits for its replication goroutines.
 type holdingTransport struct {
 	*raft.NetworkTransport
 	// leading reports whether this node is still the leader in term.
 	leading func(term uint64) bool
+	// addrOf returns the address of server id in the latest configuration,
+	// or false when id is not in it. It must not block on raft's main loop.
+	addrOf func(id raft.ServerID) (raft.ServerAddress, bool)
 
 	retryMin, retryMax time.Duration
 
@@ -46,8 +54,8 @@ const (
 	holdRetryMax = 500 * time.Millisecond
 )
 
-func newHoldingTransport(nt *raft.NetworkTransport, leading func(term uint64) bool) *holdingTransport {
-	return &holdingTransport{NetworkTransport: nt, leading: leading,
+func newHoldingTransport(nt *raft.NetworkTransport, leading func(term uint64) bool, addrOf func(raft.ServerID) (raft.ServerAddress, bool)) *holdingTransport {
+	return &holdingTransport{NetworkTransport: nt, leading: leading, addrOf: addrOf,
 		retryMin: holdRetryMin, retryMax: holdRetryMax, done: make(chan struct{})}
 }
 
@@ -71,6 +79,11 @@ func (h *holdingTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 		case <-t.C:
 		}
 		if !h.leading(args.Term) {
+			return err
+		}
+		// Raft rebuilds the request for the peer's new address (or drops
+		// the peer) once this returns, after its own short backoff.
+		if addr, ok := h.addrOf(id); !ok || addr != target {
 			return err
 		}
 		*resp = raft.AppendEntriesResponse{}

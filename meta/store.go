@@ -240,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
-		s.hold = newHoldingTransport(raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl), s.leadingIn)
+		s.hold = newHoldingTransport(raft.NewNetworkTransportWithLogger(stream, tcpMaxPool, tcpTimeout, hl), s.leadingIn, s.peerAddr)
 		s.trans = s.hold
 	}
 
@@ -557,6 +557,25 @@ func (s *Store) leadingIn(term uint64) bool {
 		return false
 	}
 	return s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+}
+
+// peerAddr returns the address of server id in raft's latest
+// configuration (the one replication follows), or false when id is not in
+// it. raft's GetConfiguration reads a copy kept aside (hashicorp/raft
+// v1.8 api.go), so it never waits on raft's main loop, which may itself be
+// waiting on the held RPC that asks.
+func (s *Store) peerAddr(id raft.ServerID) (raft.ServerAddress, bool) {
+	select {
+	case <-s.raftReady:
+	default:
+		return "", false
+	}
+	for _, srv := range s.raft.GetConfiguration().Configuration().Servers {
+		if srv.ID == id {
+			return srv.Address, true
+		}
+	}
+	return "", false
 }
 
 // IsLeader reports whether this node is the raft leader, and so the

@@ -86,6 +86,8 @@ type Broker struct {
 	// since the last success), metaSyncWarned when it last said so. See
 	// metasync.go.
 	metaSyncFailed, metaSyncWarned atomic.Int64
+	// metaAskBatch batches those questions to the controller.
+	metaAskBatch askBatch
 
 	// mu guards the partitions this node hosts and the open connections.
 	mu struct {

@@ -198,19 +198,6 @@ func (a *askBatch) do(ctx context.Context, ask func() (uint64, error)) (uint64, 
 	}
 }
 
-// metaAskBatches holds each Broker's askBatch for the controller's commit
-// index, from the first metadata read until the Broker closes. (It lives
-// beside the Broker rather than in it only to keep this change out of
-// broker.go while that file is being changed elsewhere.)
-var metaAskBatches sync.Map // *Broker → *askBatch
-
-func (b *Broker) metaAsks() *askBatch {
-	if v, ok := metaAskBatches.Load(b); ok {
-		return v.(*askBatch)
-	}
-	v, loaded := metaAskBatches.LoadOrStore(b, &askBatch{})
-	if !loaded {
-		context.AfterFunc(b.ctx, func() { metaAskBatches.Delete(b) })
-	}
-	return v.(*askBatch)
-}
+// metaAsks is the batch of this node's questions to the controller for
+// its commit index.
+func (b *Broker) metaAsks() *askBatch { return &b.metaAskBatch }

@@ -506,13 +506,19 @@ func TestTxnDeadProducerAbortedAtTimeout(t *testing.T) {
 		return true
 	})
 	t.Logf("the transaction was aborted %v after the producer died", took)
-	d, err := adm.DescribeTransactions(ctx, "dead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := d["dead"]; got.Err != nil || got.State != "CompleteAbort" {
-		t.Fatalf("DescribeTransactions: state %q, err %v; want CompleteAbort", got.State, got.Err)
-	}
+	// The coordinator records CompleteAbort once every marker is written:
+	// a moment after the last one moves the last stable offset.
+	waitFor(t, 10*time.Second, "the coordinator to record CompleteAbort", func() bool {
+		d, err := adm.DescribeTransactions(ctx, "dead")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := d["dead"]
+		if got.Err != nil {
+			t.Fatalf("DescribeTransactions: %v", got.Err)
+		}
+		return got.State == "CompleteAbort"
+	})
 	got := readIsolated(t, b, "stalled", true)
 	if len(got[1]) != 0 || len(got[0]) != 1 || string(got[0][0].Value) != "after" {
 		t.Fatalf("read_committed sees %d records on partition 0 and %d on 1; want only the plain one", len(got[0]), len(got[1]))

@@ -232,6 +232,21 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 // createTopicOn creates a one-partition topic on the given replicas.
 func (c *cluster) createTopicOn(name string, replicas []int32) {
 	c.t.Helper()
+	c.sendCreateTopicOn(name, replicas)
+	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
+		if !c.allKnow(name) {
+			return false
+		}
+		st := c.partitionState(name, 0)
+		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
+			c.node(st.Leader).partition(name, 0).leading.Load()
+	})
+}
+
+// sendCreateTopicOn asks the controller for a one-partition topic on the
+// given replicas, and waits for nothing more than its answer.
+func (c *cluster) sendCreateTopicOn(name string, replicas []int32) {
+	c.t.Helper()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, -1, -1
@@ -249,14 +264,6 @@ func (c *cluster) createTopicOn(name string, replicas []int32) {
 	if err := kerr.ErrorForCode(kresp.Topics[0].ErrorCode); err != nil {
 		c.t.Fatalf("create %s on %v: %v", name, replicas, err)
 	}
-	c.waitFor("the topic's leader to lead", 10*time.Second, func() bool {
-		if !c.allKnow(name) {
-			return false
-		}
-		st := c.partitionState(name, 0)
-		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
-			c.node(st.Leader).partition(name, 0).leading.Load()
-	})
 }
 
 // allKnow reports whether every running node's metadata has the topic, so

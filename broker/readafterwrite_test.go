@@ -50,12 +50,7 @@ func TestClusterReadAfterWrite(t *testing.T) {
 			t.Fatalf("create %s: error %d", topic, r.Topics[0].ErrorCode)
 		}
 		for _, id := range others {
-			md := kmsg.NewPtrMetadataRequest()
-			md.AllowAutoTopicCreation = false
-			mt := kmsg.NewMetadataRequestTopic()
-			mt.Topic = kmsg.StringPtr(topic)
-			md.Topics = append(md.Topics, mt)
-			r := request(id, md).(*kmsg.MetadataResponse)
+			r := request(id, metadataOf(topic)).(*kmsg.MetadataResponse)
 			switch {
 			case len(r.Topics) != 1:
 				t.Errorf("round %d: node %d answers Metadata for %s with %d topics", i, id, topic, len(r.Topics))
@@ -78,12 +73,7 @@ func TestClusterReadAfterWrite(t *testing.T) {
 			t.Fatalf("delete %s: error %d", topic, r.Topics[0].ErrorCode)
 		}
 		for _, id := range others {
-			md := kmsg.NewPtrMetadataRequest()
-			md.AllowAutoTopicCreation = false
-			mt := kmsg.NewMetadataRequestTopic()
-			mt.Topic = kmsg.StringPtr(topic)
-			md.Topics = append(md.Topics, mt)
-			r := request(id, md).(*kmsg.MetadataResponse)
+			r := request(id, metadataOf(topic)).(*kmsg.MetadataResponse)
 			if len(r.Topics) != 1 || r.Topics[0].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 				t.Errorf("node %d still answers Metadata for %s just deleted", id, topic)
 			}
@@ -119,4 +109,14 @@ func TestClusterReadAfterWrite(t *testing.T) {
 			}
 		}
 	}
+}
+
+// metadataOf is a Metadata request for one topic that does not create it.
+func metadataOf(topic string) *kmsg.MetadataRequest {
+	md := kmsg.NewPtrMetadataRequest()
+	md.AllowAutoTopicCreation = false
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	md.Topics = append(md.Topics, mt)
+	return md
 }

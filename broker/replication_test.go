@@ -358,23 +358,7 @@ func TestClusterFollowerFetchDoesNotWaitForTheLeadersReconcile(t *testing.T) {
 		}
 	}
 	defer unlock()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "new", -1, -1
-	ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
-	ra.Partition, ra.Replicas = 0, replicas
-	rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 10000
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	kresp, err := req.RequestWith(ctx, c.client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kerr.ErrorForCode(kresp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("create new: %v", err)
-	}
+	c.sendCreateTopicOn("new", replicas)
 	c.waitFor("the followers to follow the new partition", 10*time.Second, func() bool {
 		for _, id := range replicas[1:] {
 			if l, ok := c.node(id).replicas.Following(replica.Key{Topic: "new", Index: 0}); !ok || l != leader {

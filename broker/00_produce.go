@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/broker/txn"
 	"strata/meta"
 )
@@ -80,12 +81,6 @@ import (
 // (topic ids instead of names, KIP-516).
 func init() { register(kmsg.Produce, 3, 12, (*Broker).handleProduce) }
 
-// Record batch attribute bits (the low byte of the int16 at byte 21).
-const (
-	attrTransactional = 0x10
-	attrControl       = 0x20
-)
-
 func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	start := time.Now()
 	r := req.kreq.(*kmsg.ProduceRequest)
@@ -104,12 +99,10 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	// transaction are verified with the coordinator in one call, then
 	// the rest are appended.
 	type work struct {
-		p      *partition
-		rp     *kmsg.ProduceRequestTopicPartition
-		tx     *txnAppend
+		a      partition.Append
 		ti, pi int // where its answer is in resp
 	}
-	var todo []work
+	var todo []*work
 	var verify []txn.TopicPartition
 	for i := range r.Topics {
 		rt := &r.Topics[i]
@@ -127,23 +120,23 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 			sp.LogAppendTime = -1
 			sp.LogStartOffset = -1
 			err := topicErr
-			var p *partition
+			var p *partition.Partition
 			var txnData bool
 			if err == nil {
 				p, txnData, err = b.producible(rt.Topic, rp, r.Acks)
 			}
-			var tx *txnAppend
+			var tx *partition.TxnAppend
 			if err == nil && producer.ok && txnData {
-				tx = &txnAppend{pid: producer.pid, epoch: producer.epoch}
-				tx.guard, err = p.startTxnVerification(producer.pid, producer.epoch)
-				if err == nil && tx.guard != nil {
+				tx = &partition.TxnAppend{PID: producer.pid, Epoch: producer.epoch}
+				tx.Guard, err = p.StartTxnVerification(producer.pid, producer.epoch)
+				if err == nil && tx.Guard != nil {
 					verify = append(verify, txn.TopicPartition{Topic: rt.Topic, Partition: rp.Partition})
 				}
 			}
 			if err != nil {
 				b.produceError(rt.Topic, rp.Partition, &sp, err)
 			} else {
-				todo = append(todo, work{p, rp, tx, len(resp.Topics), len(st.Partitions)})
+				todo = append(todo, &work{partition.Append{P: p, Records: rp.Records, Tx: tx}, len(resp.Topics), len(st.Partitions)})
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
@@ -154,44 +147,33 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	if len(verify) > 0 {
 		failed = b.verifyProduce(r, producer, verify)
 	}
-
+	appends := make([]*partition.Append, 0, len(todo))
+	for _, w := range todo {
+		p := w.a.P
+		if err, ok := failed[txn.TopicPartition{Topic: p.Topic(), Partition: p.Index()}]; ok && w.a.Tx != nil {
+			p.DropTxnVerification(w.a.Tx.PID, w.a.Tx.Guard)
+			w.a.Err = err
+		}
+		appends = append(appends, &w.a)
+	}
 	// acks=all partitions wait for their high watermark after every
 	// partition of the request is appended, all against one deadline.
-	type pending struct {
-		p      *partition
-		last   int64
-		epoch  int32
-		ti, pi int
-	}
-	var waits []pending
-	for _, w := range todo {
-		sp := &resp.Topics[w.ti].Partitions[w.pi]
-		if err, ok := failed[txn.TopicPartition{Topic: w.p.topic, Partition: w.p.index}]; ok && w.tx != nil {
-			w.p.dropTxnVerification(w.tx.pid, w.tx.guard)
-			b.produceError(w.p.topic, w.p.index, sp, err)
-			continue
-		}
-		last, epoch, err := b.produceTo(w.p, w.rp, w.tx, sp)
-		if err != nil {
-			b.produceError(w.p.topic, w.p.index, sp, err)
-			continue
-		}
-		if r.Acks == -1 {
-			waits = append(waits, pending{w.p, last, epoch, w.ti, w.pi})
-		}
-	}
 	wctx, cancel := context.WithTimeout(b.ctx, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
 	defer cancel()
-	for _, w := range waits {
-		err := b.waitCommitted(wctx, w.p, w.last, w.epoch)
-		if err == nil && w.p.rep.isrSize() < w.p.settings.Load().minISR {
-			err = fmt.Errorf("%w: the ISR shrank below min.insync.replicas=%d", kerr.NotEnoughReplicasAfterAppend, w.p.settings.Load().minISR)
+	partition.Produce(wctx, appends, r.Acks == -1)
+	for _, w := range todo {
+		sp := &resp.Topics[w.ti].Partitions[w.pi]
+		if w.a.Appended {
+			sp.LogStartOffset = w.a.Info.LogStartOffset
+			if !w.a.Info.Duplicate {
+				b.metrics.recordsIn.Add(float64(w.a.Info.Records))
+			}
 		}
-		if err != nil {
-			sp := &resp.Topics[w.ti].Partitions[w.pi]
-			sp.BaseOffset = -1
-			b.produceError(w.p.topic, w.p.index, sp, err)
+		if w.a.Err != nil {
+			b.produceError(w.a.P.Topic(), w.a.P.Index(), sp, w.a.Err)
+			continue
 		}
+		sp.BaseOffset = w.a.Info.BaseOffset
 	}
 	if r.Version >= 10 {
 		b.produceLeaderHints(resp)
@@ -293,7 +275,7 @@ func acksZeroFailure(resp *kmsg.ProduceResponse) error {
 
 // producible returns the partition rp is for, if a client may append
 // these records to it now, and whether they hold transactional data.
-func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16) (*partition, bool, error) {
+func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition, acks int16) (*partition.Partition, bool, error) {
 	p, err := b.led(topic, rp.Partition)
 	if err != nil {
 		return nil, false, err
@@ -302,34 +284,18 @@ func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition,
 	if err != nil {
 		return nil, false, err
 	}
-	settings := p.settings.Load()
-	if settings.internal {
-		return nil, false, fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, topic)
+	if err := p.CheckClientWrite(); err != nil {
+		return nil, false, err
 	}
 	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
 		return nil, false, errDiskFull
 	}
 	if acks == -1 {
-		if isr := p.rep.isrSize(); isr < settings.minISR {
-			return nil, false, fmt.Errorf("%w: min.insync.replicas=%d but the ISR has %d replicas", kerr.NotEnoughReplicas, settings.minISR, isr)
+		if err := p.CheckISR(); err != nil {
+			return nil, false, err
 		}
 	}
 	return p, txnData, nil
-}
-
-// produceTo appends one partition's batches and fills in sp. It returns
-// the last offset appended and the leader epoch, for an acks=all wait.
-func (b *Broker) produceTo(p *partition, rp *kmsg.ProduceRequestTopicPartition, tx *txnAppend, sp *kmsg.ProduceResponseTopicPartition) (int64, int32, error) {
-	info, epoch, err := p.appendTxn(rp.Records, tx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("append to %s-%d: %w", p.topic, p.index, err)
-	}
-	sp.BaseOffset = info.BaseOffset
-	sp.LogStartOffset = info.LogStartOffset
-	if !info.Duplicate {
-		b.metrics.recordsIn.Add(float64(info.Records))
-	}
-	return info.LastOffset, epoch, nil
 }
 
 // Record batch header fields read here (the segment package validates
@@ -360,9 +326,9 @@ func eachBatchHeader(records []byte, fn func(h []byte)) {
 func batchKinds(records []byte) (txnData bool, err error) {
 	eachBatchHeader(records, func(h []byte) {
 		switch attrs := h[batchAttrsByte]; {
-		case attrs&attrControl != 0:
+		case attrs&partition.AttrControl != 0:
 			err = fmt.Errorf("%w: clients may not write control batches", kerr.InvalidRecord)
-		case attrs&attrTransactional != 0:
+		case attrs&partition.AttrTransactional != 0:
 			txnData = true
 		}
 	})
@@ -389,14 +355,14 @@ func transactionalProducer(r *kmsg.ProduceRequest) (txnProducer, error) {
 	for i := range r.Topics {
 		for j := range r.Topics[i].Partitions {
 			eachBatchHeader(r.Topics[i].Partitions[j].Records, func(h []byte) {
-				if h[batchAttrsByte]&attrTransactional == 0 || err != nil {
+				if h[batchAttrsByte]&partition.AttrTransactional == 0 || err != nil {
 					return
 				}
 				if r.TransactionID == nil {
 					err = fmt.Errorf("%w: transactional batches in a request without a transactional id", kerr.TransactionalIDAuthorizationFailed)
 					return
 				}
-				if h[batchAttrsByte]&attrControl != 0 {
+				if h[batchAttrsByte]&partition.AttrControl != 0 {
 					return // refused per partition (batchKinds)
 				}
 				pid := int64(binary.BigEndian.Uint64(h[batchProducerID:]))

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -63,63 +61,5 @@ func (b *Broker) deleteRecords(ctx context.Context, topic string, index int32, o
 	if err != nil {
 		return -1, err
 	}
-	if err := b.checkRemoteKnown(p); err != nil {
-		return -1, err
-	}
-	hw := p.highWatermark()
-	switch {
-	case offset == -1:
-		offset = hw
-	case offset < 0 || offset > hw:
-		return -1, fmt.Errorf("%w: %d is not within the log's [%d, %d]", kerr.OffsetOutOfRange, offset, p.logStartOffset(), hw)
-	}
-	if offset <= p.logStartOffset() {
-		return p.logStartOffset(), nil
-	}
-	// The bucket first: once the local start moves, a reader below it is
-	// sent to the bucket, which must not serve it either.
-	// Published even when the bucket holds nothing of the range yet: the
-	// segment holding the deleted records is uploaded later, and the
-	// bucket's log start must already say they are gone.
-	if b.remoteEnabled(p) {
-		if err := b.advanceRemoteStart(ctx, p, offset); err != nil {
-			return -1, err
-		}
-	}
-	if offset > p.log.StartOffset() {
-		if _, err := p.log.DeleteRecordsBefore(min(offset, p.log.EndOffset())); err != nil {
-			return -1, fmt.Errorf("delete records of %s-%d before %d: %w", topic, index, offset, err)
-		}
-	}
-	b.log.Info("records deleted", "topic", topic, "partition", index, "logStartOffset", p.logStartOffset())
-	return p.logStartOffset(), nil
-}
-
-// advanceRemoteStart publishes the bucket's new log start for p. It takes
-// p's upload lock, so an upload pass cannot put back the manifest it read
-// before, and waits for a pass under way within ctx.
-func (b *Broker) advanceRemoteStart(ctx context.Context, p *partition, offset int64) error {
-	for !p.tier.mu.TryLock() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: waiting for an upload of %s-%d to finish", kerr.RequestTimedOut, p.topic, p.index)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	defer p.tier.mu.Unlock()
-	epoch, leads := p.leaderEpochIfLeading()
-	if !leads {
-		return errNotLeader
-	}
-	m, err := b.tier.AdvanceLogStart(ctx, p.bucketName(), offset, epoch)
-	if err != nil {
-		// A page may have been stored for a root that was not published:
-		// the collector looks at the partition again after the grace.
-		b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
-		return storageError(err)
-	}
-	p.tier.manifest = m
-	p.setRemote(m)
-	b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
-	return nil
+	return p.DeleteRecords(ctx, offset)
 }

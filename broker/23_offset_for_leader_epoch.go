@@ -31,12 +31,12 @@ func (b *Broker) handleOffsetForLeaderEpoch(req *request) (kmsg.Response, error)
 			op.LeaderEpoch, op.EndOffset = -1, -1
 			p, err := b.led(rt.Topic, rp.Partition)
 			if err == nil {
-				err = checkLeaderEpoch(p, rp.CurrentLeaderEpoch)
+				err = p.CheckLeaderEpoch(rp.CurrentLeaderEpoch)
 			}
 			if err != nil {
 				op.ErrorCode, _ = b.answerError(kmsg.OffsetForLeaderEpoch, err)
 			} else {
-				op.EndOffset, op.LeaderEpoch = p.log.EndOffsetForEpoch(rp.LeaderEpoch)
+				op.EndOffset, op.LeaderEpoch = p.Log().EndOffsetForEpoch(rp.LeaderEpoch)
 			}
 			ot.Partitions = append(ot.Partitions, op)
 		}

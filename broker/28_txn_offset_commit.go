@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/broker/txn"
 )
 
@@ -54,10 +55,10 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 			ctx = context.WithValue(ctx, txnAppendKey{}, tx)
 		}
 		resp = b.groups.TxnOffsetCommit(ctx, r)
-		if tx != nil && tx.guard != nil && !anyCommitted(resp) {
+		if tx != nil && tx.Guard != nil && !anyCommitted(resp) {
 			// Refused before its append (a stale member, an unknown
 			// partition): nothing will use the verification.
-			p.dropTxnVerification(tx.pid, tx.guard)
+			p.DropTxnVerification(tx.PID, tx.Guard)
 		}
 	}
 	for _, t := range resp.Topics {
@@ -79,7 +80,7 @@ func anyCommitted(resp *kmsg.TxnOffsetCommitResponse) bool {
 	return false
 }
 
-// txnAppendKey carries a TxnOffsetCommit's verification (a *txnAppend)
+// txnAppendKey carries a TxnOffsetCommit's verification (a *partition.TxnAppend)
 // in the context the group coordinator passes to offsetsLog.Append: the
 // coordinator's interface knows nothing of partitions and guards.
 type txnAppendKey struct{}
@@ -94,7 +95,7 @@ type txnAppendKey struct{}
 // the append must present. Requests the group coordinator answers by
 // itself (not the coordinator here, a bad group or producer id) are left
 // to it.
-func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition, *txnAppend, *kerr.Error) {
+func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition.Partition, *partition.TxnAppend, *kerr.Error) {
 	if r.Group == "" || r.ProducerID < 0 || r.ProducerEpoch < 0 {
 		return nil, nil, nil
 	}
@@ -109,17 +110,17 @@ func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition, *
 	case !b.groups.Leads(index):
 		return nil, nil, kerr.CoordinatorLoadInProgress
 	}
-	tx := &txnAppend{pid: r.ProducerID, epoch: r.ProducerEpoch}
+	tx := &partition.TxnAppend{PID: r.ProducerID, Epoch: r.ProducerEpoch}
 	var err error
-	if tx.guard, err = p.startTxnVerification(tx.pid, tx.epoch); err != nil {
+	if tx.Guard, err = p.StartTxnVerification(tx.PID, tx.Epoch); err != nil {
 		return nil, nil, nil // no longer the leader: the coordinator's append says so
 	}
-	if tx.guard == nil {
+	if tx.Guard == nil {
 		return p, tx, nil
 	}
 	tp := txn.TopicPartition{Topic: offsetsTopic, Partition: index}
 	if err := b.verifyTxn(b.ctx, r.TransactionalID, r.ProducerID, r.ProducerEpoch, []txn.TopicPartition{tp})[tp]; err != nil {
-		p.dropTxnVerification(tx.pid, tx.guard)
+		p.DropTxnVerification(tx.PID, tx.Guard)
 		e := txnOffsetsVerifyCode(err)
 		if e == kerr.CoordinatorNotAvailable {
 			b.log.Debug("transactional offset commit not verified", "group", r.Group, "producer_id", r.ProducerID, "err", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strata/broker/partition"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,7 +51,7 @@ func (b *Broker) handleDescribeLogDirs(req *request) (kmsg.Response, error) {
 		local.TotalBytes, local.UsableBytes = total, usable
 	}
 	for _, p := range parts {
-		addLogDirPartition(&local, p.topic, p.index, p.log.Size())
+		addLogDirPartition(&local, p.Topic(), p.Index(), p.Log().Size())
 	}
 	resp.Dirs = append(resp.Dirs, local)
 
@@ -61,18 +62,18 @@ func (b *Broker) handleDescribeLogDirs(req *request) (kmsg.Response, error) {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
 		for _, p := range parts {
-			if !b.remoteEnabled(p) {
+			if !p.Tiered() {
 				continue
 			}
-			m, err := b.tier.Manifest(ctx, p.bucketName())
+			m, err := b.tier.Manifest(ctx, p.BucketName())
 			if err != nil {
-				b.log.Warn("describe log dirs: read manifest", "topic", p.topic, "partition", p.index, "err", err)
+				b.log.Warn("describe log dirs: read manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
 				remote.ErrorCode = kerr.KafkaStorageError.Code
 				remote.Topics = nil
 				break
 			}
 			// The root's page summaries carry the total: no page is read.
-			addLogDirPartition(&remote, p.topic, p.index, m.Totals().Bytes)
+			addLogDirPartition(&remote, p.Topic(), p.Index(), m.Totals().Bytes)
 		}
 		b.metrics.countError(kmsg.DescribeLogDirs, remote.ErrorCode)
 		resp.Dirs = append(resp.Dirs, remote)
@@ -83,7 +84,7 @@ func (b *Broker) handleDescribeLogDirs(req *request) (kmsg.Response, error) {
 // describedPartitions returns the hosted partitions a DescribeLogDirs
 // request asks about (all of them for null topics), in topic and
 // partition order.
-func (b *Broker) describedPartitions(topics []kmsg.DescribeLogDirsRequestTopic) []*partition {
+func (b *Broker) describedPartitions(topics []kmsg.DescribeLogDirsRequestTopic) []*partition.Partition {
 	all := b.partitionList()
 	if topics != nil {
 		want := make(map[tp]bool)
@@ -92,10 +93,10 @@ func (b *Broker) describedPartitions(topics []kmsg.DescribeLogDirsRequestTopic) 
 				want[tp{t.Topic, i}] = true
 			}
 		}
-		all = slices.DeleteFunc(all, func(p *partition) bool { return !want[tp{p.topic, p.index}] })
+		all = slices.DeleteFunc(all, func(p *partition.Partition) bool { return !want[tp{p.Topic(), p.Index()}] })
 	}
-	slices.SortFunc(all, func(x, y *partition) int {
-		return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.index, y.index))
+	slices.SortFunc(all, func(x, y *partition.Partition) int {
+		return cmp.Or(cmp.Compare(x.Topic(), y.Topic()), cmp.Compare(x.Index(), y.Index()))
 	})
 	return all
 }

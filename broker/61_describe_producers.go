@@ -42,7 +42,7 @@ func (b *Broker) handleDescribeProducers(req *request) (kmsg.Response, error) {
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			for _, s := range p.log.Producers() {
+			for _, s := range p.Log().Producers() {
 				ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
 				ap.ProducerID = s.ProducerID
 				ap.ProducerEpoch = int32(s.Epoch)

@@ -139,7 +139,7 @@ func TestLegacyAlterConfigs(t *testing.T) {
 	if c := got["retention.ms"]; c.Source == kmsg.ConfigSourceDynamicTopicConfig || c.MaybeValue() == "3600000" {
 		t.Errorf("retention.ms = %q from %v, want the default back", c.MaybeValue(), c.Source)
 	}
-	if rb := b.partition("legacy", 0).settings.Load().log.RetentionBytes; rb != 1048576 {
+	if rb := b.partition("legacy", 0).Settings().Log.RetentionBytes; rb != 1048576 {
 		t.Errorf("partition retention bytes %d, want 1048576", rb)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/broker/partition"
 	"strata/broker/replica"
 	"strata/internal/build"
 	"strata/meta"
@@ -79,6 +80,10 @@ type Broker struct {
 	// the first connection is accepted.
 	txns *txns
 
+	// host is what every hosted partition is given (partitionHost).
+	host     *partition.Host
+	hostOnce sync.Once
+
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
 	// metaSyncFailed is when this node last failed to catch up with the
@@ -92,7 +97,7 @@ type Broker struct {
 	// mu guards the partitions this node hosts and the open connections.
 	mu struct {
 		sync.RWMutex
-		partitions map[tp]*partition
+		partitions map[tp]*partition.Partition
 		conns      map[net.Conn]struct{}
 		closed     bool
 	}
@@ -153,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(b.logsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
-	b.mu.partitions = make(map[tp]*partition)
+	b.mu.partitions = make(map[tp]*partition.Partition)
 	b.mu.conns = make(map[net.Conn]struct{})
 
 	reg := cfg.Registerer
@@ -395,11 +400,11 @@ func (b *Broker) Close() error {
 		var errs []error
 		b.mu.Lock()
 		for key, p := range b.mu.partitions {
-			if err := p.close(); err != nil {
+			if err := p.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close %s-%d: %w", key.topic, key.partition, err))
 			}
 		}
-		b.mu.partitions = map[tp]*partition{}
+		b.mu.partitions = map[tp]*partition.Partition{}
 		b.mu.Unlock()
 		if b.meta != nil {
 			if err := b.meta.Close(); err != nil {
@@ -434,24 +439,24 @@ func (b *Broker) maintenanceLoop() {
 			return
 		case <-maint.C:
 			for _, p := range b.partitionList() {
-				if err := p.log.Maintain(); err != nil {
-					b.log.Error("log maintenance", "topic", p.topic, "partition", p.index, "err", err)
+				if err := p.Log().Maintain(); err != nil {
+					b.log.Error("log maintenance", "topic", p.Topic(), "partition", p.Index(), "err", err)
 				}
 			}
 		case <-flush:
 			for _, p := range b.partitionList() {
-				if err := p.log.Sync(); err != nil {
-					b.log.Error("log flush", "topic", p.topic, "partition", p.index, "err", err)
+				if err := p.Log().Sync(); err != nil {
+					b.log.Error("log flush", "topic", p.Topic(), "partition", p.Index(), "err", err)
 				}
 			}
 		}
 	}
 }
 
-func (b *Broker) partitionList() []*partition {
+func (b *Broker) partitionList() []*partition.Partition {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	ps := make([]*partition, 0, len(b.mu.partitions))
+	ps := make([]*partition.Partition, 0, len(b.mu.partitions))
 	for _, p := range b.mu.partitions {
 		ps = append(ps, p)
 	}
@@ -461,7 +466,7 @@ func (b *Broker) partitionList() []*partition {
 // hosted returns the partition this node hosts, or the error a client
 // should see: NOT_LEADER_OR_FOLLOWER for a partition that exists elsewhere
 // (or is not open yet), UNKNOWN_TOPIC_OR_PARTITION otherwise.
-func (b *Broker) hosted(topic string, index int32) (*partition, error) {
+func (b *Broker) hosted(topic string, index int32) (*partition.Partition, error) {
 	if p := b.partition(topic, index); p != nil {
 		return p, nil
 	}
@@ -472,7 +477,7 @@ func (b *Broker) hosted(topic string, index int32) (*partition, error) {
 }
 
 // partition returns the partition this node hosts, or nil.
-func (b *Broker) partition(topic string, index int32) *partition {
+func (b *Broker) partition(topic string, index int32) *partition.Partition {
 	b.mu.RLock()
 	p := b.mu.partitions[tp{topic, index}]
 	b.mu.RUnlock()

@@ -87,7 +87,7 @@ func segmentFiles(t testing.TB, b *Broker, topic string, partition int32) int {
 	if p == nil {
 		t.Fatalf("%s-%d not hosted", topic, partition)
 	}
-	dir := filepath.Join(b.logsDir, partitionDir(topic, p.topicID, partition))
+	dir := filepath.Join(b.logsDir, partitionDir(topic, p.TopicID(), partition))
 	m, err := filepath.Glob(filepath.Join(dir, "*.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -96,8 +96,8 @@ func TestSilentStoreDoesNotHoldTheStart(t *testing.T) {
 	if _, ok, err := tier.BucketCluster(context.Background(), inner); ok || err != nil {
 		t.Fatalf("the bucket was claimed while the store was silent (%v)", err)
 	}
-	if p := b.partition("t", 0); p.remoteEnd.Load() > 0 {
-		t.Fatalf("uploaded to offset %d before the bucket was claimed", p.remoteEnd.Load())
+	if p := b.partition("t", 0); p.RemoteEnd() > 0 {
+		t.Fatalf("uploaded to offset %d before the bucket was claimed", p.RemoteEnd())
 	}
 	close(release)
 	waitUploaded(t, b, "t", 1)

@@ -221,7 +221,7 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 				return false
 			}
 			lp := c.node(st.Leader).partition(name, p)
-			if lp == nil || !lp.leading.Load() {
+			if lp == nil || !lp.Leading() {
 				return false
 			}
 		}
@@ -239,7 +239,7 @@ func (c *cluster) createTopicOn(name string, replicas []int32) {
 		}
 		st := c.partitionState(name, 0)
 		return st.Leader >= 0 && c.node(st.Leader) != nil && c.node(st.Leader).partition(name, 0) != nil &&
-			c.node(st.Leader).partition(name, 0).leading.Load()
+			c.node(st.Leader).partition(name, 0).Leading()
 	})
 }
 
@@ -386,14 +386,14 @@ func TestClusterReplicatesByteForByte(t *testing.T) {
 	}
 	st := c.partitionState("r", 0)
 	leader := c.node(st.Leader).partition("r", 0)
-	want, err := leader.log.Read(nil, 0, leader.log.EndOffset(), 1<<20)
+	want, err := leader.Log().Read(nil, 0, leader.Log().EndOffset(), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range st.Replicas {
 		p := c.node(id).partition("r", 0)
-		c.waitFor(fmt.Sprintf("replica %d to reach 300", id), 10*time.Second, func() bool { return p.log.EndOffset() == 300 })
-		got, err := p.log.Read(nil, 0, p.log.EndOffset(), 1<<20)
+		c.waitFor(fmt.Sprintf("replica %d to reach 300", id), 10*time.Second, func() bool { return p.Log().EndOffset() == 300 })
+		got, err := p.Log().Read(nil, 0, p.Log().EndOffset(), 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -444,7 +444,7 @@ func TestClusterLeaderFailoverKeepsAcknowledgedRecords(t *testing.T) {
 		return slices.Contains(c.partitionState("f", 0).ISR, old.Leader)
 	})
 	p := c.node(old.Leader).partition("f", 0)
-	c.waitFor("the old leader to catch up", 10*time.Second, func() bool { return p.log.EndOffset() == 200 })
+	c.waitFor("the old leader to catch up", 10*time.Second, func() bool { return p.Log().EndOffset() == 200 })
 }
 
 func TestClusterAcksAllNeedsMinInsyncReplicas(t *testing.T) {
@@ -459,7 +459,7 @@ func TestClusterAcksAllNeedsMinInsyncReplicas(t *testing.T) {
 		return !slices.Contains(c.partitionState("m", 0).ISR, follower)
 	})
 	c.waitFor("the leader to see the smaller ISR", 5*time.Second, func() bool {
-		return c.node(st.Leader).partition("m", 0).rep.isrSize() == 2
+		return c.node(st.Leader).partition("m", 0).ISRSize() == 2
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -558,7 +558,7 @@ func TestClusterStaleLeaderTruncatesWhatTheNewLeaderNeverHad(t *testing.T) {
 	}
 	c.waitFor("the ISR to be the leader alone", 15*time.Second, func() bool {
 		return slices.Equal(c.partitionState("s", 0).ISR, []int32{st.Leader}) &&
-			c.node(st.Leader).partition("s", 0).rep.isrSize() == 1
+			c.node(st.Leader).partition("s", 0).ISRSize() == 1
 	})
 	// Records only the old leader will ever have.
 	one := c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
@@ -578,7 +578,7 @@ func TestClusterStaleLeaderTruncatesWhatTheNewLeaderNeverHad(t *testing.T) {
 	}
 	c.waitFor("an unclean leader", 15*time.Second, func() bool {
 		l := c.partitionState("s", 0).Leader
-		return l >= 0 && l != stale && c.node(l) != nil && c.node(l).partition("s", 0).leading.Load()
+		return l >= 0 && l != stale && c.node(l) != nil && c.node(l).partition("s", 0).Leading()
 	})
 	produceN(t, one, "s", 0, "new", 3)
 
@@ -586,13 +586,13 @@ func TestClusterStaleLeaderTruncatesWhatTheNewLeaderNeverHad(t *testing.T) {
 	p := c.node(stale).partition("s", 0)
 	leader := c.node(c.partitionState("s", 0).Leader).partition("s", 0)
 	c.waitFor("the stale leader to truncate and catch up", 15*time.Second, func() bool {
-		return p.log.EndOffset() == leader.log.EndOffset() && p.log.EndOffset() == 13
+		return p.Log().EndOffset() == leader.Log().EndOffset() && p.Log().EndOffset() == 13
 	})
-	want, err := leader.log.Read(nil, 0, 13, 1<<20)
+	want, err := leader.Log().Read(nil, 0, 13, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.log.Read(nil, 0, 13, 1<<20)
+	got, err := p.Log().Read(nil, 0, 13, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -761,7 +761,7 @@ func TestClusterOffsetForLeaderEpochAfterFailover(t *testing.T) {
 	c.stop(first.Leader)
 	c.waitFor("a new leader", 10*time.Second, func() bool {
 		st := c.partitionState("e", 0)
-		return st.Leader >= 0 && st.Leader != first.Leader && c.node(st.Leader).partition("e", 0).leading.Load()
+		return st.Leader >= 0 && st.Leader != first.Leader && c.node(st.Leader).partition("e", 0).Leading()
 	})
 	produceN(t, cl, "e", 0, "b", 5)
 	now := c.partitionState("e", 0)

@@ -72,7 +72,7 @@ func TestUnnamedClusterDoesNotHoldTheStart(t *testing.T) {
 
 	close(hold) // a controller of this version names the cluster
 	waitUploadedWithin(t, b, "t", 1, 30*time.Second)
-	if p := b.partition("t", 0); p.remoteEnd.Load() == 0 {
+	if p := b.partition("t", 0); p.RemoteEnd() == 0 {
 		t.Fatal("nothing uploaded once the cluster was named")
 	}
 	id := b.clusterID()

@@ -52,15 +52,15 @@ var _ compactor.Host = compactionHost{}
 func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 	var out []compactor.LocalPartition
 	for _, p := range h.b.partitionList() {
-		s := p.settings.Load()
-		if s.compaction == nil {
+		s := p.Settings()
+		if s.Compaction == nil {
 			continue
 		}
 		out = append(out, compactor.LocalPartition{
-			Topic: p.topic, Partition: p.index, Log: p.log,
-			HighWatermark: p.hw.Load,
-			Tiered:        s.log.Tiered,
-			Policy:        *s.compaction,
+			Topic: p.Topic(), Partition: p.Index(), Log: p.Log(),
+			HighWatermark: p.HighWatermark,
+			Tiered:        s.Log.Tiered,
+			Policy:        *s.Compaction,
 		})
 	}
 	return out
@@ -69,16 +69,16 @@ func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 	var out []compactor.ColdPartition
 	for _, p := range h.b.partitionList() {
-		s := p.settings.Load()
-		if s.compaction == nil || !s.log.Tiered {
+		s := p.Settings()
+		if s.Compaction == nil || !s.Log.Tiered {
 			continue
 		}
-		epoch, leading := p.leaderEpochIfLeading()
+		epoch, leading := p.LeaderEpochIfLeading()
 		if !leading {
 			continue
 		}
-		out = append(out, compactor.ColdPartition{TP: p.bucketName(), LeaderEpoch: epoch, Policy: *s.compaction,
-			FirstUnstableOffset: func() (int64, bool) { return p.log.FirstUnstableOffsetBelow(p.highWatermark()) }})
+		out = append(out, compactor.ColdPartition{TP: p.BucketName(), LeaderEpoch: epoch, Policy: *s.Compaction,
+			FirstUnstableOffset: func() (int64, bool) { return p.Log().FirstUnstableOffsetBelow(p.HighWatermark()) }})
 	}
 	return out
 }

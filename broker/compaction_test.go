@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/compactor"
 	"strata/segment"
 	"strata/tier/format"
@@ -316,17 +317,17 @@ func TestCompactionDoneWhen(t *testing.T) {
 	})
 	start := time.Now()
 	want := produceTable(t, b, "table", updates, keys, deleted, 1)
-	tableEnd := b.partition("table", 0).log.EndOffset()
+	tableEnd := b.partition("table", 0).Log().EndOffset()
 	t.Logf("produced %d records in %s", tableEnd, time.Since(start))
 	produceFiller(t, b, "table", 2*segBytes)
 
 	p := b.partition("table", 0)
 	waitFor(t, 3*time.Minute, "compaction past the tombstones", func() bool {
-		cleaned, _ := p.log.CleanerCheckpoint()
+		cleaned, _ := p.Log().CleanerCheckpoint()
 		return cleaned >= tableEnd
 	})
 	recs := readLog(t, b, "table")
-	t.Logf("compacted in %s: %d records of %d read back, %d bytes on disk", time.Since(start), len(recs), lastOffset(recs)+1, p.log.Size())
+	t.Logf("compacted in %s: %d records of %d read back, %d bytes on disk", time.Since(start), len(recs), lastOffset(recs)+1, p.Log().Size())
 	checkTable(t, recs, want, true)
 	if t.Failed() {
 		t.FailNow()
@@ -381,7 +382,7 @@ func TestCompactionSmallKeyBudget(t *testing.T) {
 	})
 	want := produceTable(t, b, "wide", updates, keys, 0, 2)
 	p := b.partition("wide", 0)
-	tableEnd := p.log.EndOffset()
+	tableEnd := p.Log().EndOffset()
 	produceFiller(t, b, "wide", 2*segBytes)
 
 	passes := func() float64 {
@@ -390,7 +391,7 @@ func TestCompactionSmallKeyBudget(t *testing.T) {
 	before := passes()
 	alterTopic(t, b, "wide", "min.compaction.lag.ms", "0")
 	waitFor(t, 3*time.Minute, "compaction of the whole history", func() bool {
-		cleaned, _ := p.log.CleanerCheckpoint()
+		cleaned, _ := p.Log().CleanerCheckpoint()
 		return cleaned >= tableEnd
 	})
 	n := passes() - before
@@ -470,7 +471,7 @@ func TestIdempotentRetryAfterCompaction(t *testing.T) {
 	written := listOffset(t, cl, "idem", -1)
 	produceFiller(t, b, "idem", 2*segBytes)
 	waitFor(t, time.Minute, "compaction of the producers' batches", func() bool {
-		cleaned, _ := b.partition("idem", 0).log.CleanerCheckpoint()
+		cleaned, _ := b.partition("idem", 0).Log().CleanerCheckpoint()
 		return cleaned >= written
 	})
 	// Only the latest a and b are left: the producers' earlier batches
@@ -504,7 +505,7 @@ func TestIdempotentRetryAfterCompaction(t *testing.T) {
 	// Damaged producer snapshots are ignored at start-up and the state
 	// is rebuilt from the log itself: what compaction left of it must
 	// still name each producer's last batch.
-	logDir := filepath.Join(b.logsDir, partitionDir("idem", b.partition("idem", 0).topicID, 0))
+	logDir := filepath.Join(b.logsDir, partitionDir("idem", b.partition("idem", 0).TopicID(), 0))
 	cl.Close()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -592,13 +593,13 @@ func TestColdCompactionDoneWhen(t *testing.T) {
 	})
 	want := produceTable(t, b, "cold", updates, keys, deleted, 3)
 	p := b.partition("cold", 0)
-	tableEnd := p.log.EndOffset()
+	tableEnd := p.Log().EndOffset()
 	produceFiller(t, b, "cold", 2*segBytes)
 	waitUploaded(t, b, "cold", 1)
-	if p.remoteEnd.Load() < tableEnd {
-		t.Fatalf("bucket ends at %d, before the tombstones' end %d", p.remoteEnd.Load(), tableEnd)
+	if p.RemoteEnd() < tableEnd {
+		t.Fatalf("bucket ends at %d, before the tombstones' end %d", p.RemoteEnd(), tableEnd)
 	}
-	tp := p.bucketName()
+	tp := p.BucketName()
 	ctx := context.Background()
 	manifest := func() (*format.Root, []format.RemoteSegment) {
 		t.Helper()
@@ -727,17 +728,17 @@ type localRecord struct {
 	count     int
 }
 
-func localRecords(t *testing.T, p *partition) map[string]localRecord {
+func localRecords(t *testing.T, p *partition.Partition) map[string]localRecord {
 	t.Helper()
 	out := map[string]localRecord{}
 	var buf []byte
-	for off := p.log.StartOffset(); off < p.log.EndOffset(); {
-		data, err := p.log.Read(buf[:0], off, p.log.EndOffset(), 1<<20)
+	for off := p.Log().StartOffset(); off < p.Log().EndOffset(); {
+		data, err := p.Log().Read(buf[:0], off, p.Log().EndOffset(), 1<<20)
 		if err != nil {
 			t.Fatalf("read local log at %d: %v", off, err)
 		}
 		if len(data) == 0 {
-			t.Fatalf("read local log at %d: nothing below its end %d", off, p.log.EndOffset())
+			t.Fatalf("read local log at %d: nothing below its end %d", off, p.Log().EndOffset())
 		}
 		buf = data
 		for len(data) >= 12 {
@@ -785,10 +786,10 @@ func TestCompactionOnFollowers(t *testing.T) {
 
 	want := produceTableWith(t, c.client(tableProducer("replicated")...), 40_000, 2_000, 200, 5)
 	leader := c.node(st.Leader).partition("replicated", 0)
-	tableEnd := leader.log.EndOffset()
+	tableEnd := leader.Log().EndOffset()
 	produceFillerWith(t, c.client(tableProducer("replicated")...), 2*segBytes)
 	c.waitFor("the leader's compaction past the table", time.Minute, func() bool {
-		cleaned, _ := leader.log.CleanerCheckpoint()
+		cleaned, _ := leader.Log().CleanerCheckpoint()
 		return cleaned >= tableEnd
 	})
 
@@ -796,10 +797,10 @@ func TestCompactionOnFollowers(t *testing.T) {
 	c.waitFor("every replica caught up and compacted", 2*time.Minute, func() bool {
 		for id := int32(1); id <= 3; id++ {
 			p := c.node(id).partition("replicated", 0)
-			if p == nil || p.log.EndOffset() < leader.log.EndOffset() {
+			if p == nil || p.Log().EndOffset() < leader.Log().EndOffset() {
 				return false
 			}
-			if cleaned, _ := p.log.CleanerCheckpoint(); cleaned < tableEnd {
+			if cleaned, _ := p.Log().CleanerCheckpoint(); cleaned < tableEnd {
 				return false
 			}
 		}

@@ -21,11 +21,11 @@ func TestColdPartitionsCarryFirstUnstableOffset(t *testing.T) {
 		"remote.storage.enable": ptr("true"),
 	})
 	p := b.partition("txn-cold", 0)
-	epoch, leading := p.leaderEpochIfLeading()
+	epoch, leading := p.LeaderEpochIfLeading()
 	if !leading {
 		t.Fatal("not leading the partition")
 	}
-	if _, err := p.log.Append(keyedBatch(-1, -1, -1, time.Now().UnixMilli(), "a", "1"), epoch); err != nil {
+	if _, err := p.Log().Append(keyedBatch(-1, -1, -1, time.Now().UnixMilli(), "a", "1"), epoch); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction opens at offset 1, as a transactional produce would
@@ -33,7 +33,7 @@ func TestColdPartitionsCarryFirstUnstableOffset(t *testing.T) {
 	tb := keyedBatch(7, 0, 0, time.Now().UnixMilli(), "k", "v")
 	binary.BigEndian.PutUint16(tb[21:], binary.BigEndian.Uint16(tb[21:])|0x10)
 	binary.BigEndian.PutUint32(tb[17:], crc32.Checksum(tb[21:], crc32.MakeTable(crc32.Castagnoli)))
-	info, err := p.log.Append(tb, epoch)
+	info, err := p.Log().Append(tb, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}

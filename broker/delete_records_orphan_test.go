@@ -34,7 +34,7 @@ func TestFailedDeleteRecordsLeavesNoOrphanPage(t *testing.T) {
 	waitUploaded(t, b, "drpage", 1)
 	p := b.partition("drpage", 0)
 	ctx := context.Background()
-	m, err := b.tier.Manifest(ctx, p.bucketName())
+	m, err := b.tier.Manifest(ctx, p.BucketName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestFailedDeleteRecordsLeavesNoOrphanPage(t *testing.T) {
 	time.Sleep(time.Second)
 	pages := func() map[string]bool {
 		keys := map[string]bool{}
-		if err := hs.List(ctx, p.bucketName().PagesPrefix(), func(a objstore.Attrs) error {
+		if err := hs.List(ctx, p.BucketName().PagesPrefix(), func(a objstore.Attrs) error {
 			keys[a.Key] = true
 			return nil
 		}); err != nil {
@@ -112,22 +112,22 @@ func TestBucketLogStartReachesTheLocalLog(t *testing.T) {
 	produceKeyed(t, b, "bls", 300, 100, kgo.ProducerBatchMaxBytes(1500))
 	waitUploaded(t, b, "bls", 1)
 	p := b.partition("bls", 0)
-	epoch, _ := p.leaderEpochIfLeading()
-	hw := p.highWatermark()
+	epoch, _ := p.LeaderEpochIfLeading()
+	hw := p.HighWatermark()
 	// The bucket's log start moves without this replica's local log.
-	p.tier.mu.Lock()
-	m, err := b.tier.AdvanceLogStart(context.Background(), p.bucketName(), hw-10, epoch)
+	release := p.HoldUploads()
+	m, err := b.tier.AdvanceLogStart(context.Background(), p.BucketName(), hw-10, epoch)
 	if err != nil {
-		p.tier.mu.Unlock()
+		release()
 		t.Fatal(err)
 	}
-	if p.log.StartOffset() >= hw-10 {
-		p.tier.mu.Unlock()
-		t.Fatalf("local start %d already at the new start %d: the test needs it below", p.log.StartOffset(), hw-10)
+	if p.Log().StartOffset() >= hw-10 {
+		release()
+		t.Fatalf("local start %d already at the new start %d: the test needs it below", p.Log().StartOffset(), hw-10)
 	}
-	p.setRemote(m)
-	p.tier.mu.Unlock()
-	if got := p.log.StartOffset(); got != hw-10 {
+	p.SetRemote(m)
+	release()
+	if got := p.Log().StartOffset(); got != hw-10 {
 		t.Fatalf("local log start %d after reading a manifest starting at %d", got, hw-10)
 	}
 	if got := startOffset(t, adm, "bls"); got != hw-10 {

@@ -116,11 +116,11 @@ func TestDeleteRecordsReachesTheBucket(t *testing.T) {
 	produceKeyed(t, b, "db", 600, 100, kgo.ProducerBatchMaxBytes(1500))
 	waitUploaded(t, b, "db", 1)
 	p := b.partition("db", 0)
-	if p.log.StartOffset() == 0 {
+	if p.Log().StartOffset() == 0 {
 		t.Fatal("nothing left the local log: the test needs history only in the bucket")
 	}
 	// Below the local log start: only the bucket holds it.
-	target := p.log.StartOffset() / 2
+	target := p.Log().StartOffset() / 2
 	low, err := deleteRecords(t, adm, "db", 0, target)
 	if err != nil || low != target {
 		t.Fatalf("DeleteRecords(%d): low watermark %d, %v", target, low, err)
@@ -133,7 +133,7 @@ func TestDeleteRecordsReachesTheBucket(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := b.tier.Refresh(ctx, p.bucketName())
+	m, err := b.tier.Refresh(ctx, p.BucketName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func TestClusterFollowersTakeTheDeletedStart(t *testing.T) {
 	st := c.partitionState("df", 0)
 	for _, id := range st.Replicas {
 		p := c.node(id).partition("df", 0)
-		c.waitFor("every replica's log to start at 30", 10*time.Second, func() bool { return p.log.StartOffset() == 30 })
+		c.waitFor("every replica's log to start at 30", 10*time.Second, func() bool { return p.Log().StartOffset() == 30 })
 	}
 	// The new leader after a failover serves from 30 too.
 	c.stop(st.Leader)
 	c.waitFor("a new leader", 10*time.Second, func() bool {
 		now := c.partitionState("df", 0)
-		return now.Leader >= 0 && now.Leader != st.Leader && c.node(now.Leader).partition("df", 0).leading.Load()
+		return now.Leader >= 0 && now.Leader != st.Leader && c.node(now.Leader).partition("df", 0).Leading()
 	})
 	// A client's metadata may still name the dead leader for a moment:
 	// ask until a live leader answers.

@@ -2,11 +2,11 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/meta"
 	"strata/segment"
 )
@@ -58,12 +58,9 @@ var errorMap = []struct {
 	{meta.ErrUnknownTopicOrPartition, kerr.UnknownTopicOrPartition},
 	{meta.ErrElectionNotNeeded, kerr.ElectionNotNeeded},
 	{meta.ErrPreferredLeaderNotAvailable, kerr.PreferredLeaderNotAvailable},
-	{errNotLeader, kerr.NotLeaderForPartition},
-	{errClosed, kerr.NotLeaderForPartition},
+	{partition.ErrNotLeader, kerr.NotLeaderForPartition},
+	{partition.ErrClosed, kerr.NotLeaderForPartition},
 }
-
-// errNotLeader refuses a request that only the partition's leader serves.
-var errNotLeader = errors.New("this broker does not lead the partition")
 
 // answerError is what a response carries for err, its code and message,
 // and counts the code against api.
@@ -81,15 +78,4 @@ func errMessage(err error) *string {
 	}
 	s := err.Error()
 	return &s
-}
-
-// storageError marks a failure to reach the object store as
-// KAFKA_STORAGE_ERROR, which clients retry; out-of-range and corruption
-// keep their own meaning. It is applied at the tier boundary, the one place
-// that knows an error came from the store.
-func storageError(err error) error {
-	if err == nil || errors.Is(err, segment.ErrOffsetOutOfRange) || errors.Is(err, segment.ErrCorruptSegment) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
 }

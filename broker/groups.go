@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/broker/partition"
 	"strata/meta"
 	"strata/segment"
 )
@@ -264,34 +265,34 @@ var _ group.OffsetLog = offsetsLog{}
 // watermark covers the batch. The batch is the coordinator's own write
 // (Kafka's AppendOrigin.COORDINATOR): a transactional offset commit is
 // checked for its producer's epoch, not its sequence.
-func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (int64, error) {
+func (l offsetsLog) Append(ctx context.Context, index int32, batch []byte) (int64, error) {
 	b := l.b
-	p := b.partition(offsetsTopic, partition)
+	p := b.partition(offsetsTopic, index)
 	if p == nil {
-		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
+		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, index, group.ErrNotLeader)
 	}
-	batches, err := p.log.Prepare(batch)
+	batches, err := p.Log().Prepare(batch)
 	if err != nil {
-		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
+		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, index, err)
 	}
 	batches.FromCoordinator()
 	// A TxnOffsetCommit's batch presents its verification (KIP-890): it
 	// may join the producer's ongoing transaction, or open one only if no
-	// marker came since the coordinator said the partition is in it.
-	tx, _ := ctx.Value(txnAppendKey{}).(*txnAppend)
-	info, epoch, err := p.appendPrepared(batches, tx)
+	// marker came since the coordinator said the index is in it.
+	tx, _ := ctx.Value(txnAppendKey{}).(*partition.TxnAppend)
+	info, epoch, err := p.AppendPrepared(batches, tx)
 	if err != nil {
-		if errors.Is(err, segment.ErrClosed) || errors.Is(err, errNotLeader) {
+		if errors.Is(err, segment.ErrClosed) || errors.Is(err, partition.ErrNotLeader) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
 		}
-		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, partition, err)
+		return 0, fmt.Errorf("append to %s-%d: %w", offsetsTopic, index, err)
 	}
 	// With followers the high watermark trails the append; wait for it.
-	if err := b.waitCommitted(ctx, p, info.LastOffset, epoch); err != nil {
-		if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, errClosed) {
+	if err := p.WaitCommitted(ctx, info.LastOffset, epoch); err != nil {
+		if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, partition.ErrClosed) {
 			err = fmt.Errorf("%w: %v", group.ErrNotLeader, err)
 		}
-		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
+		return 0, fmt.Errorf("%s-%d: %w", offsetsTopic, index, err)
 	}
 	return info.BaseOffset, nil
 }
@@ -302,30 +303,30 @@ func (l offsetsLog) Append(ctx context.Context, partition int32, batch []byte) (
 // between and inside batches; a read at an offset that no longer exists
 // returns the next batch there is, and the loader goes on after its last
 // offset.
-func (l offsetsLog) Read(dst []byte, partition int32, offset int64) ([]byte, error) {
+func (l offsetsLog) Read(dst []byte, index int32, offset int64) ([]byte, error) {
 	b := l.b
-	p := b.partition(offsetsTopic, partition)
+	p := b.partition(offsetsTopic, index)
 	if p == nil {
-		return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, group.ErrNotLeader)
+		return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, index, group.ErrNotLeader)
 	}
-	if offset < p.log.StartOffset() && b.remoteEnabled(p) && !p.remoteKnown.Load() {
+	if offset < p.Log().StartOffset() && p.Tiered() && !p.RemoteKnown() {
 		// At start-up the manifests load in the background, and the
 		// coordinator loads its partitions before they are all in: the
 		// bucket's log start must be known, or the history below the
 		// local one would be silently skipped.
-		b.loadRemote(p)
-		if err := b.checkRemoteKnown(p); err != nil {
-			return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, partition, err)
+		p.LoadRemote()
+		if err := p.CheckRemoteKnown(); err != nil {
+			return dst, fmt.Errorf("%s-%d: %w", offsetsTopic, index, err)
 		}
 	}
 	// To the log end, not the high watermark, as Kafka's loader does: a
 	// new leader's high watermark may trail commits that are already in
 	// its log, and that it will commit once its followers fetch them.
-	end := p.log.EndOffset()
-	offset = max(offset, p.logStartOffset())
-	out, err := b.readAt(p, dst, offset, end, 1<<20)
+	end := p.Log().EndOffset()
+	offset = max(offset, p.LogStartOffset())
+	out, err := p.ReadAt(dst, offset, end, 1<<20)
 	if err != nil {
-		return out, fmt.Errorf("%s-%d at %d: %w", offsetsTopic, partition, offset, err)
+		return out, fmt.Errorf("%s-%d at %d: %w", offsetsTopic, index, offset, err)
 	}
 	// Nothing read means "the end" to the loader, and is: the bucket's
 	// read goes on across objects compaction emptied, and readAt on into
@@ -389,7 +390,7 @@ func (gc *groupCollector) Collect(ch chan<- prometheus.Metric) {
 			if p == nil {
 				continue
 			}
-			lag := max(p.highWatermark()-o.Offset, 0)
+			lag := max(p.HighWatermark()-o.Offset, 0)
 			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(lag), s.Group, o.Topic, strconv.Itoa(int(o.Partition)))
 		}
 	}

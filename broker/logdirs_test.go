@@ -22,7 +22,7 @@ import (
 func logFileBytes(t *testing.T, b *Broker, topic string, index int32) int64 {
 	t.Helper()
 	p := b.partition(topic, index)
-	m, err := filepath.Glob(filepath.Join(b.logsDir, partitionDir(topic, p.topicID, index), "*.log"))
+	m, err := filepath.Glob(filepath.Join(b.logsDir, partitionDir(topic, p.TopicID(), index), "*.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,19 +52,19 @@ func TestDescribeLogDirsLocalAndRemote(t *testing.T) {
 	// figures stop moving.
 	for i := int32(0); i < 2; i++ {
 		p := b.partition("sizes", i)
-		segs, err := p.log.ClosedSegments(0)
+		segs, err := p.Log().ClosedSegments(0)
 		if err != nil || len(segs) == 0 {
 			t.Fatalf("sizes-%d: %d closed segments, err %v", i, len(segs), err)
 		}
 		end := segs[len(segs)-1].EndOffset
-		waitFor(t, 20*time.Second, "segments uploaded", func() bool { return p.remoteEnd.Load() == end })
+		waitFor(t, 20*time.Second, "segments uploaded", func() bool { return p.RemoteEnd() == end })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	remoteBytes := func(index int32) int64 {
 		t.Helper()
 		p := b.partition("sizes", index)
-		m, ok, err := tier.ReadManifest(ctx, store, format.TopicPartition{Topic: "sizes", TopicID: p.topicID, Partition: index})
+		m, ok, err := tier.ReadManifest(ctx, store, format.TopicPartition{Topic: "sizes", TopicID: p.TopicID(), Partition: index})
 		if err != nil || !ok {
 			t.Fatalf("manifest: %v %v", ok, err)
 		}

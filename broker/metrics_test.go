@@ -95,7 +95,7 @@ func TestTierCacheMetrics(t *testing.T) {
 	produceKeyed(t, b, "cold", n, 1000, kgo.ProducerBatchMaxBytes(4096))
 	waitUploaded(t, b, "cold", 1)
 	p := b.partition("cold", 0)
-	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > 0 })
 	consumeCount(t, b, "cold", n)
 
 	resp, err := http.Get("http://" + b.HTTPAddr().String() + "/metrics")

@@ -34,7 +34,7 @@ func TestCompactedTopicsTier(t *testing.T) {
 			produceKeyed(t, b, "keyed", n, size, kgo.ProducerBatchMaxBytes(4<<10))
 			waitFor(t, time.Minute, "local retention to delete uploaded segments", func() bool {
 				for i := range int32(partitions) {
-					if b.partition("keyed", i).log.StartOffset() == 0 {
+					if b.partition("keyed", i).Log().StartOffset() == 0 {
 						return false
 					}
 				}
@@ -43,12 +43,12 @@ func TestCompactedTopicsTier(t *testing.T) {
 			waitUploaded(t, b, "keyed", partitions)
 			for i := range int32(partitions) {
 				p := b.partition("keyed", i)
-				m, err := b.tier.Manifest(context.Background(), p.bucketName())
+				m, err := b.tier.Manifest(context.Background(), p.BucketName())
 				if err != nil {
 					t.Fatal(err)
 				}
-				if m.Empty() || m.LogStartOffset != 0 || m.EndOffset() < p.log.StartOffset() {
-					t.Errorf("partition %d: bucket holds [%d, %d), local log starts at %d", i, m.LogStartOffset, m.EndOffset(), p.log.StartOffset())
+				if m.Empty() || m.LogStartOffset != 0 || m.EndOffset() < p.Log().StartOffset() {
+					t.Errorf("partition %d: bucket holds [%d, %d), local log starts at %d", i, m.LogStartOffset, m.EndOffset(), p.Log().StartOffset())
 				}
 			}
 			consumeExactlyOnce(t, b, "keyed", n, size)
@@ -104,7 +104,7 @@ func TestOffsetsTopicTiers(t *testing.T) {
 			t.Errorf("%s configs: %v", offsetsTopic, got)
 		}
 		p := b.partition(offsetsTopic, 0)
-		if cfg := p.settings.Load().log; !cfg.Tiered || cfg.LocalRetentionBytes < 0 || cfg.LocalRetentionMs < 0 {
+		if cfg := p.Settings().Log; !cfg.Tiered || cfg.LocalRetentionBytes < 0 || cfg.LocalRetentionMs < 0 {
 			t.Errorf("%s-0 log: tiered %v, local retention %d bytes, %s", offsetsTopic, cfg.Tiered, cfg.LocalRetentionBytes, cfg.LocalRetentionMs)
 		}
 	}
@@ -194,13 +194,13 @@ func TestCoordinatorLoadsOffsetsFromTheBucket(t *testing.T) {
 
 	p := b.partition(offsetsTopic, 0)
 	commitOne(t, adm, "early", "orders", 2, 7, "the only commit")
-	early := p.log.EndOffset() // the early group's record lies below
+	early := p.Log().EndOffset() // the early group's record lies below
 	const commits = 3000
 	for i := range commits {
 		commitOne(t, adm, "busy", "orders", int32(i%4), int64(i), fmt.Sprint("commit ", i))
 	}
 	waitFor(t, time.Minute, "the early commit to be only in the bucket", func() bool {
-		return p.log.StartOffset() >= early && p.remoteEnd.Load() >= p.log.StartOffset()
+		return p.Log().StartOffset() >= early && p.RemoteEnd() >= p.Log().StartOffset()
 	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -208,8 +208,8 @@ func TestCoordinatorLoadsOffsetsFromTheBucket(t *testing.T) {
 
 	b = offsetsTierBroker(t, dir, store)
 	p = b.partition(offsetsTopic, 0)
-	if p.log.StartOffset() < early {
-		t.Fatalf("after the restart the local log starts at %d, the early commit is below %d", p.log.StartOffset(), early)
+	if p.Log().StartOffset() < early {
+		t.Fatalf("after the restart the local log starts at %d, the early commit is below %d", p.Log().StartOffset(), early)
 	}
 	adm = testAdmin(t, b)
 	wantCommitted(t, adm, "early", "orders", 2, 7, "the only commit")
@@ -232,12 +232,12 @@ func TestCoordinatorRetriesLoadAfterBucketOutage(t *testing.T) {
 	smallOffsetsSegments(t, adm)
 	p := b.partition(offsetsTopic, 0)
 	commitOne(t, adm, "early", "orders", 0, 5, "before the outage")
-	early := p.log.EndOffset()
+	early := p.Log().EndOffset()
 	for i := range 1000 {
 		commitOne(t, adm, "busy", "orders", 0, int64(i), "")
 	}
 	waitFor(t, time.Minute, "the early commit to be only in the bucket", func() bool {
-		return p.log.StartOffset() >= early && p.remoteEnd.Load() >= p.log.StartOffset()
+		return p.Log().StartOffset() >= early && p.RemoteEnd() >= p.Log().StartOffset()
 	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -287,14 +287,14 @@ func TestClusterCoordinatorFailoverLoadsFromTheBucket(t *testing.T) {
 
 	commitOne(t, adm, "early", "g", 0, 7, "before the failover")
 	coord := c.partitionState(offsetsTopic, 0).Leader
-	early := c.node(coord).partition(offsetsTopic, 0).log.EndOffset()
+	early := c.node(coord).partition(offsetsTopic, 0).Log().EndOffset()
 	for i := range 2000 {
 		commitOne(t, adm, "busy", "g", 0, int64(i), "")
 	}
 	c.waitFor("the early commit only in the bucket on every replica", time.Minute, func() bool {
 		for id := int32(1); id <= 3; id++ {
 			p := c.node(id).partition(offsetsTopic, 0)
-			if p == nil || p.log.StartOffset() < early || p.remoteEnd.Load() < p.log.StartOffset() {
+			if p == nil || p.Log().StartOffset() < early || p.RemoteEnd() < p.Log().StartOffset() {
 				return false
 			}
 		}
@@ -307,7 +307,7 @@ func TestClusterCoordinatorFailoverLoadsFromTheBucket(t *testing.T) {
 		return l >= 1 && l != coord
 	})
 	next := c.partitionState(offsetsTopic, 0).Leader
-	if start := c.node(next).partition(offsetsTopic, 0).log.StartOffset(); start < early {
+	if start := c.node(next).partition(offsetsTopic, 0).Log().StartOffset(); start < early {
 		t.Fatalf("the new coordinator's local log starts at %d, the early commit is below %d", start, early)
 	}
 	c.waitFor("the early group's offsets from the new coordinator", 30*time.Second, func() bool {
@@ -373,8 +373,8 @@ func TestClusterUpgradesOffsetsTopicSettings(t *testing.T) {
 	})
 	for id := int32(1); id <= 3; id++ {
 		for _, p := range c.node(id).partitionList() {
-			if p.topic == offsetsTopic && !p.settings.Load().log.Tiered {
-				t.Errorf("node %d: %s-%d does not tier", id, offsetsTopic, p.index)
+			if p.Topic() == offsetsTopic && !p.Settings().Log.Tiered {
+				t.Errorf("node %d: %s-%d does not tier", id, offsetsTopic, p.Index())
 			}
 		}
 	}

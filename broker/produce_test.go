@@ -150,10 +150,10 @@ func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
 			var m *format.Root
 			waitFor(t, 20*time.Second, "both tiers to drop every closed segment", func() bool {
 				var err error
-				if m, err = b.tier.Manifest(context.Background(), p.bucketName()); err != nil {
+				if m, err = b.tier.Manifest(context.Background(), p.BucketName()); err != nil {
 					t.Fatal(err)
 				}
-				segs, err := p.log.ClosedSegments(0)
+				segs, err := p.Log().ClosedSegments(0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,11 +201,11 @@ func TestProduceDecompressionBombOutsidePartitionLock(t *testing.T) {
 	createTopic(t, kadmFor(cl), "bomb", 1, nil)
 	bomb := zstdBomb(t, 32<<20)
 	p := b.partition("bomb", 0)
-	p.appendMu.Lock()
+	release := p.HoldAppends()
 	locked := true
 	defer func() {
 		if locked {
-			p.appendMu.Unlock()
+			release()
 		}
 	}()
 	done := make(chan kmsg.ProduceResponseTopicPartition, 1)
@@ -234,7 +234,7 @@ func TestProduceDecompressionBombOutsidePartitionLock(t *testing.T) {
 	case <-time.After(8 * time.Second):
 		t.Fatal("the batch was validated under the partition's append lock")
 	}
-	p.appendMu.Unlock()
+	release()
 	locked = false
 	if end := listOffset(t, cl, "bomb", -1); end != 0 {
 		t.Fatalf("log end %d after a refused batch", end)

@@ -37,26 +37,26 @@ func TestRV3ReadCommittedFromBucketPastLSO(t *testing.T) {
 	for i := 0; i < 60; i++ { // roll several segments past the open transaction
 		mustAppendTo(t, p, rawBatch(-1, -1, -1, now, fmt.Sprint(i, big)))
 	}
-	if lso := p.lastStableOffset(); lso != 1 {
+	if lso := p.LastStableOffset(); lso != 1 {
 		t.Fatalf("LSO %d, want 1", lso)
 	}
 	// A bucket written by a version that bounded uploads by the high
 	// watermark alone holds the open transaction.
-	segs, err := p.log.ClosedSegments(0)
+	segs, err := p.Log().ClosedSegments(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, seg := range segs {
-		m, err := b.tier.Upload(context.Background(), p.bucketName(), seg, p.leaderEpoch.Load())
+		m, err := b.tier.Upload(context.Background(), p.BucketName(), seg, p.LeaderEpoch())
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.setRemote(m)
+		p.SetRemote(m)
 	}
-	if err := p.log.Maintain(); err != nil {
+	if err := p.Log().Maintain(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "segment with the open transaction deleted locally", func() bool { return p.log.StartOffset() > 1 })
+	waitFor(t, time.Minute, "segment with the open transaction deleted locally", func() bool { return p.Log().StartOffset() > 1 })
 
 	rc := fetchIsolated(t, cl, id, 0, 1, 0)
 	offs := batchOffsets(rc.RecordBatches)

@@ -94,7 +94,7 @@ func TestClusterReadAfterWrite(t *testing.T) {
 		if r := request(via, alter).(*kmsg.IncrementalAlterConfigsResponse); r.Resources[0].ErrorCode != 0 {
 			t.Fatalf("alter through node %d: error %d", via, r.Resources[0].ErrorCode)
 		}
-		if got := c.node(via).partition("configs", 0).settings.Load().log.RetentionMs; got != time.Duration(want)*time.Millisecond {
+		if got := c.node(via).partition("configs", 0).Settings().Log.RetentionMs; got != time.Duration(want)*time.Millisecond {
 			t.Errorf("round %d: node %d acknowledged retention.ms=%d and its partition has %v", i, via, want, got)
 		}
 		for _, id := range []int32{via, reader, controller} {

@@ -12,9 +12,10 @@ import (
 	"strconv"
 	"strings"
 
-	"strata/broker/replica"
+	"strata/broker/partition"
 	"strata/meta"
 	"strata/segment"
+	"strata/tier/format"
 )
 
 // partitionDir names a partition's log directory. The topic id is part of
@@ -48,13 +49,10 @@ func parsePartitionDir(name string) (topic string, id [16]byte, index int32, ok 
 }
 
 type wantedPartition struct {
-	id             [16]byte
-	epoch          int32
-	leader         int32
-	replicas, isr  []int32
-	partitionEpoch int32
-	configs        map[string]string
-	internal       bool
+	id       [16]byte
+	role     partition.Role
+	configs  map[string]string
+	internal bool
 }
 
 // reconcileLoop re-runs reconcile whenever the metadata changes. changed
@@ -101,10 +99,10 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 	want := b.wanted(st)
 
 	// Drop partitions whose topic is gone or was re-created under a new id.
-	var drop []*partition
+	var drop []*partition.Partition
 	b.mu.Lock()
 	for key, p := range b.mu.partitions {
-		if w, ok := want[key]; !ok || w.id != p.topicID {
+		if w, ok := want[key]; !ok || w.id != p.TopicID() {
 			drop = append(drop, p)
 			delete(b.mu.partitions, key)
 		}
@@ -112,62 +110,55 @@ func (b *Broker) reconcilePartitions(waitRemote bool) error {
 	b.mu.Unlock()
 	var errs []error
 	for _, p := range drop {
-		b.replicas.Unfollow(replica.Key{Topic: p.topic, Index: p.index})
-		p.appendMu.Lock()
-		p.leading.Store(false)
-		p.appendMu.Unlock()
-		p.wake()
-		// No upload may run on a log being deleted, nor put objects in
-		// the bucket once its deletion has begun.
-		p.stopTier()
-		if _, exists := st.TopicByID(p.topicID); !exists && b.tier != nil {
+		p.Stop()
+		if _, exists := st.TopicByID(p.TopicID()); !exists && b.tier != nil {
 			// The topic is gone, not just moved: its history goes too.
 			// Queued before the local log goes, so a crash in between
 			// still leaves the work recorded.
-			b.queueRemoteDelete(p.bucketName())
+			b.queueRemoteDelete(p.BucketName())
 		}
-		if err := p.log.Delete(); err != nil {
-			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.topic, p.index, err))
+		if err := p.Log().Delete(); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.Topic(), p.Index(), err))
 		}
-		b.metrics.forgetPartition(p.topic, p.index)
-		b.log.Info("partition deleted", "topic", p.topic, "partition", p.index)
+		b.metrics.forgetPartition(p.Topic(), p.Index())
+		b.log.Info("partition deleted", "topic", p.Topic(), "partition", p.Index())
 	}
 
 	// Open new partitions and apply config changes to open ones.
-	var opened []*partition
+	var opened []*partition.Partition
 	for key, w := range want {
 		if p := b.partition(key.topic, key.partition); p != nil {
 			// Metadata changes (a producer-id block, another topic) leave
 			// most partitions' configs alone; only changed ones are reapplied.
-			if !maps.Equal(p.settings.Load().configs, w.configs) {
-				s := b.settingsFor(w.configs, w.internal)
-				p.log.SetConfig(s.log)
-				p.settings.Store(s)
+			if !maps.Equal(p.Settings().Configs, w.configs) {
+				p.SetSettings(b.settingsFor(w.configs, w.internal))
 			}
-			b.setRole(p, w)
+			p.SetRole(w.role)
 			continue
 		}
 		s := b.settingsFor(w.configs, w.internal)
 		dir := filepath.Join(b.logsDir, partitionDir(key.topic, w.id, key.partition))
-		l, err := segment.Open(dir, s.log)
+		l, err := segment.Open(dir, s.Log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
 			continue
 		}
-		p := newPartition(key.topic, w.id, key.partition, w.epoch, l, s, b.metrics.logEndGauge(key.topic, key.partition))
-		// A topic created while the broker runs starts empty in the bucket
-		// too; an empty log found at start-up may be a lost one.
-		p.emptyAtStart.Store(!waitRemote && l.StartOffset() == l.EndOffset())
-		p.tier.ctx, p.tier.stop = context.WithCancel(b.ctx)
+		p := partition.New(b.ctx, b.partitionHost(), partition.Opening{
+			Topic: key.topic, TopicID: w.id, Index: key.partition, LeaderEpoch: w.role.LeaderEpoch,
+			Log: l, Settings: s, LogEnd: b.metrics.logEndGauge(key.topic, key.partition),
+			// A topic created while the broker runs starts empty in the
+			// bucket too; an empty log found at start-up may be a lost one.
+			EmptyAtStart: !waitRemote && l.StartOffset() == l.EndOffset(),
+		})
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()
 			l.Close()
-			return errors.Join(append(errs, errClosed)...)
+			return errors.Join(append(errs, partition.ErrClosed)...)
 		}
 		b.mu.partitions[key] = p
 		b.mu.Unlock()
-		b.setRole(p, w)
+		p.SetRole(w.role)
 		opened = append(opened, p)
 	}
 	// Served at once: a tiered partition answers what needs its
@@ -189,8 +180,8 @@ func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
 		for _, p := range t.Partitions {
 			if slices.Contains(p.Replicas, b.cfg.NodeID) {
 				want[tp{t.Name, p.Index}] = wantedPartition{
-					id: t.ID, epoch: p.LeaderEpoch, leader: p.Leader, replicas: p.Replicas, isr: p.ISR,
-					partitionEpoch: p.PartitionEpoch, configs: t.Configs, internal: t.Internal,
+					id: t.ID, configs: t.Configs, internal: t.Internal,
+					role: partition.Role{LeaderEpoch: p.LeaderEpoch, Leader: p.Leader, Replicas: p.Replicas, ISR: p.ISR, PartitionEpoch: p.PartitionEpoch},
 				}
 			}
 		}
@@ -217,7 +208,7 @@ func (b *Broker) removeStaleDirs() error {
 		if !ok {
 			continue // not ours; leave it alone
 		}
-		if p := b.partition(topic, index); p != nil && p.topicID == id {
+		if p := b.partition(topic, index); p != nil && p.TopicID() == id {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(b.logsDir, e.Name())); err != nil {
@@ -235,4 +226,33 @@ func (b *Broker) topicByName(name string) (*meta.Topic, bool) {
 	return t, ok
 }
 
-var errClosed = errors.New("broker closed")
+// partitionHost is what every partition of this node is given: made once,
+// when the first partition opens (the tier is open by then).
+func (b *Broker) partitionHost() *partition.Host {
+	b.hostOnce.Do(func() {
+		h := &partition.Host{
+			NodeID:            b.cfg.NodeID,
+			Logger:            b.log,
+			Fetchers:          b.replicas,
+			Cluster:           partitionCluster{b},
+			ReplicaLagTimeMax: b.cfg.ReplicaLagTimeMax,
+			IdleUpload:        b.cfg.Tier.IdleUpload,
+			Dropped:           func(tp format.TopicPartition) { b.collector.dropped(tp, b.cfg.Tier.Now()) },
+			Metrics: partition.Metrics{
+				LeaderElections: b.metrics.leaderElections,
+				ISRChanged:      b.metrics.countISRChange,
+				Uploads:         b.metrics.tierUploads,
+				UploadBytes:     b.metrics.tierUploadBytes,
+				UploadSeconds:   b.metrics.tierUploadSeconds,
+				ReadBytes:       b.metrics.tierReadBytes,
+			},
+			Go:      func(f func(context.Context)) { b.goFunc(func() { f(b.ctx) }) },
+			Context: b.ctx,
+		}
+		if b.tier != nil {
+			h.Bucket = b.tier
+		}
+		b.host = h
+	})
+	return b.host
+}

@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/broker/replica"
 	"strata/meta"
-	"strata/segment"
 )
 
 // An AlterPartition answer is read as Kafka's
@@ -42,7 +42,7 @@ func TestAlterPartitionOutcome(t *testing.T) {
 		{"stale broker epoch (this node re-registers)", kerr.StaleBrokerEpoch, replica.Unknown},
 		{"anything else", errors.New("connection reset"), replica.Unknown},
 	} {
-		if got := alterOutcome(c.err); got != c.want {
+		if got := partition.AlterOutcome(c.err); got != c.want {
 			t.Errorf("%s: outcome %d, want %d", c.name, got, c.want)
 		}
 	}
@@ -73,8 +73,8 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	c.node(follower).replicas.Unfollow(key)
 	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "kip903", 0, "r", 5)
 	lp := c.node(st.Leader).partition("kip903", 0)
-	hw0 := lp.highWatermark()
-	if end := lp.log.EndOffset(); hw0 >= end {
+	hw0 := lp.HighWatermark()
+	if end := lp.Log().EndOffset(); hw0 >= end {
 		t.Fatalf("high watermark %d already at the log end %d: the test cannot tell", hw0, end)
 	}
 	registered := c.node(follower).cluster.brokerEpoch()
@@ -88,7 +88,7 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 		rt.Topic, rt.TopicID = "kip903", c.any().meta.State().Topics["kip903"].ID
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition, rp.CurrentLeaderEpoch, rp.LastFetchedEpoch, rp.PartitionMaxBytes = 0, st.LeaderEpoch, -1, 1<<20
-		rp.FetchOffset = lp.log.EndOffset()
+		rp.FetchOffset = lp.Log().EndOffset()
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -106,14 +106,14 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	if code := fetch(registered - 1); code != kerr.StaleBrokerEpoch.Code {
 		t.Fatalf("fetch at the previous broker epoch: %v, want STALE_BROKER_EPOCH", kerr.ErrorForCode(code))
 	}
-	if hw := lp.highWatermark(); hw != hw0 {
+	if hw := lp.HighWatermark(); hw != hw0 {
 		t.Fatalf("a stale incarnation's fetch moved the high watermark from %d to %d", hw0, hw)
 	}
 	// The registered incarnation's word is taken.
 	if code := fetch(registered); code != 0 {
 		t.Fatalf("fetch at the registered broker epoch: %v", kerr.ErrorForCode(code))
 	}
-	if hw, end := lp.highWatermark(), lp.log.EndOffset(); hw != end {
+	if hw, end := lp.HighWatermark(), lp.Log().EndOffset(); hw != end {
 		t.Fatalf("high watermark %d after the follower fetched at the log end %d", hw, end)
 	}
 }
@@ -143,45 +143,26 @@ func listRaw(t *testing.T, cl *kgo.Client, id int32, topic string, ts int64) (in
 // whose role the test then sets by hand, as the metadata would: a
 // follower of broker 99 (which does not exist: nothing is fetched), then
 // a leader again.
-func roleTest(t *testing.T) (*Broker, *kgo.Client, *partition, func(leader int32, replicas []int32)) {
+func roleTest(t *testing.T) (*Broker, *kgo.Client, *partition.Partition, func(leader int32, replicas []int32)) {
 	b := testBroker(t, "")
 	cl := testClient(t, b, kgo.DisableIdempotentWrite())
 	createTopic(t, kadm.NewClient(cl), "hw", 1, nil)
 	produceN(t, cl, "hw", 0, "r", 5)
 	p := b.partition("hw", 0)
 	set := func(leader int32, replicas []int32) {
-		b.setRole(p, wantedPartition{
-			id: p.topicID, epoch: p.leaderEpoch.Load() + 1, leader: leader,
-			replicas: replicas, isr: replicas, partitionEpoch: p.rep.partitionEpoch + 1,
+		p.SetRole(partition.Role{
+			LeaderEpoch: p.LeaderEpoch() + 1, Leader: leader,
+			Replicas: replicas, ISR: replicas, PartitionEpoch: p.PartitionEpoch() + 1,
 		})
-		if leads := p.leading.Load(); leads != (leader == b.cfg.NodeID) {
+		if leads := p.Leading(); leads != (leader == b.cfg.NodeID) {
 			t.Fatalf("leading %v after setRole with leader %d", leads, leader)
 		}
 	}
 	set(99, []int32{b.cfg.NodeID, 99})
-	if hw := p.highWatermark(); hw != 5 {
+	if hw := p.HighWatermark(); hw != 5 {
 		t.Fatalf("follower's high watermark %d, want 5", hw)
 	}
 	return b, cl, p, set
-}
-
-// A follower's truncation takes its high watermark down with the log end
-// (Kafka's UnifiedLog.truncateTo).
-func TestFollowerTruncationLowersTheHighWatermark(t *testing.T) {
-	_, _, p, _ := roleTest(t)
-	fl := followerLog{p.log, p}
-	if _, err := fl.TruncateTo(3); err != nil {
-		t.Fatal(err)
-	}
-	if hw := p.highWatermark(); hw != 3 {
-		t.Fatalf("high watermark %d after truncating to 3", hw)
-	}
-	if err := fl.TruncateFullyAndStartAt(10, segment.History{}); err != nil {
-		t.Fatal(err)
-	}
-	if hw := p.highWatermark(); hw != 10 {
-		t.Fatalf("high watermark %d after restarting the log at 10", hw)
-	}
 }
 
 // A node that becomes leader caps its high watermark at its log end: the
@@ -191,11 +172,11 @@ func TestNewLeaderCapsItsHighWatermarkAtItsLogEnd(t *testing.T) {
 	b, cl, p, set := roleTest(t)
 	// A truncation that left the high watermark above the log (as every
 	// follower truncation did before followerLog).
-	if _, err := p.log.TruncateTo(3); err != nil {
+	if _, err := p.Log().TruncateTo(3); err != nil {
 		t.Fatal(err)
 	}
 	set(b.cfg.NodeID, []int32{b.cfg.NodeID, 99})
-	if hw, end := p.highWatermark(), p.log.EndOffset(); hw > end {
+	if hw, end := p.HighWatermark(), p.Log().EndOffset(); hw > end {
 		t.Fatalf("new leader's high watermark %d is above its log end %d", hw, end)
 	}
 	// The record written at 3 is not committed until follower 99 has it.
@@ -211,10 +192,10 @@ func TestNewLeaderCapsItsHighWatermarkAtItsLogEnd(t *testing.T) {
 func TestNewLeaderBelowItsEpochStartAnswersOffsetNotAvailable(t *testing.T) {
 	b, cl, p, set := roleTest(t)
 	self := b.cfg.NodeID
-	p.followerFetched(2) // the old leader's last word: committed up to 2
+	p.FollowerFetched(2) // the old leader's last word: committed up to 2
 	set(self, []int32{self, 99})
 	if _, code := listRaw(t, cl, self, "hw", -1); code != kerr.OffsetNotAvailable.Code {
-		t.Fatalf("latest at high watermark %d below the epoch start 5: %v, want OFFSET_NOT_AVAILABLE", p.highWatermark(), kerr.ErrorForCode(code))
+		t.Fatalf("latest at high watermark %d below the epoch start 5: %v, want OFFSET_NOT_AVAILABLE", p.HighWatermark(), kerr.ErrorForCode(code))
 	}
 	// A timestamp found below the high watermark is answered.
 	if off, code := listRaw(t, cl, self, "hw", 0); code != 0 || off != 0 {
@@ -225,7 +206,7 @@ func TestNewLeaderBelowItsEpochStartAnswersOffsetNotAvailable(t *testing.T) {
 	}
 	// Once the follower shows it has the whole epoch start, the high
 	// watermark reaches it and latest is answered.
-	if err := b.replicaFetched(p, 99, -1, 5); err != nil {
+	if err := p.ReplicaFetched(99, -1, 5); err != nil {
 		t.Fatal(err)
 	}
 	if off, code := listRaw(t, cl, self, "hw", -1); code != 0 || off != 5 {
@@ -379,7 +360,7 @@ func TestClusterFollowerFetchDoesNotWaitForTheLeadersReconcile(t *testing.T) {
 	unlock()
 	c.waitFor("the leader to lead the new partition", 10*time.Second, func() bool {
 		p := b.partition("new", 0)
-		return p != nil && p.leading.Load()
+		return p != nil && p.Leading()
 	})
 	if code := c.rawProduce(leader, "new", -1, 5*time.Second); code != 0 {
 		t.Fatalf("acks=all to the new partition once opened: %v", kerr.ErrorForCode(code))

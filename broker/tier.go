@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"strata/broker/partition"
 	"strata/segment"
 	"strata/tier"
 	"strata/tier/format"
@@ -151,50 +151,6 @@ func (b *Broker) openTier(ctx context.Context, id string) error {
 	return nil
 }
 
-// partitionTier is what the tier's goroutines keep for one partition.
-type partitionTier struct {
-	// ctx is cancelled when the partition is dropped (its topic deleted
-	// or moved away) or the broker closes; uploads run under it.
-	ctx  context.Context
-	stop context.CancelFunc
-	// mu is held for a whole upload pass of the partition. Once ctx is
-	// cancelled, taking mu waits for the pass under way, and no pass
-	// starts after that.
-	mu sync.Mutex
-	// manifest, under mu, is the manifest as of the last pass, nil when
-	// it must be asked of the tier again (at first, and after a failure).
-	// Keeping it lets a pass with nothing to upload skip the tier, and a
-	// pass after a failure ask the tier again.
-	manifest *format.Root
-	// stale is set when the partition's leadership changes: another
-	// broker may have published manifests since, so the next pass reads
-	// the bucket's.
-	stale atomic.Bool
-}
-
-// stopTier stops p's uploads and returns once none is under way, so that
-// nothing of p reaches the bucket after its local log or its bucket
-// objects are deleted.
-func (p *partition) stopTier() {
-	if p.tier.stop == nil {
-		return
-	}
-	p.tier.stop()
-	p.tier.mu.Lock()
-	p.tier.mu.Unlock() // empty on purpose: taking mu is waiting for the pass
-}
-
-// topicPartition names p in the bucket.
-func (p *partition) bucketName() format.TopicPartition {
-	return format.TopicPartition{Topic: p.topic, TopicID: p.topicID, Partition: p.index}
-}
-
-// remoteEnabled reports whether p's topic tiers (never without a tier:
-// see tiers).
-func (b *Broker) remoteEnabled(p *partition) bool {
-	return p.settings.Load().log.Tiered
-}
-
 // tiers reports whether a topic with these configs goes to the cold tier:
 // whenever remote.storage.enable is set, whatever its cleanup policy.
 // Compacted topics tier like the others (unlike in Apache Kafka): offsets
@@ -235,238 +191,43 @@ func (b *Broker) tierLoop() {
 func (b *Broker) uploadPass() {
 	var local int64
 	for _, p := range b.partitionList() {
-		if b.remoteEnabled(p) && !p.leading.Load() {
-			// Only the leader uploads; a follower follows the bucket's
-			// manifest, so that its local retention deletes only what is
-			// safely there.
-			if err := b.followRemote(p); err != nil && p.tier.ctx.Err() == nil {
-				b.log.Debug("tier: follower manifest refresh", "topic", p.topic, "partition", p.index, "err", err)
-			}
-		} else if b.remoteEnabled(p) {
-			if !p.remoteKnown.Load() {
-				// Its manifest could not be read at open, or its log had
-				// to restart at the bucket's end and could not yet.
-				b.loadRemote(p)
-			}
-			if err := b.uploadPartition(p); errors.Is(err, tier.ErrFenced) {
-				// Deposed without knowing it yet: the newer leader's
-				// manifest is current, and nothing was deleted here on the
-				// strength of this node's version. The metadata will say
-				// who leads.
-				b.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.topic, "partition", p.index, "err", err)
-				p.tier.stale.Store(true)
-			} else if errors.Is(err, tier.ErrClusterUnnamed) {
-				// Nothing was written: the bucket waits for the cluster's
-				// id, which awaitClusterID said once.
-				b.log.Debug("tier upload waits for the cluster's id", "topic", p.topic, "partition", p.index)
-			} else if err != nil && p.tier.ctx.Err() == nil {
-				b.metrics.tierUploadErrors.Inc()
-				b.log.Warn("tier upload", "topic", p.topic, "partition", p.index, "err", err)
-				// A failed PUT may have been applied all the same, and
-				// a segment object may be left without its manifest.
-				b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
-			}
-			// Set whether or not the pass worked: during an outage the log
-			// end keeps growing and the lag is how operators see it.
-			b.metrics.setUploadLag(p.topic, p.index, p.log.EndOffset()-p.uploadedEnd.Load())
+		if p.Tiered() {
+			b.uploadOne(p)
 		}
-		local += p.log.Size()
+		local += p.Log().Size()
 	}
 	b.localBytes.Store(local)
 }
 
-// uploadPartition copies every closed segment of p that is wholly below
-// the last stable offset and not yet in the bucket, oldest first; after
-// each one the manifest is published and only then may local retention
-// delete the local copy. Below the last stable offset, as Kafka's
-// RemoteLogManager bounds its copies: a segment holding a transaction
-// still open would reach the bucket, local retention would delete it, and
-// read_committed readers would meet it there without the abort that
-// follows.
-func (b *Broker) uploadPartition(p *partition) error {
-	p.tier.mu.Lock()
-	defer p.tier.mu.Unlock()
-	if p.tier.ctx.Err() != nil {
-		return nil // dropped: see stopTier
+// uploadOne runs one partition's upload pass and reports how it went.
+func (b *Broker) uploadOne(p *partition.Partition) {
+	err := p.Upload()
+	switch {
+	case err == nil || p.Dropped():
+	case !p.Leading():
+		b.log.Debug("tier: follower manifest refresh", "topic", p.Topic(), "partition", p.Index(), "err", err)
+	case errors.Is(err, tier.ErrFenced):
+		// Deposed without knowing it yet: the newer leader's manifest is
+		// current, and nothing was deleted here on the strength of this
+		// node's version. The metadata will say who leads.
+		b.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
+	case errors.Is(err, tier.ErrClusterUnnamed):
+		// Nothing was written: the bucket waits for the cluster's id,
+		// which awaitClusterID said once.
+		b.log.Debug("tier upload waits for the cluster's id", "topic", p.Topic(), "partition", p.Index())
+	default:
+		b.metrics.tierUploadErrors.Inc()
+		b.log.Warn("tier upload", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		// A failed PUT may have been applied all the same, and a segment
+		// object may be left without its manifest.
+		b.collector.dropped(p.BucketName(), b.cfg.Tier.Now())
 	}
-	// The whole pass publishes under the leader epoch it starts in, and
-	// stops between steps once this node no longer leads at it: a
-	// deposed leader's late manifests then carry its old epoch, which the
-	// new leader's manifests fence (docs/bucket-format.md §3).
-	epoch, leads := p.leaderEpochIfLeading()
-	if !leads {
-		return nil
+	if p.Leading() {
+		// Set whether or not the pass worked: during an outage the log
+		// end keeps growing and the lag is how operators see it.
+		b.metrics.setUploadLag(p.Topic(), p.Index(), p.Log().EndOffset()-p.UploadedEnd())
 	}
-	ctx, cancel := context.WithTimeout(p.tier.ctx, uploadPassTimeout)
-	defer cancel()
-	tp := p.bucketName()
-	m := p.tier.manifest
-	p.tier.manifest = nil // until this pass succeeds
-	if p.tier.stale.Swap(false) {
-		m = nil
-		var err error
-		if m, err = b.tier.Refresh(ctx, tp); err != nil {
-			p.tier.stale.Store(true)
-			return err
-		}
-		// A new leadership claims the manifest at once, not at its
-		// first change, so that the deposed leader's writers and
-		// collector are fenced from now on.
-		if err := b.tier.Claim(ctx, tp, epoch); err != nil {
-			p.tier.stale.Store(true)
-			return err
-		}
-		if m, err = b.tier.Manifest(ctx, tp); err != nil {
-			return err
-		}
-	}
-	if m == nil {
-		var err error
-		if m, err = b.tier.Manifest(ctx, tp); err != nil {
-			return err
-		}
-	}
-	p.setRemote(m)
-	if _, err := p.log.RollIfOlder(b.cfg.Tier.IdleUpload); err != nil {
-		return fmt.Errorf("roll idle segment: %w", err)
-	}
-	segs, err := p.log.ClosedSegments(m.EndOffset())
-	if err != nil {
-		return err
-	}
-	stable := p.lastStableOffset()
-	for _, seg := range segs {
-		if seg.EndOffset > stable {
-			break // only committed data, no open transaction, goes up
-		}
-		// A segment that starts below the bucket's end (this replica rolls
-		// at other offsets than the one that uploaded before) goes up from
-		// the bucket's end; one that starts above it would leave a gap.
-		if !m.Empty() && seg.BaseOffset > m.EndOffset() {
-			return fmt.Errorf("local segment %d does not follow the bucket's end %d", seg.BaseOffset, m.EndOffset())
-		}
-		start := time.Now()
-		if !p.leadsAt(epoch) {
-			return nil
-		}
-		m, err = b.tier.Upload(ctx, tp, seg, epoch)
-		if err != nil {
-			return err
-		}
-		p.setRemote(m)
-		// The previous manifest is superseded: the collector will have it.
-		b.collector.dropped(tp, b.cfg.Tier.Now())
-		b.metrics.tierUploads.Inc()
-		b.metrics.tierUploadBytes.Add(float64(seg.Size))
-		b.metrics.tierUploadSeconds.Observe(time.Since(start).Seconds())
-	}
-	if !p.leadsAt(epoch) {
-		return nil
-	}
-	m, err = b.applyRetention(ctx, p, m, epoch)
-	if err != nil {
-		return err
-	}
-	if !p.leadsAt(epoch) {
-		return nil
-	}
-	if m, err = b.mergeSmall(ctx, p, m, epoch); err != nil {
-		return err
-	}
-	p.tier.manifest = m
-	if err := p.log.Maintain(); err != nil {
-		return fmt.Errorf("local retention: %w", err)
-	}
-	return nil
 }
-
-// followRemote is a follower's upload pass: it reads the manifest its
-// leader publishes and applies local retention below it.
-func (b *Broker) followRemote(p *partition) error {
-	p.tier.mu.Lock()
-	defer p.tier.mu.Unlock()
-	if p.tier.ctx.Err() != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(p.tier.ctx, time.Minute)
-	defer cancel()
-	m, err := b.tier.Refresh(ctx, p.bucketName())
-	if err != nil {
-		return err
-	}
-	p.tier.manifest = m
-	p.tier.stale.Store(true) // should it lead next, it reads the bucket again
-	p.setRemote(m)
-	if err := p.log.Maintain(); err != nil {
-		return fmt.Errorf("local retention: %w", err)
-	}
-	return nil
-}
-
-// mergesPerPass bounds the merges of small remote segments an upload pass
-// makes per partition, so that a backlog of them (a quiet partition's
-// year of idle uploads) is worked off without holding uploads back.
-const mergesPerPass = 4
-
-// mergeSmall merges adjacent small remote segments of p (below half of
-// segment.bytes, as idle uploads make them) into objects of up to
-// segment.bytes, and returns the manifest after.
-func (b *Broker) mergeSmall(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
-	if m.Empty() || p.settings.Load().compaction != nil {
-		// Compaction writes its objects up to segment.bytes, merging the
-		// small ones on the way; a merge under a pass would only make the
-		// pass's replacement fail.
-		return m, nil
-	}
-	merge := tier.Merge{SegmentBytes: p.settings.Load().log.SegmentBytes, LeaderEpoch: epoch, Max: mergesPerPass}
-	n, err := b.tier.MergeSmall(ctx, p.bucketName(), merge)
-	if n == 0 {
-		return m, err
-	}
-	// The replaced objects are the collector's after the grace.
-	b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
-	if m, err = b.tier.Manifest(ctx, p.bucketName()); err != nil {
-		return nil, err
-	}
-	p.setRemote(m)
-	return m, nil
-}
-
-// setRemote records what the bucket holds for p, and tells the log that
-// everything below its end may go under local retention. A leader whose
-// log ends below the bucket's end stays unknown (no reads, no appends)
-// until startAtBucketEnd has restarted its log there.
-func (p *partition) setRemote(m *format.Root) {
-	defer func() {
-		if !p.leading.Load() || p.log.EndOffset() >= m.EndOffset() {
-			p.remoteKnown.Store(true)
-		}
-	}()
-	p.uploadedEnd.Store(m.EndOffset())
-	// The bucket's log start is the partition's (DeleteRecords and
-	// retention publish it there first): a follower whose fetches have
-	// not moved its own start that far yet (its cap, see
-	// followerLogStartBound, waits for this manifest), or a new leader
-	// that was such a follower, must not serve the records below it. A
-	// failure leaves the start where it was; the next manifest read
-	// tries again.
-	if ls := m.LogStartOffset; ls > p.log.StartOffset() {
-		_, _ = p.log.DeleteRecordsBefore(min(ls, p.log.EndOffset()))
-	}
-	if m.Empty() {
-		p.remoteStart.Store(-1)
-		p.remoteEnd.Store(-1)
-		return
-	}
-	p.remoteStart.Store(m.LogStartOffset)
-	p.remoteEnd.Store(m.EndOffset())
-	p.log.SetTieredOffset(m.EndOffset())
-}
-
-// errRemoteUnknown answers reads and offset lookups of a tiered partition
-// whose manifest could not be read yet (the store is down at start-up):
-// retriable, so clients wait instead of being sent to the wrong offset.
-var errRemoteUnknown = fmt.Errorf("%w: the partition's state in the object store is not loaded yet", kerr.KafkaStorageError)
 
 // manifestLoaders bounds the manifests read at once when partitions open
 // (at start-up, all of them): enough to overlap the store's latency, few
@@ -479,14 +240,14 @@ const manifestLoaders = 16
 // log start is known as soon as its own manifest is in. A manifest that
 // could not be read is read again by the upload loop. The channel returned
 // is closed once every read has ended.
-func (b *Broker) loadRemotes(ps []*partition) <-chan struct{} {
+func (b *Broker) loadRemotes(ps []*partition.Partition) <-chan struct{} {
 	done := make(chan struct{})
-	var tiered []*partition
+	var tiered []*partition.Partition
 	for _, p := range ps {
-		if b.remoteEnabled(p) {
+		if p.Tiered() {
 			tiered = append(tiered, p)
 		} else {
-			p.remoteKnown.Store(true)
+			p.SetRemoteKnown()
 		}
 	}
 	if len(tiered) == 0 {
@@ -506,91 +267,11 @@ func (b *Broker) loadRemotes(ps []*partition) <-chan struct{} {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				b.loadRemote(p)
+				p.LoadRemote()
 			})
 		}
 	})
 	return done
-}
-
-// loadRemote reads p's manifest, so that its log start is right. It holds
-// p's upload lock, so that a manifest it read never replaces a newer one
-// an upload has just published.
-func (b *Broker) loadRemote(p *partition) {
-	p.tier.mu.Lock()
-	defer p.tier.mu.Unlock()
-	if p.tier.ctx.Err() != nil || p.remoteKnown.Load() {
-		return // dropped, or the upload loop got there first
-	}
-	ctx, cancel := context.WithTimeout(p.tier.ctx, 10*time.Second)
-	defer cancel()
-	m, err := b.tier.Manifest(ctx, p.bucketName())
-	if err != nil {
-		if p.tier.ctx.Err() == nil {
-			b.log.Warn("load manifest", "topic", p.topic, "partition", p.index, "err", err)
-		}
-		return
-	}
-	if err := b.startAtBucketEnd(ctx, p, m); err != nil {
-		if p.tier.ctx.Err() == nil {
-			b.log.Warn("restart local log at the bucket's end", "topic", p.topic, "partition", p.index, "err", err)
-		}
-		return
-	}
-	p.tier.manifest = m
-	p.setRemote(m)
-}
-
-// checkRemoteKnown fails requests that need the log start of a tiered
-// partition whose manifest is not loaded.
-func (b *Broker) checkRemoteKnown(p *partition) error {
-	if !p.remoteKnown.Load() && b.remoteEnabled(p) {
-		return errRemoteUnknown
-	}
-	return nil
-}
-
-// logStartOffset is the first offset a consumer can read, locally or from
-// the bucket.
-func (p *partition) logStartOffset() int64 {
-	local := p.log.StartOffset()
-	if rs := p.remoteStart.Load(); rs >= 0 && rs < local {
-		return rs
-	}
-	return local
-}
-
-// readRemote serves a fetch below the local log start from the bucket,
-// batches based below maxOffset only.
-func (b *Broker) readRemote(p *partition, dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	n := len(dst)
-	out, err := b.tier.ReadBelow(ctx, p.bucketName(), dst, offset, maxOffset, maxBytes)
-	b.metrics.tierReadBytes.Add(float64(len(out) - n))
-	return out, storageError(err)
-}
-
-// readAt reads batches of p at offset based below limit (the high
-// watermark, or the last stable offset for read_committed), from the
-// local log or, below the local log start, from the bucket.
-func (b *Broker) readAt(p *partition, dst []byte, offset, limit int64, maxBytes int) ([]byte, error) {
-	if offset < p.log.StartOffset() {
-		if err := b.checkRemoteKnown(p); err != nil {
-			return dst, err
-		}
-	}
-	out, err := p.log.Read(dst, offset, limit, maxBytes)
-	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && b.tier != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
-		out, err = b.readRemote(p, dst, offset, limit, maxBytes)
-		if err == nil && len(out) == len(dst) {
-			// Compaction left nothing in the bucket from offset on (or
-			// nothing below limit): the next record is the first one on
-			// local disk, if it is below limit.
-			return p.log.Read(dst, p.log.StartOffset(), limit, maxBytes)
-		}
-	}
-	return out, err
 }
 
 // tierSegmentConfig adds the tiering settings of a topic to its log
@@ -621,64 +302,4 @@ func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string
 		cfg.LocalRetentionMs = time.Duration(ms) * time.Millisecond
 	}
 	return cfg
-}
-
-// applyRetention enforces retention.bytes and retention.ms on the whole
-// log of a tiered partition: the bucket's oldest segments go first (the
-// manifest's log start moves; the objects follow after the orphan grace).
-//
-// It returns the manifest that holds afterwards.
-func (b *Broker) applyRetention(ctx context.Context, p *partition, m *format.Root, epoch int32) (*format.Root, error) {
-	if m.Empty() {
-		return m, nil
-	}
-	cfg := p.settings.Load().log
-	r := tier.Retention{Bytes: cfg.RetentionBytes, Age: cfg.RetentionMs, LeaderEpoch: epoch}
-	if r.Bytes < 0 && r.Age < 0 {
-		return m, nil
-	}
-	if r.Bytes >= 0 {
-		// The local bytes count toward the size bound only: listing the
-		// closed segments (which loads their indexes) is skipped without
-		// one.
-		local := p.log.Size()
-		segs, err := p.log.ClosedSegments(0)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range segs {
-			if s.EndOffset <= m.EndOffset() {
-				local -= s.Size // in the bucket too: counted there
-			}
-		}
-		r.LocalBytes = max(local, 0)
-	}
-	start, err := b.tier.ApplyRetention(ctx, p.bucketName(), r)
-	if err != nil {
-		return nil, err
-	}
-	if start != m.LogStartOffset {
-		// Segments left the manifest: theirs to delete after the grace.
-		b.collector.dropped(p.bucketName(), b.cfg.Tier.Now())
-		m, err = b.tier.Manifest(ctx, p.bucketName())
-		if err != nil {
-			return nil, err
-		}
-		p.setRemote(m)
-	}
-	return m, nil
-}
-
-// prefetchRemote starts the bucket reads of every partition of a fetch
-// that is below its local log start, so that their GETs run side by side
-// on the tier's worker pool while the fetch reads partitions in order.
-func (b *Broker) prefetchRemote(parts []*fetchPart) {
-	if b.tier == nil {
-		return
-	}
-	for _, fp := range parts {
-		if fp.p != nil && !fp.errorDone && fp.offset < fp.p.log.StartOffset() && fp.offset < fp.p.remoteEnd.Load() {
-			b.tier.Prefetch(fp.p.bucketName(), fp.offset)
-		}
-	}
 }

@@ -123,7 +123,7 @@ func BenchmarkTier(b *testing.B) {
 	var segs []format.RemoteSegment
 	var logBytes int64
 	for i := range int32(partitions) {
-		m, err := br.tier.Manifest(ctx, br.partition("history", i).bucketName())
+		m, err := br.tier.Manifest(ctx, br.partition("history", i).BucketName())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,8 +156,8 @@ func BenchmarkTier(b *testing.B) {
 	var localBytes int64
 	for i := range int32(partitions) {
 		p := br.partition("history-local", i)
-		localEnds[i] = p.highWatermark()
-		localBytes += p.log.Size()
+		localEnds[i] = p.HighWatermark()
+		localBytes += p.Log().Size()
 	}
 	if err := br.Close(); err != nil {
 		b.Fatal(err)
@@ -302,7 +302,7 @@ func BenchmarkTier(b *testing.B) {
 func remoteEnds(tb testing.TB, b *Broker, topic string, partitions int32) map[int32]int64 {
 	ends := map[int32]int64{}
 	for i := range partitions {
-		m, err := b.tier.Manifest(context.Background(), b.partition(topic, i).bucketName())
+		m, err := b.tier.Manifest(context.Background(), b.partition(topic, i).BucketName())
 		if err != nil {
 			tb.Fatal(err)
 		}

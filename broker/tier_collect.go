@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"strata/broker/partition"
 	"strata/tier"
 	"strata/tier/format"
 )
@@ -178,7 +179,7 @@ func (b *Broker) collectLoop() {
 	defer retry.Stop()
 	next := time.NewTimer(0) // the next collection
 	defer next.Stop()
-	var pass []*partition
+	var pass []*partition.Partition
 	var gap time.Duration
 	for {
 		select {
@@ -217,22 +218,22 @@ func (b *Broker) collectLoop() {
 // whatever their age are those of its own node's writers (uploads,
 // merges, compaction passes), and a follower's collector would delete the
 // leader's. A follower keeps its record for when it leads.
-func (b *Broker) dueForCollection() []*partition {
+func (b *Broker) dueForCollection() []*partition.Partition {
 	c := &b.collector
 	now := b.cfg.Tier.Now()
 	cutoff := now.Add(-b.cfg.Tier.OrphanGrace)
 	ps := b.partitionList()
 	hosted := make(map[format.TopicPartition]bool, len(ps))
-	var due []*partition
+	var due []*partition.Partition
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range ps {
-		if !b.remoteEnabled(p) {
+		if !p.Tiered() {
 			continue
 		}
-		tp := p.bucketName()
+		tp := p.BucketName()
 		hosted[tp] = true
-		if _, leads := p.leaderEpochIfLeading(); !leads {
+		if _, leads := p.LeaderEpochIfLeading(); !leads {
 			continue
 		}
 		d, seen := c.mu.drops[tp]
@@ -254,21 +255,21 @@ func (b *Broker) dueForCollection() []*partition {
 
 // collectPartition deletes p's orphans that are past the grace period, and
 // strikes the drops that this covers from p's record.
-func (b *Broker) collectPartition(p *partition) {
-	if p.tier.ctx.Err() != nil {
+func (b *Broker) collectPartition(p *partition.Partition) {
+	if p.Dropped() {
 		return // dropped since the pass began
 	}
 	// At the epoch it leads at: a deposed leader that does not know it
 	// yet is fenced by the new leader's manifests.
-	epoch, leads := p.leaderEpochIfLeading()
+	epoch, leads := p.LeaderEpochIfLeading()
 	if !leads {
 		return // the drops stay, for when it leads again
 	}
-	tp := p.bucketName()
+	tp := p.BucketName()
 	// Read before the tier reads its own clock: every object dropped
 	// before this cutoff is past the tier's cutoff too.
 	cutoff := b.cfg.Tier.Now().Add(-b.cfg.Tier.OrphanGrace)
-	ctx, cancel := context.WithTimeout(p.tier.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(p.UploadContext(), time.Minute)
 	// Claimed first, so that a deposed leader's collector is fenced by
 	// this one's epoch even on a partition this leader has not written.
 	err := b.tier.Claim(ctx, tp, epoch)
@@ -280,9 +281,9 @@ func (b *Broker) collectPartition(p *partition) {
 	b.metrics.tierOrphansDeleted.Add(float64(n))
 	if err != nil {
 		if errors.Is(err, tier.ErrCollectionSkipped) || errors.Is(err, tier.ErrFenced) || errors.Is(err, tier.ErrClusterUnnamed) {
-			b.log.Debug("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
-		} else if p.tier.ctx.Err() == nil {
-			b.log.Warn("collect orphans", "topic", p.topic, "partition", p.index, "err", err)
+			b.log.Debug("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		} else if !p.Dropped() {
+			b.log.Warn("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
 		}
 		return // the drops stay due: the next pass tries again
 	}

@@ -59,7 +59,7 @@ func TestClusterOnlyTheLeaderCollectsOrphans(t *testing.T) {
 	produceKeyed(t, c.node(leader), "shared", 200, 1000, kgo.ProducerBatchMaxBytes(4096))
 	waitUploaded(t, c.node(leader), "shared", 1)
 	c.waitFor("the follower to learn the bucket's manifest", 30*time.Second, func() bool {
-		return c.node(follower).partition("shared", 0).remoteEnd.Load() > 0
+		return c.node(follower).partition("shared", 0).RemoteEnd() > 0
 	})
 	c.waitFor("the leader to collect the partition", 30*time.Second, func() bool { return lists[leader].count("shared") >= 3 })
 	// Passes keep coming on both nodes (each upload is a drop on the

@@ -49,10 +49,10 @@ func TestCorruptRemoteObjectFailsOnlyItsPartition(t *testing.T) {
 	waitUploaded(t, b, "rot", 2)
 	for i := range int32(2) {
 		p := b.partition("rot", i)
-		waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+		waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > 0 })
 	}
 	p0 := b.partition("rot", 0)
-	m, err := b.tier.Manifest(ctx, p0.bucketName())
+	m, err := b.tier.Manifest(ctx, p0.BucketName())
 	if err != nil || m.Empty() {
 		t.Fatalf("manifest: %v", err)
 	}

@@ -61,17 +61,17 @@ func TestTieredOffsets(t *testing.T) {
 	}
 	waitUploaded(t, b, "offsets", 1)
 	p := b.partition("offsets", 0)
-	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > 0 })
 
 	if off, code := listOffsetV(t, cl, "offsets", -2); code != 0 || off != 0 {
 		t.Fatalf("earliest: %d (%v), want 0 from the bucket", off, kerr.ErrorForCode(code))
 	}
-	local := p.log.StartOffset()
+	local := p.Log().StartOffset()
 	if off, code := listOffsetV(t, cl, "offsets", -4); code != 0 || off != local {
 		t.Fatalf("earliest-local: %d (%v), want %d", off, kerr.ErrorForCode(code), local)
 	}
-	if off, code := listOffsetV(t, cl, "offsets", -5); code != 0 || off != p.remoteEnd.Load()-1 || off < local-1 {
-		t.Fatalf("latest-tiered: %d (%v), remote end %d", off, kerr.ErrorForCode(code), p.remoteEnd.Load())
+	if off, code := listOffsetV(t, cl, "offsets", -5); code != 0 || off != p.RemoteEnd()-1 || off < local-1 {
+		t.Fatalf("latest-tiered: %d (%v), remote end %d", off, kerr.ErrorForCode(code), p.RemoteEnd())
 	}
 	for _, i := range []int{0, 3, 17, int(local) - 1} {
 		off, code := listOffsetV(t, cl, "offsets", base.Add(time.Duration(i)*time.Second).UnixMilli())
@@ -89,7 +89,7 @@ func TestIdleUpload(t *testing.T) {
 	createTopic(t, testAdmin(t, b), "quiet", 1, nil)
 	produceKeyed(t, b, "quiet", 10, 100)
 	p := b.partition("quiet", 0)
-	waitFor(t, 20*time.Second, "the idle segment uploaded", func() bool { return p.remoteEnd.Load() == 10 })
+	waitFor(t, 20*time.Second, "the idle segment uploaded", func() bool { return p.RemoteEnd() == 10 })
 }
 
 // TestUploadBackpressure: while the object store is down nothing is lost,
@@ -125,19 +125,19 @@ func TestUploadBackpressure(t *testing.T) {
 		}
 	}
 	if refused == nil {
-		t.Logf("acked %d, local bytes %d, log size %d", acked, b.localBytes.Load(), b.partition("stuck", 0).log.Size())
+		t.Logf("acked %d, local bytes %d, log size %d", acked, b.localBytes.Load(), b.partition("stuck", 0).Log().Size())
 		t.Fatal("produce never refused while the store was down and the disk limit crossed")
 	}
 	p := b.partition("stuck", 0)
-	if p.log.StartOffset() != 0 || p.remoteEnd.Load() > 0 {
-		t.Fatalf("local start %d, remote end %d while the store was down", p.log.StartOffset(), p.remoteEnd.Load())
+	if p.Log().StartOffset() != 0 || p.RemoteEnd() > 0 {
+		t.Fatalf("local start %d, remote end %d while the store was down", p.Log().StartOffset(), p.RemoteEnd())
 	}
 	if !kerr.IsRetriable(refused) {
 		t.Fatalf("refusal %v is not retriable", refused)
 	}
 
 	faulty.SetConfig(objstore.FaultConfig{}) // the store is back
-	waitFor(t, 30*time.Second, "uploads to catch up", func() bool { return p.log.StartOffset() > 0 })
+	waitFor(t, 30*time.Second, "uploads to catch up", func() bool { return p.Log().StartOffset() > 0 })
 	waitFor(t, 10*time.Second, "produce to be accepted again", func() bool {
 		return cl.ProduceSync(ctx, &kgo.Record{Value: []byte("again")}).FirstErr() == nil
 	})
@@ -182,9 +182,9 @@ func TestRemoteReadChecksCRC(t *testing.T) {
 	produceKeyed(t, b, "rot", 100, 1000, kgo.ProducerBatchMaxBytes(4096), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	waitUploaded(t, b, "rot", 1)
 	p := b.partition("rot", 0)
-	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > 0 })
 
-	m, err := b.tier.Manifest(context.Background(), p.bucketName())
+	m, err := b.tier.Manifest(context.Background(), p.BucketName())
 	if err != nil || m.Empty() {
 		t.Fatalf("manifest: %v", err)
 	}
@@ -198,7 +198,7 @@ func TestRemoteReadChecksCRC(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.readRemote(p, nil, 0, p.highWatermark(), 1<<20)
+	_, err = p.ReadRemote(nil, 0, p.HighWatermark(), 1<<20)
 	if code := errorCode(err); code != kerr.KafkaStorageError.Code {
 		t.Fatalf("remote read of a damaged object: %v (code %d), want KAFKA_STORAGE_ERROR", err, code)
 	}

@@ -101,7 +101,7 @@ func uploadedEnds(t *testing.T, b *Broker, topic string, partitions int32) map[f
 		if end == 0 {
 			t.Fatalf("partition %d has no closed segment", i)
 		}
-		ends[p.bucketName()] = end
+		ends[p.BucketName()] = end
 	}
 	return ends
 }
@@ -274,7 +274,7 @@ func TestTieredCrashBeforeManifest(t *testing.T) {
 			produceKeyed(t, b, "crash", n/2, size)
 			waitUploaded(t, b, "crash", partitions)
 
-			tp := b.partition("crash", 1).bucketName()
+			tp := b.partition("crash", 1).BucketName()
 			cs.partition = tp.Prefix()
 			cs.armed.Store(true)
 			produceKeyed(t, b, "crash", n/2, size) // keys repeat; checked below by offset

@@ -48,10 +48,10 @@ func TestLostLocalLogStartsAtBucketEnd(t *testing.T) {
 	acked := make(map[int64]string)
 	produceAcked(t, b, "lost", "before", 200, acked)
 	p := b.partition("lost", 0)
-	end := p.log.EndOffset()
+	end := p.Log().EndOffset()
 	// The idle roll sends the active segment up too: the bucket holds
 	// every acknowledged record.
-	waitFor(t, time.Minute, "every record uploaded", func() bool { return p.remoteEnd.Load() == end })
+	waitFor(t, time.Minute, "every record uploaded", func() bool { return p.RemoteEnd() == end })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +71,8 @@ func TestLostLocalLogStartsAtBucketEnd(t *testing.T) {
 		}
 	}
 	p = b.partition("lost", 0)
-	if p.log.StartOffset() != end {
-		t.Errorf("local log starts at %d, want the bucket's end %d", p.log.StartOffset(), end)
+	if p.Log().StartOffset() != end {
+		t.Errorf("local log starts at %d, want the bucket's end %d", p.Log().StartOffset(), end)
 	}
 
 	cl := testClient(t, b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"lost": {0: kgo.NewOffset().AtStart()}}))

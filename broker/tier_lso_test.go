@@ -35,20 +35,20 @@ func TestUploadStopsAtTheLastStableOffset(t *testing.T) {
 	for i := range 60 { // several segments roll past the open transaction
 		mustAppendTo(t, p, rawBatch(-1, -1, -1, now, fmt.Sprint(i, big)))
 	}
-	if lso := p.lastStableOffset(); lso != 1 {
+	if lso := p.LastStableOffset(); lso != 1 {
 		t.Fatalf("LSO %d, want 1", lso)
 	}
 	// Several upload passes (every 50 ms in tests) go by.
 	time.Sleep(20 * b.cfg.Tier.UploadInterval)
-	if end := p.remoteEnd.Load(); end > 1 {
+	if end := p.RemoteEnd(); end > 1 {
 		t.Fatalf("bucket ends at %d with a transaction open at 1: a segment holding it was uploaded", end)
 	}
-	if start := p.log.StartOffset(); start > 1 {
+	if start := p.Log().StartOffset(); start > 1 {
 		t.Fatalf("local log starts at %d: the open transaction's segment was deleted", start)
 	}
 	mustMarkerTo(t, p, 7, 0, false)
 	waitUploaded(t, b, "lsoup", 1)
-	waitFor(t, time.Minute, "local retention after the uploads", func() bool { return p.log.StartOffset() > 1 })
+	waitFor(t, time.Minute, "local retention after the uploads", func() bool { return p.Log().StartOffset() > 1 })
 	rc := fetchIsolated(t, cl, id, 0, 1, 0)
 	for _, o := range batchOffsets(rc.RecordBatches) {
 		if o == 1 {

@@ -43,7 +43,7 @@ func TestListOffsetsMaxTimestampIncludesBucket(t *testing.T) {
 	}
 	waitUploaded(t, b, "maxts", 1)
 	p := b.partition("maxts", 0)
-	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > first })
+	waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > first })
 	produce(peak) // the same timestamp again, in the local log
 
 	listed, err := adm.ListMaxTimestampOffsets(ctx, "maxts")

@@ -62,15 +62,15 @@ func TestUploadLagGrowsDuringOutage(t *testing.T) {
 	waitFor(t, 10*time.Second, "the lag of the uploaded partition", func() bool { _, ok := lag(); return ok })
 
 	faulty.SetConfig(objstore.FaultConfig{FailRate: 1})
-	uploaded := p.remoteEnd.Load()
+	uploaded := p.RemoteEnd()
 	produceKeyed(t, b, "out", 200, 1000, kgo.ProducerBatchMaxBytes(4096))
-	want := float64(p.log.EndOffset() - uploaded)
+	want := float64(p.Log().EndOffset() - uploaded)
 	waitFor(t, 10*time.Second, "the lag to count what the outage holds back (want "+strconv.FormatFloat(want, 'f', -1, 64)+")", func() bool {
 		v, _ := lag()
 		return v == want
 	})
-	if p.remoteEnd.Load() != uploaded {
-		t.Fatalf("remote end moved from %d to %d while every store call failed", uploaded, p.remoteEnd.Load())
+	if p.RemoteEnd() != uploaded {
+		t.Fatalf("remote end moved from %d to %d while every store call failed", uploaded, p.RemoteEnd())
 	}
 }
 
@@ -88,15 +88,15 @@ func TestUploadLagAfterRetentionEmptiesBucket(t *testing.T) {
 	produceKeyed(t, b, "gone", 100, 1000, kgo.ProducerBatchMaxBytes(4096))
 	p := b.partition("gone", 0)
 	waitFor(t, 20*time.Second, "retention to empty the bucket", func() bool {
-		segs, err := p.log.ClosedSegments(0)
-		return err == nil && len(segs) == 0 && p.remoteEnd.Load() == -1 && p.log.StartOffset() > 0
+		segs, err := p.Log().ClosedSegments(0)
+		return err == nil && len(segs) == 0 && p.RemoteEnd() == -1 && p.Log().StartOffset() > 0
 	})
 	// What is left is the active segment, which is not uploaded (every
 	// closed segment was, then deleted locally): the lag is what it holds.
-	want := float64(p.log.EndOffset() - p.log.StartOffset())
+	want := float64(p.Log().EndOffset() - p.Log().StartOffset())
 	waitFor(t, 10*time.Second, "the lag to be the active segment's records only", func() bool {
 		v, ok := gaugeValue(t, reg, "strata_tier_upload_lag_offsets", map[string]string{"topic": "gone", "partition": "0"})
-		return ok && v == want && v < float64(p.log.EndOffset())
+		return ok && v == want && v < float64(p.Log().EndOffset())
 	})
 }
 
@@ -458,7 +458,7 @@ func TestStartupLoadsManifestsConcurrently(t *testing.T) {
 		produceKeyed(t, b, topic, 100, 1000, kgo.ProducerBatchMaxBytes(4096))
 		waitUploaded(t, b, topic, 1)
 		p := b.partition(topic, 0)
-		waitFor(t, 10*time.Second, "local deletion", func() bool { return p.log.StartOffset() > 0 })
+		waitFor(t, 10*time.Second, "local deletion", func() bool { return p.Log().StartOffset() > 0 })
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ func TestTinySegmentsManifestBytes(t *testing.T) {
 	p := b.partition("quiet", 0)
 	ctx := context.Background()
 	var segments, manifestBytes, manifests int64
-	if err := store.List(ctx, p.bucketName().Prefix(), func(a objstore.Attrs) error {
+	if err := store.List(ctx, p.BucketName().Prefix(), func(a objstore.Attrs) error {
 		switch {
 		case strings.Contains(a.Key, "/segments/"):
 			segments++
@@ -67,7 +67,7 @@ func TestTinySegmentsManifestBytes(t *testing.T) {
 	consumeExactlyOnce(t, b, "quiet", n, size)
 
 	// The restart, over a store that counts the page GETs.
-	m, err := b.tier.Manifest(ctx, p.bucketName())
+	m, err := b.tier.Manifest(ctx, p.BucketName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,14 +159,14 @@ func TestSmallSegmentsMerged(t *testing.T) {
 	p := b.partition("idle", 0)
 	ctx := context.Background()
 	waitFor(t, time.Minute, "small segments merged", func() bool {
-		m, err := b.tier.Manifest(ctx, p.bucketName())
+		m, err := b.tier.Manifest(ctx, p.BucketName())
 		return err == nil && m.Totals().Segments <= 4
 	})
-	m, _ := b.tier.Manifest(ctx, p.bucketName())
+	m, _ := b.tier.Manifest(ctx, p.BucketName())
 	// Every object ever uploaded is still there: the replaced ones wait
 	// out the orphan grace.
 	uploaded := 0
-	if err := store.List(ctx, p.bucketName().SegmentsPrefix(), func(objstore.Attrs) error { uploaded++; return nil }); err != nil {
+	if err := store.List(ctx, p.BucketName().SegmentsPrefix(), func(objstore.Attrs) error { uploaded++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d segment objects uploaded, %d segments after merging", uploaded, m.Totals().Segments)

@@ -35,8 +35,8 @@ func TestTieredWholeLogRetention(t *testing.T) {
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		start := p.logStartOffset()
-		m, err := b.tier.Manifest(context.Background(), p.bucketName())
+		start := p.LogStartOffset()
+		m, err := b.tier.Manifest(context.Background(), p.BucketName())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,9 +81,9 @@ func TestTieredWholeLogRetention(t *testing.T) {
 	// collector has run; the ones still listed are all there.
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		m, _ := b.tier.Manifest(context.Background(), p.bucketName())
+		m, _ := b.tier.Manifest(context.Background(), p.BucketName())
 		objects := 0
-		store.List(context.Background(), p.bucketName().SegmentsPrefix(), func(objstore.Attrs) error { objects++; return nil })
+		store.List(context.Background(), p.BucketName().SegmentsPrefix(), func(objstore.Attrs) error { objects++; return nil })
 		if objects == int(m.Totals().Segments) {
 			break
 		}

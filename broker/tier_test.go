@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"strata/broker/partition"
 	"strata/localstack"
 	"strata/tier/objstore"
 )
@@ -138,7 +139,7 @@ func waitUploadedWithin(tb testing.TB, b *Broker, topic string, partitions int32
 	waitFor(tb, d, "uploads to settle", func() bool {
 		for i := range partitions {
 			p := b.partition(topic, i)
-			if end := uploadTarget(tb, p); end > 0 && p.remoteEnd.Load() < end {
+			if end := uploadTarget(tb, p); end > 0 && p.RemoteEnd() < end {
 				return false
 			}
 		}
@@ -149,8 +150,7 @@ func waitUploadedWithin(tb testing.TB, b *Broker, topic string, partitions int32
 	// is free, that pass is over.
 	for i := range partitions {
 		p := b.partition(topic, i)
-		p.tier.mu.Lock()
-		p.tier.mu.Unlock() // empty on purpose: taking mu is waiting for the pass
+		p.HoldUploads()() // taking the lock is waiting for the pass
 	}
 }
 
@@ -159,16 +159,16 @@ func waitUploadedWithin(tb testing.TB, b *Broker, topic string, partitions int32
 // (uploaded and deleted, big batches and small local retention), the local
 // log start, where the active segment begins. It is 0 while p has nothing
 // to upload.
-func uploadTarget(tb testing.TB, p *partition) int64 {
+func uploadTarget(tb testing.TB, p *partition.Partition) int64 {
 	tb.Helper()
-	segs, err := p.log.ClosedSegments(0)
+	segs, err := p.Log().ClosedSegments(0)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if len(segs) > 0 {
 		return segs[len(segs)-1].EndOffset
 	}
-	return p.log.StartOffset()
+	return p.Log().StartOffset()
 }
 
 // TestTieredReplay is the promise of tiered storage: with small segments
@@ -214,10 +214,10 @@ func checkTieredReplay(t *testing.T, store objstore.Store) {
 	remote := 0
 	for i := int32(0); i < partitions; i++ {
 		p := b.partition("history", i)
-		if p.log.StartOffset() == 0 {
+		if p.Log().StartOffset() == 0 {
 			t.Errorf("partition %d: nothing was deleted locally", i)
 		}
-		m, err := b.tier.Manifest(context.Background(), p.bucketName())
+		m, err := b.tier.Manifest(context.Background(), p.BucketName())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"strata/broker/partition"
 	"strata/segment"
 )
 
@@ -92,21 +93,21 @@ const (
 )
 
 // settingsFor resolves a topic's configs for one of its partitions.
-func (b *Broker) settingsFor(configs map[string]string, internal bool) *partitionSettings {
-	s := &partitionSettings{
-		configs:  configs,
-		log:      b.segmentConfig(configs),
-		minISR:   1,
-		internal: internal,
+func (b *Broker) settingsFor(configs map[string]string, internal bool) *partition.Settings {
+	s := &partition.Settings{
+		Configs:  configs,
+		Log:      b.segmentConfig(configs),
+		MinISR:   1,
+		Internal: internal,
 	}
 	if v, _ := b.topicConfigValue(configs, "min.insync.replicas"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
-			s.minISR = n
+			s.MinISR = n
 		}
 	}
 	if compact, _ := b.cleanupPolicy(configs); compact {
 		policy := b.compactionPolicy(configs)
-		s.compaction = &policy
+		s.Compaction = &policy
 	}
 	return s
 }

@@ -244,13 +244,13 @@ func BenchmarkTxnConsume(b *testing.B) {
 	var localBytes int64
 	for i := range int32(partitions) {
 		p := br.partition("txn-local", i)
-		localEnds[i] = p.highWatermark()
-		localBytes += p.log.Size()
+		localEnds[i] = p.HighWatermark()
+		localBytes += p.Log().Size()
 	}
 	coldEnds := remoteEnds(b, br, "txn-cold", partitions)
 	var coldBytes int64
 	for i := range int32(partitions) {
-		m, err := br.tier.Manifest(ctx, br.partition("txn-cold", i).bucketName())
+		m, err := br.tier.Manifest(ctx, br.partition("txn-cold", i).BucketName())
 		if err != nil {
 			b.Fatal(err)
 		}

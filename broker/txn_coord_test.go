@@ -137,7 +137,7 @@ func markers(t *testing.T, b *Broker, topic string, partition int32) []segment.T
 	if p == nil {
 		t.Fatalf("%s-%d is not open", topic, partition)
 	}
-	buf, err := p.log.Read(nil, p.log.StartOffset(), p.log.EndOffset(), 1<<20)
+	buf, err := p.Log().Read(nil, p.Log().StartOffset(), p.Log().EndOffset(), 1<<20)
 	if err != nil {
 		t.Fatalf("read %s-%d: %v", topic, partition, err)
 	}

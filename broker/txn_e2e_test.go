@@ -290,7 +290,7 @@ func TestTxnAbortedNeverVisibleLocal(t *testing.T) {
 	// rebuilds them on start-up from the markers (docs/format.md §14).
 	var dirs []string
 	for p := range int32(2) {
-		dirs = append(dirs, filepath.Join(b.logsDir, partitionDir("txn-local", b.partition("txn-local", p).topicID, p)))
+		dirs = append(dirs, filepath.Join(b.logsDir, partitionDir("txn-local", b.partition("txn-local", p).TopicID(), p)))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -364,7 +364,7 @@ func checkTxnFromBucket(t *testing.T, store objstore.Store) {
 	waitUploaded(t, b, topic, partitions)
 	waitFor(t, 2*time.Minute, fmt.Sprintf("the transactions' segments (up to offsets %v) deleted locally", txnEnd), func() bool {
 		for p := range int32(partitions) {
-			if b.partition(topic, p).log.StartOffset() < txnEnd[p] {
+			if b.partition(topic, p).Log().StartOffset() < txnEnd[p] {
 				return false
 			}
 		}

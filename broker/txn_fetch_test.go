@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"strata/broker/partition"
 	"testing"
 	"time"
 
@@ -19,21 +20,21 @@ import (
 // txnRawBatch is rawBatch with the transactional attribute, as a
 // transactional producer sends it.
 func txnRawBatch(pid int64, epoch int16, seq int32, ts int64, values ...string) []byte {
-	return withAttributes(rawBatch(pid, epoch, seq, ts, values...), attrTransactional)
+	return withAttributes(rawBatch(pid, epoch, seq, ts, values...), partition.AttrTransactional)
 }
 
-func mustAppendTo(t *testing.T, p *partition, records []byte) int64 {
+func mustAppendTo(t *testing.T, p *partition.Partition, records []byte) int64 {
 	t.Helper()
-	info, _, err := p.append(records)
+	info, _, err := p.Append(records)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	return info.BaseOffset
 }
 
-func mustMarkerTo(t *testing.T, p *partition, pid int64, epoch int16, commit bool) int64 {
+func mustMarkerTo(t *testing.T, p *partition.Partition, pid int64, epoch int16, commit bool) int64 {
 	t.Helper()
-	info, _, err := p.appendMarker(pid, epoch, commit, 0)
+	info, _, err := p.AppendMarker(pid, epoch, commit, 0)
 	if err != nil {
 		t.Fatalf("marker for producer %d: %v", pid, err)
 	}
@@ -133,7 +134,7 @@ func listOffsetAt(t *testing.T, cl *kgo.Client, topic string, partition int32, t
 //
 // so the high watermark is 8 and the last stable offset 6. The records
 // from 6 on carry the timestamp late, the earlier ones early.
-func txnLog(t *testing.T, b *Broker, cl *kgo.Client, topic string) (p *partition, id [16]byte, early, late int64) {
+func txnLog(t *testing.T, b *Broker, cl *kgo.Client, topic string) (p *partition.Partition, id [16]byte, early, late int64) {
 	t.Helper()
 	id = createTopic(t, kadmFor(cl), topic, 1, nil).ID
 	p = b.partition(topic, 0)
@@ -147,7 +148,7 @@ func txnLog(t *testing.T, b *Broker, cl *kgo.Client, topic string) (p *partition
 	mustMarkerTo(t, p, 2, 0, false)
 	mustAppendTo(t, p, txnRawBatch(3, 0, 0, late, "c1"))
 	mustAppendTo(t, p, rawBatch(-1, -1, -1, late, "p2"))
-	if hw := p.highWatermark(); hw != 8 {
+	if hw := p.HighWatermark(); hw != 8 {
 		t.Fatalf("high watermark %d, want 8", hw)
 	}
 	return p, id, early, late
@@ -160,11 +161,11 @@ func TestTxnLastStableOffset(t *testing.T) {
 	b := testBroker(t, "")
 	cl := testClient(t, b)
 	p, _, _, _ := txnLog(t, b, cl, "lso")
-	if got := p.lastStableOffset(); got != 6 {
+	if got := p.LastStableOffset(); got != 6 {
 		t.Fatalf("last stable offset %d with producer 3's transaction open at 6, want 6", got)
 	}
 	mustMarkerTo(t, p, 3, 0, true) // 8
-	if got := p.lastStableOffset(); got != 9 {
+	if got := p.LastStableOffset(); got != 9 {
 		t.Fatalf("last stable offset %d once every transaction is complete, want the high watermark 9", got)
 	}
 }
@@ -245,9 +246,7 @@ func TestTxnFetchWaitsForLastStableOffset(t *testing.T) {
 	got := make(chan kmsg.FetchResponseTopicPartition, 1)
 	go func() { got <- fetchIsolated(t, cl, id, 6, 1, 20*time.Second) }()
 	waitFor(t, 10*time.Second, "the fetch to park", func() bool {
-		p.waitMu.Lock()
-		defer p.waitMu.Unlock()
-		return len(p.waiters) > 0
+		return p.Waiters() > 0
 	})
 	mustMarkerTo(t, p, 3, 0, true) // 8
 	r := <-got

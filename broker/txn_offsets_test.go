@@ -94,11 +94,11 @@ func (c *txnOffsetsClient) endTxn(pid int64, epoch int16, commit bool) {
 	if p == nil {
 		c.t.Fatalf("%s-%d is not open here", offsetsTopic, index)
 	}
-	info, leaderEpoch, err := p.appendMarker(pid, epoch, commit, 0)
+	info, leaderEpoch, err := p.AppendMarker(pid, epoch, commit, 0)
 	if err != nil {
 		c.t.Fatalf("marker: %v", err)
 	}
-	if err := c.b.waitCommitted(c.ctx, p, info.LastOffset, leaderEpoch); err != nil {
+	if err := p.WaitCommitted(c.ctx, info.LastOffset, leaderEpoch); err != nil {
 		c.t.Fatalf("marker commit: %v", err)
 	}
 	c.b.groups.CompleteTxn(index, pid, commit)
@@ -239,7 +239,7 @@ func TestTxnOffsetCommitMarkerBetweenVerifyAndAppend(t *testing.T) {
 		verified++
 		// The coordinator answered for the transaction, then ended it:
 		// its marker reaches the partition before the commit's batch.
-		if _, _, err := p.appendMarker(vpid, epoch, false, 0); err != nil {
+		if _, _, err := p.AppendMarker(vpid, epoch, false, 0); err != nil {
 			t.Errorf("marker: %v", err)
 		}
 		out := make(map[txn.TopicPartition]error, len(parts))
@@ -254,7 +254,7 @@ func TestTxnOffsetCommitMarkerBetweenVerifyAndAppend(t *testing.T) {
 	if verified != 1 {
 		t.Fatalf("verified %d times, want 1", verified)
 	}
-	if off, ok := p.log.FirstUnstableOffset(); ok {
+	if off, ok := p.Log().FirstUnstableOffset(); ok {
 		t.Errorf("%s-%d has a transaction open at %d: the late commit opened one", offsetsTopic, index, off)
 	}
 	c.wantOffset("refused commit", "in", 0, true, -1, nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/broker/txn"
 )
 
@@ -109,7 +110,7 @@ func TestTxnProduceWhoMayWrite(t *testing.T) {
 		produceTxn(t, b, 12, nil, "who", txnRawBatch(7, 0, 0, now, "x")),
 		kerr.TransactionalIDAuthorizationFailed)
 	wantCodes(t, "a control batch from a client",
-		produceTxn(t, b, 12, id, "who", withAttributes(rawBatch(7, 0, 0, now, "x"), attrTransactional|attrControl)),
+		produceTxn(t, b, 12, id, "who", withAttributes(rawBatch(7, 0, 0, now, "x"), partition.AttrTransactional|partition.AttrControl)),
 		kerr.InvalidRecord)
 	wantCodes(t, "transactional batches of two producers in one request",
 		produceTxn(t, b, 12, id, "who", txnRawBatch(7, 0, 0, now, "x"), txnRawBatch(8, 0, 0, now, "y")),
@@ -124,7 +125,7 @@ func TestTxnProduceWhoMayWrite(t *testing.T) {
 	// Producer 7's transaction is open on both partitions: the last stable
 	// offset stays at its start until a marker lands.
 	for i := range int32(2) {
-		if lso := b.partition("who", i).lastStableOffset(); lso != 0 {
+		if lso := b.partition("who", i).LastStableOffset(); lso != 0 {
 			t.Errorf("partition %d: last stable offset %d with a transaction open at 0", i, lso)
 		}
 	}
@@ -163,24 +164,22 @@ func TestTxnProduceBadEpochAndSequence(t *testing.T) {
 		t.Fatalf("%d verification guards left after refused appends", n)
 	}
 
-	if _, _, err := p.appendMarker(5, 3, true, 4); err != nil {
+	if _, _, err := p.AppendMarker(5, 3, true, 4); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := p.appendMarker(5, 3, false, 2)
+	_, _, err := p.AppendMarker(5, 3, false, 2)
 	if code := errorCode(err); code != kerr.TransactionCoordinatorFenced.Code {
 		t.Fatalf("marker from an older coordinator: %v (%v), want TRANSACTION_COORDINATOR_FENCED", kerr.ErrorForCode(code), err)
 	}
-	_, _, err = p.appendMarker(5, 1, false, 4)
+	_, _, err = p.AppendMarker(5, 1, false, 4)
 	if code := errorCode(err); code != kerr.InvalidProducerEpoch.Code {
 		t.Fatalf("marker at an older producer epoch: %v (%v), want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code), err)
 	}
 }
 
 // guardsLeft counts p's verification guards: they must not pile up.
-func guardsLeft(p *partition) int {
-	p.appendMu.Lock()
-	defer p.appendMu.Unlock()
-	return len(p.guards)
+func guardsLeft(p *partition.Partition) int {
+	return p.Verifications()
 }
 
 // verifyCall is what a fake verification was asked.
@@ -328,18 +327,18 @@ func TestTxnProduceGuardVoidedByMarker(t *testing.T) {
 	v.between = func() {
 		// The coordinator aborts the transaction meanwhile (its timeout,
 		// or the producer's EndTxn) and writes the marker.
-		if _, _, err := p.appendMarker(31, 0, false, 0); err != nil {
+		if _, _, err := p.AppendMarker(31, 0, false, 0); err != nil {
 			t.Errorf("marker: %v", err)
 		}
 	}
 	wantCodes(t, "a batch whose verification a marker overtook", produceTxn(t, b, 12, id, "guard", txnRawBatch(31, 0, 0, now, "late")), kerr.InvalidTxnState)
-	if end := p.log.EndOffset(); end != 1 {
+	if end := p.Log().EndOffset(); end != 1 {
 		t.Fatalf("log end %d, want 1 (the marker alone)", end)
 	}
-	if _, open := p.log.FirstUnstableOffset(); open {
+	if _, open := p.Log().FirstUnstableOffset(); open {
 		t.Fatal("the refused batch left a transaction open")
 	}
-	if lso, hw := p.lastStableOffset(), p.highWatermark(); lso != hw {
+	if lso, hw := p.LastStableOffset(), p.HighWatermark(); lso != hw {
 		t.Fatalf("last stable offset %d held below the high watermark %d", lso, hw)
 	}
 
@@ -356,15 +355,15 @@ func TestTxnProduceGuardVoidedByLeaderChange(t *testing.T) {
 	cl := testClient(t, b)
 	createTopic(t, kadmFor(cl), "lead", 1, nil)
 	p := b.partition("lead", 0)
-	guard, err := p.startTxnVerification(41, 0)
+	guard, err := p.StartTxnVerification(41, 0)
 	if err != nil || guard == nil {
 		t.Fatalf("start verification: %v %v", guard, err)
 	}
-	// What setRole does when the partition's leader epoch moves.
-	p.appendMu.Lock()
-	p.leaderEpoch.Add(1)
-	p.appendMu.Unlock()
-	_, _, err = p.appendTxn(txnRawBatch(41, 0, 0, time.Now().UnixMilli(), "x"), &txnAppend{pid: 41, epoch: 0, guard: guard})
+	// The partition's leader epoch moves (as the metadata of a new
+	// election would set it).
+	self := []int32{b.cfg.NodeID}
+	p.SetRole(partition.Role{LeaderEpoch: p.LeaderEpoch() + 1, Leader: b.cfg.NodeID, Replicas: self, ISR: self, PartitionEpoch: p.PartitionEpoch()})
+	_, _, err = p.AppendTxn(txnRawBatch(41, 0, 0, time.Now().UnixMilli(), "x"), &partition.TxnAppend{PID: 41, Epoch: 0, Guard: guard})
 	if code := errorCode(err); code != kerr.InvalidTxnState.Code {
 		t.Fatalf("append after a leader change: %v (%v), want INVALID_TXN_STATE", kerr.ErrorForCode(code), err)
 	}
@@ -384,7 +383,7 @@ func TestTxnDescribeProducers(t *testing.T) {
 	mustAppendTo(t, p, rawBatch(50, 1, 0, now, "i1", "i2"))          // 1-2, idempotent
 	mustAppendTo(t, p, txnRawBatch(51, 4, 0, now, "t1"))             // 3, left open
 	mustAppendTo(t, p, txnRawBatch(52, 0, 0, now, "c1", "c2", "c3")) // 4-6
-	if _, _, err := p.appendMarker(52, 0, true, 7); err != nil {     // 7
+	if _, _, err := p.AppendMarker(52, 0, true, 7); err != nil {     // 7
 		t.Fatal(err)
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/partition"
 	"strata/broker/txn"
 	"strata/meta"
 	"strata/segment"
@@ -246,7 +247,7 @@ func (b *Broker) leadsTxnPartition(index int32) (int32, bool) {
 	if p == nil {
 		return 0, false
 	}
-	return p.leaderEpochIfLeading()
+	return p.LeaderEpochIfLeading()
 }
 
 // loadTxnPartition replays partition index of __transaction_state into the
@@ -258,23 +259,23 @@ func (b *Broker) loadTxnPartition(ctx context.Context, index, epoch int32, sum *
 	if p == nil {
 		return fmt.Errorf("%s-%d is not open here", txnStateTopic, index)
 	}
-	if p.log.StartOffset() > 0 && b.remoteEnabled(p) && !p.remoteKnown.Load() {
-		b.loadRemote(p)
-		if err := b.checkRemoteKnown(p); err != nil {
+	if p.Log().StartOffset() > 0 && p.Tiered() && !p.RemoteKnown() {
+		p.LoadRemote()
+		if err := p.CheckRemoteKnown(); err != nil {
 			return fmt.Errorf("%s-%d: %w", txnStateTopic, index, err)
 		}
 	}
 	var recs []txn.Record
 	// To the log end, as for the offsets topic: a new leader's high
 	// watermark may trail records it already has and will commit.
-	end := p.log.EndOffset()
+	end := p.Log().EndOffset()
 	var buf []byte
-	for offset := p.logStartOffset(); offset < end; {
+	for offset := p.LogStartOffset(); offset < end; {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		var err error
-		buf, err = b.readAt(p, buf[:0], offset, end, 1<<20)
+		buf, err = p.ReadAt(buf[:0], offset, end, 1<<20)
 		if err != nil {
 			return fmt.Errorf("read %s-%d at %d: %w", txnStateTopic, index, offset, err)
 		}
@@ -413,12 +414,12 @@ func (b *Broker) writeTxnTransition(ctx context.Context, t *txn.Transition) erro
 
 func (b *Broker) appendTxnRecord(ctx context.Context, t *txn.Transition) error {
 	p := b.partition(txnStateTopic, t.Partition)
-	if p == nil || !p.leadsAt(t.CoordinatorEpoch) {
+	if p == nil || !p.LeadsAt(t.CoordinatorEpoch) {
 		return fmt.Errorf("%w: %s-%d moved", kerr.NotCoordinator, txnStateTopic, t.Partition)
 	}
-	info, epoch, err := p.append(txnStateBatch(t.Record(), time.Now().UnixMilli()))
+	info, epoch, err := p.Append(txnStateBatch(t.Record(), time.Now().UnixMilli()))
 	switch {
-	case errors.Is(err, errNotLeader), errors.Is(err, segment.ErrClosed):
+	case errors.Is(err, partition.ErrNotLeader), errors.Is(err, segment.ErrClosed):
 		return fmt.Errorf("%w: %v", kerr.NotCoordinator, err)
 	case err != nil:
 		return fmt.Errorf("%w: append to %s-%d: %v", kerr.CoordinatorNotAvailable, txnStateTopic, t.Partition, err)
@@ -427,8 +428,8 @@ func (b *Broker) appendTxnRecord(ctx context.Context, t *txn.Transition) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, txnWriteTimeout)
 	defer cancel()
-	if err := b.waitCommitted(wctx, p, info.LastOffset, epoch); err != nil {
-		if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, errClosed) {
+	if err := p.WaitCommitted(wctx, info.LastOffset, epoch); err != nil {
+		if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, partition.ErrClosed) {
 			return fmt.Errorf("%w: %v", kerr.NotCoordinator, err)
 		}
 		return fmt.Errorf("%w: %s-%d: %v", kerr.CoordinatorNotAvailable, txnStateTopic, t.Partition, err)
@@ -722,7 +723,7 @@ func (b *Broker) writeMarkersLocal(ctx context.Context, pid int64, epoch int16, 
 	errs := make(map[txn.TopicPartition]error, len(tps))
 	type appended struct {
 		tp    txn.TopicPartition
-		p     *partition
+		p     *partition.Partition
 		last  int64
 		epoch int32
 	}
@@ -733,7 +734,7 @@ func (b *Broker) writeMarkersLocal(ctx context.Context, pid int64, epoch int16, 
 			errs[tp] = err
 			continue
 		}
-		info, lepoch, err := p.appendMarker(pid, epoch, commit, coordinatorEpoch)
+		info, lepoch, err := p.AppendMarker(pid, epoch, commit, coordinatorEpoch)
 		if err != nil {
 			errs[tp] = fmt.Errorf("write marker to %s-%d: %w", tp.Topic, tp.Partition, err)
 			continue
@@ -741,7 +742,7 @@ func (b *Broker) writeMarkersLocal(ctx context.Context, pid int64, epoch int16, 
 		waits = append(waits, appended{tp, p, info.LastOffset, lepoch})
 	}
 	for _, w := range waits {
-		if err := b.waitCommitted(ctx, w.p, w.last, w.epoch); err != nil {
+		if err := w.p.WaitCommitted(ctx, w.last, w.epoch); err != nil {
 			errs[w.tp] = fmt.Errorf("marker on %s-%d: %w", w.tp.Topic, w.tp.Partition, err)
 			continue
 		}

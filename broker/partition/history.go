@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -8,23 +8,23 @@ import (
 	"strata/tier/format"
 )
 
-// historyBelow is what a follower of p below its leader's local log start
+// historyBelow is what a follower below its leader's local log start
 // learns from the bucket (replica.Partition.HistoryBelow); nil without a
 // tier.
-func (b *Broker) historyBelow(p *partition) func(ctx context.Context, offset int64) (int64, segment.History, bool, error) {
-	if b.tier == nil {
+func (p *Partition) historyBelow() func(ctx context.Context, offset int64) (int64, segment.History, bool, error) {
+	if p.host.Bucket == nil {
 		return nil
 	}
 	return func(ctx context.Context, offset int64) (int64, segment.History, bool, error) {
-		if !b.remoteEnabled(p) {
+		if !p.Tiered() {
 			return 0, segment.History{}, false, nil
 		}
-		return b.tier.HistoryBelow(ctx, p.bucketName(), offset)
+		return p.host.Bucket.HistoryBelow(ctx, p.BucketName(), offset)
 	}
 }
 
-// startAtBucketEnd restarts the local log of p, which this node leads, at
-// the end of m, the bucket's manifest, when the log ends below it: the
+// startAtBucketEnd restarts the local log of a partition this node leads
+// at the end of m, the bucket's manifest, when the log ends below it: the
 // node's logs/ directory was lost (a replaced disk, an operator's mistake)
 // or cut short, while the metadata and the bucket survived. Appending at
 // the local end would assign offsets the bucket already holds, shadowing
@@ -33,12 +33,12 @@ func (b *Broker) historyBelow(p *partition) func(ctx context.Context, offset int
 // carries, as a follower restarted at its leader's local start does, so
 // that an idempotent producer's retry is still recognised and a
 // transaction open there is not forgotten. The caller holds p.tier.mu.
-func (b *Broker) startAtBucketEnd(ctx context.Context, p *partition, m *format.Root) error {
+func (p *Partition) startAtBucketEnd(ctx context.Context, m *format.Root) error {
 	end := m.EndOffset()
 	if !p.leading.Load() || p.log.EndOffset() >= end {
 		return nil
 	}
-	start, h, ok, err := b.tier.HistoryBelow(ctx, p.bucketName(), end)
+	start, h, ok, err := p.host.Bucket.HistoryBelow(ctx, p.BucketName(), end)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (b *Broker) startAtBucketEnd(ctx context.Context, p *partition, m *format.R
 	}
 	p.logEnd.Set(float64(start))
 	p.advanceHighWatermark()
-	b.log.Warn("local log ends below the bucket's end: restarted it there so that no offset the bucket holds is assigned again",
+	p.host.Logger.Warn("local log ends below the bucket's end: restarted it there so that no offset the bucket holds is assigned again",
 		"topic", p.topic, "partition", p.index, "localStart", localStart, "localEnd", localEnd, "bucketEnd", start)
 	return nil
 }

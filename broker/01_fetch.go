@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -195,49 +194,4 @@ func fetchResponse(st *meta.State, r *kmsg.FetchRequest, resp *kmsg.FetchRespons
 		}
 		resp.Topics = append(resp.Topics, ft)
 	}
-}
-
-// fetchLeaderHints applies KIP-951 to a Fetch answer: each partition
-// refused with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the
-// leader and epoch this node's metadata knows (v12+), and from v16 the
-// response carries those leaders' endpoints, so that a consumer or a
-// follower moves at once instead of waiting for a metadata refresh.
-func (b *Broker) fetchLeaderHints(resp *kmsg.FetchResponse) {
-	h := leaderHints{st: b.meta.State()}
-	for i := range resp.Topics {
-		ft := &resp.Topics[i]
-		for j := range ft.Partitions {
-			sp := &ft.Partitions[j]
-			if sp.ErrorCode == kerr.NotLeaderForPartition.Code || sp.ErrorCode == kerr.FencedLeaderEpoch.Code {
-				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = h.leader(ft.Topic, sp.Partition)
-			}
-		}
-	}
-	if resp.Version < 16 {
-		return
-	}
-	for _, br := range h.endpoints() {
-		fb := kmsg.NewFetchResponseBroker()
-		fb.NodeID, fb.Host, fb.Port, fb.Rack = br.ID, br.Host, br.Port, rack(br)
-		resp.Brokers = append(resp.Brokers, fb)
-	}
-}
-
-// staleReplica refuses a follower's fetch from an incarnation older than
-// the one registered (KIP-903): a process that lost its disk and
-// restarted must not be kept in, or added to, the ISR on the strength of
-// where its previous life had fetched to, and a paused previous life must
-// not speak for the new one. A fetch that names no epoch (before v15, or
-// -1) is taken as it is, as Kafka does. A newer epoch than this node's
-// metadata knows is the new incarnation ahead of the metadata: its fetch
-// offset is its own, and it joins the ISR only once the metadata shows
-// its registration (maybeAlterISR).
-func staleReplica(st *meta.State, id int32, epoch int64) error {
-	if id < 0 || epoch < 0 {
-		return nil
-	}
-	if br, ok := st.Brokers[id]; ok && epoch < br.Epoch {
-		return fmt.Errorf("%w: broker %d fetched at epoch %d, registered at %d", kerr.StaleBrokerEpoch, id, epoch, br.Epoch)
-	}
-	return nil
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strata/broker/partition"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/partition"
 )
 
 // ListOffsets: v1-9

@@ -127,11 +127,3 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 func sortedBrokers(st *meta.State) []meta.Broker {
 	return slices.SortedFunc(maps.Values(st.Brokers), func(a, b meta.Broker) int { return cmp.Compare(a.ID, b.ID) })
 }
-
-// rack is a broker's rack as the protocol carries it: null when unset.
-func rack(br meta.Broker) *string {
-	if br.Rack == "" {
-		return nil
-	}
-	return &br.Rack
-}

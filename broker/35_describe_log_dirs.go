@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strata/broker/partition"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/partition"
 )
 
 // DescribeLogDirs: v1-5

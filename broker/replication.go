@@ -191,3 +191,22 @@ func (c partitionCluster) Eligibility() func(id int32, epoch int64) bool {
 func (c partitionCluster) AlterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
 	return c.b.alterPartition(ctx, topicID, r)
 }
+
+// staleReplica refuses a follower's fetch from an incarnation older than
+// the one registered (KIP-903): a process that lost its disk and
+// restarted must not be kept in, or added to, the ISR on the strength of
+// where its previous life had fetched to, and a paused previous life must
+// not speak for the new one. A fetch that names no epoch (before v15, or
+// -1) is taken as it is, as Kafka does. A newer epoch than this node's
+// metadata knows is the new incarnation ahead of the metadata: its fetch
+// offset is its own, and it joins the ISR only once the metadata shows
+// its registration (maybeAlterISR).
+func staleReplica(st *meta.State, id int32, epoch int64) error {
+	if id < 0 || epoch < 0 {
+		return nil
+	}
+	if br, ok := st.Brokers[id]; ok && epoch < br.Epoch {
+		return fmt.Errorf("%w: broker %d fetched at epoch %d, registered at %d", kerr.StaleBrokerEpoch, id, epoch, br.Epoch)
+	}
+	return nil
+}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
-	"strata/broker/partition"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/partition"
 )
 
 // The partition side of transactions, driven without a coordinator: data

@@ -46,7 +46,7 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 	}
 	// A topic created through another node a moment ago is not unknown
 	// (metasync.go).
-	b.syncMetadata()
+	b.node.SyncMetadata()
 	deleted := false
 	for _, tg := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()

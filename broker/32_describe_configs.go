@@ -38,7 +38,7 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 	if slices.ContainsFunc(r.Resources, func(rr kmsg.DescribeConfigsRequestResource) bool { return rr.ResourceType == resourceTopic }) {
 		// A config just altered through any node must read back here
 		// (metasync.go).
-		b.syncMetadata()
+		b.node.SyncMetadata()
 	}
 	for _, rr := range r.Resources {
 		sr := kmsg.NewDescribeConfigsResponseResource()

@@ -30,7 +30,7 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 	}
 	// The checks below read this node's metadata, which must hold every
 	// change acknowledged before (metasync.go).
-	b.syncMetadata()
+	b.node.SyncMetadata()
 	changed := false
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()

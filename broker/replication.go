@@ -230,7 +230,7 @@ func (b *Broker) maybeAlterISR(p *partition, now time.Time) {
 	}
 	old := slices.Clone(p.rep.isr)
 	req := meta.AlterPartitionRequest{
-		Topic: p.topic, Partition: p.index, BrokerID: b.cfg.NodeID, BrokerEpoch: b.cluster.brokerEpoch(),
+		Topic: p.topic, Partition: p.index, BrokerID: b.cfg.NodeID, BrokerEpoch: b.node.BrokerEpoch(),
 		LeaderEpoch: p.leaderEpoch.Load(), PartitionEpoch: p.rep.partitionEpoch, ISR: isr,
 	}
 	// The controller checks each joiner's epoch against its registration,

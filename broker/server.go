@@ -501,7 +501,7 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 		}
 		b.metrics.observeRequest(key, time.Since(start))
 	}()
-	if forwarded[key] && b.clustered() && !b.meta.IsLeader() {
+	if forwarded[key] && b.node.Clustered() && !b.meta.IsLeader() {
 		if resp, err := b.forward(req); !errors.Is(err, meta.ErrNotController) {
 			return resp, err
 		}
@@ -535,7 +535,7 @@ func (b *Broker) forward(req *request) (kmsg.Response, error) {
 		return nil, err
 	}
 	resp.SetVersion(version)
-	b.syncMetadata()
+	b.node.SyncMetadata()
 	// Unconditionally: the reconcile loop may have seen the change first
 	// and still be applying it.
 	if err := b.reconcile(); err != nil {

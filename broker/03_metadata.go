@@ -35,7 +35,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 	allowAuto := r.Version < 4 || r.AllowAutoTopicCreation
 
 	// A client that was just told a topic was created or changed, by any
-	// node, must see it here (metasync.go).
+	// node, must see it here (broker/node/metasync.go).
 	b.node.SyncMetadata()
 	st := b.meta.State()
 	for _, br := range sortedBrokers(st) {

@@ -36,7 +36,7 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 		count[rt.Topic]++
 	}
 	// The checks below read this node's metadata: a topic deleted through
-	// another node a moment ago must not be "already there" (metasync.go).
+	// another node a moment ago must not be "already there" (broker/node/metasync.go).
 	b.node.SyncMetadata()
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()

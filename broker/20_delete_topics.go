@@ -45,7 +45,7 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 		}
 	}
 	// A topic created through another node a moment ago is not unknown
-	// (metasync.go).
+	// (broker/node/metasync.go).
 	b.node.SyncMetadata()
 	deleted := false
 	for _, tg := range targets {

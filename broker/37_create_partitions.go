@@ -29,7 +29,7 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 		count[rt.Topic]++
 	}
 	// The checks below read this node's metadata, which must hold every
-	// change acknowledged before (metasync.go).
+	// change acknowledged before (broker/node/metasync.go).
 	b.node.SyncMetadata()
 	changed := false
 	for _, rt := range r.Topics {

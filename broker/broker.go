@@ -62,7 +62,7 @@ type Broker struct {
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
 	// tierStore is the tier's store, which writes nothing until the
-	// bucket is claimed for this cluster (awaitClusterID).
+	// bucket is claimed for this cluster (node.AwaitClusterID).
 	tierStore *tier.ClaimedStore
 	// compactor compacts the compacted topics' logs (broker/compaction.go).
 	compactor *compactor.Compactor

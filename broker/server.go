@@ -524,7 +524,7 @@ var forwarded = map[int16]bool{
 // forward sends req to the controller and returns its answer, in the
 // version the client asked for, once this node has applied what the
 // controller committed and its partitions are in step with it: the
-// client's next request, here or anywhere, sees the change (metasync.go).
+// client's next request, here or anywhere, sees the change (broker/node/metasync.go).
 func (b *Broker) forward(req *request) (kmsg.Response, error) {
 	version := req.kreq.GetVersion()
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)

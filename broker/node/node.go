@@ -39,6 +39,8 @@ type Config struct {
 	// Logger receives the node's messages.
 	Logger *slog.Logger
 
+	// The hooks below are required, but Go.
+	//
 	// Reconcile brings this node's hosted partitions in step with its
 	// metadata: it opens the partitions of a topic just created, and
 	// puts in force what a catch-up with the controller brought.

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/meta"
 )
 
@@ -34,8 +35,8 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 	allowAuto := r.Version < 4 || r.AllowAutoTopicCreation
 
 	// A client that was just told a topic was created or changed, by any
-	// node, must see it here (metasync.go).
-	b.syncMetadata()
+	// node, must see it here (broker/node/metasync.go).
+	b.node.SyncMetadata()
 	st := b.meta.State()
 	for _, br := range sortedBrokers(st) {
 		if !st.Alive(br.ID) {
@@ -45,7 +46,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
 		resp.Brokers = append(resp.Brokers, mb)
 	}
-	if id := b.clusterID(); id != "" {
+	if id := b.node.ClusterID(); id != "" {
 		resp.ClusterID = kmsg.StringPtr(id)
 	} // else null, Kafka's "not known": the controller has not named the cluster yet
 	resp.ControllerID = b.meta.ControllerID()
@@ -106,7 +107,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			addTopic(t)
 			continue
 		}
-		if err := validateTopicName(name); err != nil {
+		if err := node.ValidateTopicName(name); err != nil {
 			missing(rt.Topic, [16]byte{}, err)
 			continue
 		}
@@ -114,7 +115,7 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
 			continue
 		}
-		if t, err := b.autoCreate(b.ctx, name); err != nil {
+		if t, err := b.node.AutoCreate(b.ctx, name); err != nil {
 			missing(rt.Topic, [16]byte{}, err)
 		} else {
 			addTopic(t)

@@ -5,6 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
 )
 
 // CreateTopics: v2-7
@@ -34,8 +36,8 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 		count[rt.Topic]++
 	}
 	// The checks below read this node's metadata: a topic deleted through
-	// another node a moment ago must not be "already there" (metasync.go).
-	b.syncMetadata()
+	// another node a moment ago must not be "already there" (broker/node/metasync.go).
+	b.node.SyncMetadata()
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
@@ -53,12 +55,12 @@ func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTo
 	if seen > 1 {
 		return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
 	}
-	c := topicCreate{
-		name:              rt.Topic,
-		partitions:        rt.NumPartitions,
-		replicationFactor: rt.ReplicationFactor,
-		configs:           make(map[string]string),
-		validateOnly:      r.ValidateOnly,
+	c := node.TopicCreate{
+		Name:              rt.Topic,
+		Partitions:        rt.NumPartitions,
+		ReplicationFactor: rt.ReplicationFactor,
+		Configs:           make(map[string]string),
+		ValidateOnly:      r.ValidateOnly,
 	}
 	if len(rt.ReplicaAssignment) > 0 {
 		if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
@@ -75,31 +77,31 @@ func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTo
 				}
 			}
 		}
-		c.partitions = int32(len(rt.ReplicaAssignment))
-		c.replicationFactor = int16(len(rt.ReplicaAssignment[0].Replicas))
-		c.assignment = make([][]int32, c.partitions)
+		c.Partitions = int32(len(rt.ReplicaAssignment))
+		c.ReplicationFactor = int16(len(rt.ReplicaAssignment[0].Replicas))
+		c.Assignment = make([][]int32, c.Partitions)
 		for _, a := range rt.ReplicaAssignment {
-			if a.Partition < 0 || a.Partition >= c.partitions || c.assignment[a.Partition] != nil {
-				return fmt.Errorf("%w: partitions must be numbered 0 to %d, each once", kerr.InvalidReplicaAssignment, c.partitions-1)
+			if a.Partition < 0 || a.Partition >= c.Partitions || c.Assignment[a.Partition] != nil {
+				return fmt.Errorf("%w: partitions must be numbered 0 to %d, each once", kerr.InvalidReplicaAssignment, c.Partitions-1)
 			}
-			c.assignment[a.Partition] = a.Replicas
+			c.Assignment[a.Partition] = a.Replicas
 		}
 	}
 	for _, kv := range rt.Configs {
 		if kv.Value == nil {
 			continue // null means "use the default"
 		}
-		c.configs[kv.Name] = *kv.Value
+		c.Configs[kv.Name] = *kv.Value
 	}
-	t, err := b.createTopic(b.ctx, &c)
+	t, err := b.node.CreateTopic(b.ctx, &c)
 	if err != nil {
 		return err
 	}
 	st.TopicID = t.ID
-	st.NumPartitions, st.ReplicationFactor = c.partitions, c.replicationFactor
+	st.NumPartitions, st.ReplicationFactor = c.Partitions, c.ReplicationFactor
 	if r.Version >= 5 {
 		for _, name := range topicConfigNames {
-			v, src := b.topicConfigValue(c.configs, name)
+			v, src := b.topicConfigValue(c.Configs, name)
 			rc := kmsg.NewCreateTopicsResponseTopicConfig()
 			rc.Name = name
 			rc.Value = kmsg.StringPtr(v)

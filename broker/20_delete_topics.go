@@ -45,8 +45,8 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 		}
 	}
 	// A topic created through another node a moment ago is not unknown
-	// (metasync.go).
-	b.syncMetadata()
+	// (broker/node/metasync.go).
+	b.node.SyncMetadata()
 	deleted := false
 	for _, tg := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()

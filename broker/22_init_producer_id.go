@@ -45,7 +45,7 @@ func (b *Broker) handleInitProducerID(req *request) (kmsg.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	id, err := b.pids.allocate(ctx)
+	id, err := b.node.AllocateProducerID(ctx)
 	if err != nil {
 		b.log.Error("allocate producer id", "err", err)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code

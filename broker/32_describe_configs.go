@@ -37,8 +37,8 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
 	if slices.ContainsFunc(r.Resources, func(rr kmsg.DescribeConfigsRequestResource) bool { return rr.ResourceType == resourceTopic }) {
 		// A config just altered through any node must read back here
-		// (metasync.go).
-		b.syncMetadata()
+		// (broker/node/metasync.go).
+		b.node.SyncMetadata()
 	}
 	for _, rr := range r.Resources {
 		sr := kmsg.NewDescribeConfigsResponseResource()

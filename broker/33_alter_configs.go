@@ -5,6 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
 )
 
 // AlterConfigs: v0-2
@@ -72,7 +74,7 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 					}
 				}
 			}
-			if err := b.checkMinInsync(set, t.Configs, replicationFactor(t)); err != nil {
+			if err := b.node.CheckMinInsync(set, t.Configs, node.ReplicationFactor(t)); err != nil {
 				return err
 			}
 			if r.ValidateOnly {

@@ -29,8 +29,8 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 		count[rt.Topic]++
 	}
 	// The checks below read this node's metadata, which must hold every
-	// change acknowledged before (metasync.go).
-	b.syncMetadata()
+	// change acknowledged before (broker/node/metasync.go).
+	b.node.SyncMetadata()
 	changed := false
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
 )
 
 // IncrementalAlterConfigs: v0-1
@@ -86,7 +88,7 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 			for _, k := range del {
 				delete(after, k)
 			}
-			if err := b.checkMinInsync(after, t.Configs, replicationFactor(t)); err != nil {
+			if err := b.node.CheckMinInsync(after, t.Configs, node.ReplicationFactor(t)); err != nil {
 				return err
 			}
 			if r.ValidateOnly {

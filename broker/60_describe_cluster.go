@@ -23,7 +23,7 @@ func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 	resp.EndpointType = 1
-	resp.ClusterID = b.clusterID()
+	resp.ClusterID = b.node.ClusterID()
 	resp.ControllerID = b.meta.ControllerID()
 	resp.ClusterAuthorizedOperations = authorizedOperationsOmitted
 	includeFenced := r.Version >= 2 && r.IncludeFencedBrokers

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/meta"
 )
 
@@ -24,11 +25,11 @@ func (b *Broker) handleAllocateProducerIDs(req *request) (kmsg.Response, error) 
 		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, fmt.Errorf("%w: broker %d epoch %d", meta.ErrStaleBrokerEpoch, r.BrokerID, r.BrokerEpoch))
 		return resp, nil
 	}
-	first, err := b.meta.AllocateProducerIDs(ctx, producerIDBlock)
+	first, err := b.meta.AllocateProducerIDs(ctx, node.ProducerIDBlock)
 	if err != nil {
 		resp.ErrorCode, _ = b.answerError(kmsg.AllocateProducerIDs, err)
 		return resp, nil
 	}
-	resp.ProducerIDStart, resp.ProducerIDLen = first, producerIDBlock
+	resp.ProducerIDStart, resp.ProducerIDLen = first, node.ProducerIDBlock
 	return resp, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
+	"strata/broker/node"
 	"strata/broker/partition"
 	"strata/broker/replica"
 	"strata/compactor"
@@ -47,12 +48,12 @@ type Broker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	pids producerIDs
-
-	// cluster is this broker's registration with the controller
-	// (cluster.go); peers are its clients to other brokers; replicas
-	// runs the fetchers of the partitions it follows (replication.go).
-	cluster  clusterState
+	// node is this broker's membership in the cluster (broker/node):
+	// registration, heartbeats, catching up with the controller's
+	// metadata, topic creation, producer ids. peers are its clients to
+	// other brokers (controller.go); replicas runs the fetchers of the
+	// partitions it follows (replication.go).
+	node     *node.Node
 	peers    peers
 	replicas *replica.Manager
 
@@ -62,7 +63,7 @@ type Broker struct {
 	// tier is the cold tier, nil when no object store is configured.
 	tier *tier.Tier
 	// tierStore is the tier's store, which writes nothing until the
-	// bucket is claimed for this cluster (awaitClusterID).
+	// bucket is claimed for this cluster (node.AwaitClusterID).
 	tierStore *tier.ClaimedStore
 	// compactor compacts the compacted topics' logs (broker/compaction.go).
 	compactor *compactor.Compactor
@@ -86,13 +87,6 @@ type Broker struct {
 
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
-	// metaSyncFailed is when this node last failed to catch up with the
-	// controller's commit index (unix nanoseconds; 0: it did not fail
-	// since the last success), metaSyncWarned when it last said so. See
-	// metasync.go.
-	metaSyncFailed, metaSyncWarned atomic.Int64
-	// metaAskBatch batches those questions to the controller.
-	metaAskBatch askBatch
 
 	// mu guards the partitions this node hosts and the open connections.
 	mu struct {
@@ -148,7 +142,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		unlock:  unlock,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.cluster = newClusterState()
 	started := false
 	defer func() {
 		if !started {
@@ -229,38 +222,16 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.meta = m
 	b.metrics.reg.MustRegister(metaCollector{b})
 
-	b.pids.store = controllerIDs{b}
-	b.pids.ahead = func(reserve func(context.Context)) {
-		b.goFunc(func() {
-			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			defer cancel()
-			reserve(ctx)
-		})
-	}
+	b.node = b.newNode(m)
 	b.replicas = replica.NewManager(b.ctx, cfg.NodeID, func(leader int32) replica.Client { return peerClient{b, leader} },
-		b.cluster.brokerEpoch, b.log.With("component", "replica"))
+		b.node.BrokerEpoch, b.log.With("component", "replica"))
 
-	if err := b.register(ctx); err != nil {
-		b.Close()
-		return nil, err
-	}
-	// The registration fenced this node's previous life, if it had one,
-	// and moved its leaderships: the partitions open only once this node's
-	// metadata has that too, or a restarted leader would take writes at
-	// its old epoch for a moment.
-	if err := b.waitApplied(ctx, uint64(b.cluster.brokerEpoch())); err != nil {
-		b.Close()
-		return nil, err
-	}
-	// Start waits for the cluster's id only briefly (awaitClusterID
-	// waits on); an id known now must be this node's.
-	unnamedSince := time.Now()
-	clusterID, err := b.briefClusterID(ctx)
+	// Registered, with this node's metadata caught up with the
+	// registration, before any partition opens; the cluster's id is
+	// waited for only briefly (AwaitClusterID waits on), and one known
+	// now must be this node's.
+	clusterID, err := b.node.Join(ctx)
 	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	if err := b.checkClusterID(clusterID); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -287,7 +258,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.goFunc(func() { b.reconcileLoop(changed) })
-	b.goFunc(b.heartbeatLoop)
+	b.goFunc(b.node.HeartbeatLoop)
 	b.goFunc(b.isrLoop)
 	b.goFunc(b.maintenanceLoop)
 	if b.tier != nil {
@@ -298,7 +269,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	if clusterID == "" {
-		b.goFunc(func() { b.awaitClusterID(unnamedSince) })
+		b.goFunc(func() { b.node.AwaitClusterID(b.tierStore, b.tierWhere(), claimTimeout) })
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true

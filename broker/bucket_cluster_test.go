@@ -102,7 +102,7 @@ func TestSilentStoreDoesNotHoldTheStart(t *testing.T) {
 	close(release)
 	waitUploaded(t, b, "t", 1)
 	mark, ok, err := tier.BucketCluster(context.Background(), inner)
-	if err != nil || !ok || mark.ClusterID != b.clusterID() {
-		t.Fatalf("after the first upload the bucket names %+v (found %v, %v), want cluster %s", mark, ok, err, b.clusterID())
+	if err != nil || !ok || mark.ClusterID != b.node.ClusterID() {
+		t.Fatalf("after the first upload the bucket names %+v (found %v, %v), want cluster %s", mark, ok, err, b.node.ClusterID())
 	}
 }

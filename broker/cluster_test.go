@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -520,7 +521,7 @@ func TestClusterNodeIDInUseIsRefused(t *testing.T) {
 	req := kmsg.NewPtrBrokerRegistrationRequest()
 	req.BrokerID = 2
 	req.ClusterID = c.cfgs[0].WithDefaults().ClusterID
-	req.IncarnationID = newIncarnation()
+	rand.Read(req.IncarnationID[:]) // another incarnation than node 2's
 	l := kmsg.NewBrokerRegistrationRequestListener()
 	l.Name, l.Host, l.Port = "PLAINTEXT", "127.0.0.1", 1
 	req.Listeners = append(req.Listeners, l)
@@ -534,7 +535,8 @@ func TestClusterNodeIDInUseIsRefused(t *testing.T) {
 		t.Fatalf("registering a second incarnation of live node 2: %v, want DUPLICATE_BROKER_REGISTRATION", kerr.ErrorForCode(code))
 	}
 	// Node 2's registration is undisturbed.
-	if got, want := c.node(ctrl).meta.State().Brokers[2].Incarnation, hex.EncodeToString(c.node(2).cluster.incarnation[:]); got != want {
+	incarnation := c.node(2).node.Incarnation()
+	if got, want := c.node(ctrl).meta.State().Brokers[2].Incarnation, hex.EncodeToString(incarnation[:]); got != want {
 		t.Fatalf("node 2's registration is incarnation %s, its process is %s", got, want)
 	}
 }

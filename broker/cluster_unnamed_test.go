@@ -75,7 +75,7 @@ func TestUnnamedClusterDoesNotHoldTheStart(t *testing.T) {
 	if p := b.partition("t", 0); p.RemoteEnd() == 0 {
 		t.Fatal("nothing uploaded once the cluster was named")
 	}
-	id := b.clusterID()
+	id := b.node.ClusterID()
 	if id == "" {
 		t.Fatal("the cluster has no id after the controller named it")
 	}

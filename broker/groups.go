@@ -50,7 +50,7 @@ func (b *Broker) startGroups(ctx context.Context) error {
 		// The existing topic's partition count wins over the setting, as
 		// in Kafka: changing it would move every group.
 		partitions = int32(len(t.Partitions))
-		if !b.clustered() {
+		if !b.node.Clustered() {
 			// Not fatal: the topic works as it is, only without the
 			// settings (tiering) this version adds.
 			if err := b.upgradeOffsetsTopic(ctx, t); err != nil {
@@ -59,7 +59,7 @@ func (b *Broker) startGroups(ctx context.Context) error {
 		} else {
 			b.goFunc(b.offsetsTopicLoop)
 		}
-	case !b.clustered():
+	case !b.node.Clustered():
 		t, err := b.createOffsetsTopic(ctx, 1)
 		if err != nil {
 			return err

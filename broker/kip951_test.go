@@ -152,7 +152,7 @@ func TestClusterControlledShutdownAnswersWithTheNewLeader(t *testing.T) {
 		done <- victim.Shutdown(ctx)
 	}()
 	select {
-	case <-victim.cluster.shutdownDone: // the controller says its leaderships moved
+	case <-victim.node.ShutdownDone(): // the controller says its leaderships moved
 	case err := <-done:
 		t.Fatalf("shutdown ended before its leaderships moved: %v", err)
 	case <-time.After(15 * time.Second):

@@ -176,7 +176,7 @@ func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
 // (partition.Cluster).
 type partitionCluster struct{ b *Broker }
 
-func (c partitionCluster) BrokerEpoch() int64 { return c.b.cluster.brokerEpoch() }
+func (c partitionCluster) BrokerEpoch() int64 { return c.b.node.BrokerEpoch() }
 
 func (c partitionCluster) Eligibility() func(id int32, epoch int64) bool {
 	st := c.b.meta.State()

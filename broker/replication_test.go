@@ -77,7 +77,7 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	if end := lp.Log().EndOffset(); hw0 >= end {
 		t.Fatalf("high watermark %d already at the log end %d: the test cannot tell", hw0, end)
 	}
-	registered := c.node(follower).cluster.brokerEpoch()
+	registered := c.node(follower).node.BrokerEpoch()
 
 	fetch := func(epoch int64) int16 {
 		req := kmsg.NewPtrFetchRequest()
@@ -253,8 +253,8 @@ func TestClusterAlterPartitionRefusesAJoinerAtAnotherBrokerEpoch(t *testing.T) {
 	// A record the follower does not get keeps it from rejoining by
 	// itself once it is out.
 	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "v3", 0, "r", 1)
-	leaderEpoch := c.node(st.Leader).cluster.brokerEpoch()
-	registered := c.node(follower).cluster.brokerEpoch()
+	leaderEpoch := c.node(st.Leader).node.BrokerEpoch()
+	registered := c.node(follower).node.BrokerEpoch()
 	epochOf := map[int32]int64{st.Leader: leaderEpoch, follower: registered}
 	partitionEpoch := st.PartitionEpoch
 	alter := func(isr []int32, epochOf map[int32]int64) int16 {

@@ -501,7 +501,7 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 		}
 		b.metrics.observeRequest(key, time.Since(start))
 	}()
-	if forwarded[key] && b.clustered() && !b.meta.IsLeader() {
+	if forwarded[key] && b.node.Clustered() && !b.meta.IsLeader() {
 		if resp, err := b.forward(req); !errors.Is(err, meta.ErrNotController) {
 			return resp, err
 		}
@@ -524,7 +524,7 @@ var forwarded = map[int16]bool{
 // forward sends req to the controller and returns its answer, in the
 // version the client asked for, once this node has applied what the
 // controller committed and its partitions are in step with it: the
-// client's next request, here or anywhere, sees the change (metasync.go).
+// client's next request, here or anywhere, sees the change (broker/node/metasync.go).
 func (b *Broker) forward(req *request) (kmsg.Response, error) {
 	version := req.kreq.GetVersion()
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
@@ -535,7 +535,7 @@ func (b *Broker) forward(req *request) (kmsg.Response, error) {
 		return nil, err
 	}
 	resp.SetVersion(version)
-	b.syncMetadata()
+	b.node.SyncMetadata()
 	// Unconditionally: the reconcile loop may have seen the change first
 	// and still be applying it.
 	if err := b.reconcile(); err != nil {

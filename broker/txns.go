@@ -84,7 +84,7 @@ func (b *Broker) startTxns(ctx context.Context) error {
 		// As for the offsets topic: the existing count wins, or every
 		// transactional id would move.
 		partitions = int32(len(t.Partitions))
-	} else if b.clustered() {
+	} else if b.node.Clustered() {
 		b.goFunc(b.txnTopicLoop)
 	}
 	offsetsPartitions := b.cfg.OffsetsPartitions
@@ -116,7 +116,7 @@ func (b *Broker) ensureTxnTopic(ctx context.Context) error {
 	if _, ok := b.topicByName(txnStateTopic); ok {
 		return nil
 	}
-	if b.clustered() {
+	if b.node.Clustered() {
 		return fmt.Errorf("%w: %s does not exist yet", kerr.CoordinatorNotAvailable, txnStateTopic)
 	}
 	b.txns.createMu.Lock()
@@ -189,7 +189,7 @@ type txnProducerIDs struct{ b *Broker }
 func (a txnProducerIDs) NextProducerID(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return a.b.pids.allocate(ctx)
+	return a.b.node.AllocateProducerID(ctx)
 }
 
 // syncTxnCoordinator loads the __transaction_state partitions this node

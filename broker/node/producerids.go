@@ -1,15 +1,15 @@
-package broker
+package node
 
 import (
 	"context"
 	"sync"
 )
 
-// producerIDBlock is how many producer ids one Raft entry reserves. Ids are
+// ProducerIDBlock is how many producer ids one Raft entry reserves. Ids are
 // allocated through the metadata log so they stay unique across restarts
 // (and, later, across brokers); a block keeps that off the per-producer
 // path.
-const producerIDBlock = 1000
+const ProducerIDBlock = 1000
 
 // idAllocator is what producerIDs needs from the metadata store.
 type idAllocator interface {
@@ -25,7 +25,7 @@ type idAllocator interface {
 type producerIDs struct {
 	store idAllocator
 	// ahead runs a reservation ahead of need; nil reserves only on demand.
-	// The broker runs it as one of its goroutines, stopped by its context.
+	// The node runs it on Config.Go, stopped by its context.
 	ahead func(reserve func(context.Context))
 
 	mu        sync.Mutex
@@ -40,18 +40,18 @@ func (p *producerIDs) allocate(ctx context.Context) (int64, error) {
 	defer p.mu.Unlock()
 	if p.next >= p.end {
 		if p.haveSpare {
-			p.next, p.end, p.haveSpare = p.spare, p.spare+producerIDBlock, false
+			p.next, p.end, p.haveSpare = p.spare, p.spare+ProducerIDBlock, false
 		} else {
-			first, err := p.store.AllocateProducerIDs(ctx, producerIDBlock)
+			first, err := p.store.AllocateProducerIDs(ctx, ProducerIDBlock)
 			if err != nil {
 				return -1, err
 			}
-			p.next, p.end = first, first+producerIDBlock
+			p.next, p.end = first, first+ProducerIDBlock
 		}
 	}
 	id := p.next
 	p.next++
-	if p.ahead != nil && !p.reserving && !p.haveSpare && p.end-p.next <= producerIDBlock/2 {
+	if p.ahead != nil && !p.reserving && !p.haveSpare && p.end-p.next <= ProducerIDBlock/2 {
 		p.reserving = true
 		p.ahead(p.reserveAhead)
 	}
@@ -61,7 +61,7 @@ func (p *producerIDs) allocate(ctx context.Context) (int64, error) {
 // reserveAhead reserves the block after the current one; a failure is
 // left to the next allocation that needs it, which reserves on demand.
 func (p *producerIDs) reserveAhead(ctx context.Context) {
-	first, err := p.store.AllocateProducerIDs(ctx, producerIDBlock)
+	first, err := p.store.AllocateProducerIDs(ctx, ProducerIDBlock)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reserving = false

@@ -1,14 +1,10 @@
-package broker
+package node
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Read after write (docs/replication.md): a metadata change that one
@@ -47,90 +43,62 @@ const (
 	metadataSyncWarnEvery = 10 * time.Second
 )
 
-// syncMetadata waits, within metadataSyncTimeout, until this node's
+// SyncMetadata waits, within metadataSyncTimeout, until this node's
 // metadata holds every change committed before the call. It reports
 // whether the state changed while it waited. A single node answers at
 // once: its changes are applied before they are acknowledged.
-func (b *Broker) syncMetadata() bool {
-	if !b.clustered() {
+func (n *Node) SyncMetadata() bool {
+	if !n.Clustered() {
 		return false
 	}
-	before := b.meta.State().Index
-	ctx, cancel := context.WithTimeout(b.ctx, metadataSyncTimeout)
+	before := n.meta.State().Index
+	ctx, cancel := context.WithTimeout(n.ctx, metadataSyncTimeout)
 	defer cancel()
-	target := b.meta.CommitIndex()
-	if !b.meta.IsLeader() {
-		if last := b.metaSyncFailed.Load(); last == 0 || time.Since(time.Unix(0, last)) > metadataSyncBackoff {
+	target := n.meta.CommitIndex()
+	if !n.meta.IsLeader() {
+		if last := n.metaSyncFailed.Load(); last == 0 || time.Since(time.Unix(0, last)) > metadataSyncBackoff {
 			// The shared question is bounded by its own timeout, not by
 			// the context of whichever request happens to send it.
-			hwm, err := b.metaAsks().do(ctx, func() (uint64, error) { return b.controllerCommitIndex(b.ctx) })
+			hwm, err := n.metaAsks.do(ctx, func() (uint64, error) { return n.controllerCommitIndex(n.ctx) })
 			if err != nil {
-				b.metaSyncFailed.Store(time.Now().UnixNano())
-				b.log.Debug("metadata read: the controller's commit index is unknown; answering from this node's", "err", err)
+				n.metaSyncFailed.Store(time.Now().UnixNano())
+				n.log.Debug("metadata read: the controller's commit index is unknown; answering from this node's", "err", err)
 			} else {
-				b.metaSyncFailed.Store(0)
+				n.metaSyncFailed.Store(0)
 				target = max(target, hwm)
 			}
 		}
 	}
-	if err := b.meta.WaitApplied(ctx, target); err != nil && b.ctx.Err() == nil {
+	if err := n.meta.WaitApplied(ctx, target); err != nil && n.ctx.Err() == nil {
 		// The next requests do not wait again for a while either.
 		now := time.Now()
-		b.metaSyncFailed.Store(now.UnixNano())
-		if last := b.metaSyncWarned.Load(); last == 0 || now.Sub(time.Unix(0, last)) > metadataSyncWarnEvery {
-			b.metaSyncWarned.Store(now.UnixNano())
-			b.log.Warn("metadata read: this node has not caught up with the controller; answering from what it has", "err", err)
+		n.metaSyncFailed.Store(now.UnixNano())
+		if last := n.metaSyncWarned.Load(); last == 0 || now.Sub(time.Unix(0, last)) > metadataSyncWarnEvery {
+			n.metaSyncWarned.Store(now.UnixNano())
+			n.log.Warn("metadata read: this node has not caught up with the controller; answering from what it has", "err", err)
 		}
 	}
-	return b.meta.State().Index != before
+	return n.meta.State().Index != before
 }
 
-// syncMetadataAndReconcile is syncMetadata for requests that also need
+// SyncMetadataAndReconcile is SyncMetadata for requests that also need
 // this node's partitions in step with what it learnt: the partitions of
 // a new topic open, a config change in force.
-func (b *Broker) syncMetadataAndReconcile() {
-	if b.syncMetadata() {
-		if err := b.reconcile(); err != nil {
-			b.log.Error("reconcile partitions after catching up with the metadata", "err", err)
+func (n *Node) SyncMetadataAndReconcile() {
+	if n.SyncMetadata() {
+		if err := n.cfg.Reconcile(); err != nil {
+			n.log.Error("reconcile partitions after catching up with the metadata", "err", err)
 		}
 	}
 }
 
 // controllerCommitIndex asks the controller for the metadata log's high
-// watermark: its raft commit index (55_describe_quorum.go).
-func (b *Broker) controllerCommitIndex(ctx context.Context) (uint64, error) {
-	id := b.meta.ControllerID()
-	if id < 0 {
-		return 0, errNoController
-	}
+// watermark: its raft commit index (DescribeQuorum, through
+// Controller.CommitIndex).
+func (n *Node) controllerCommitIndex(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, metadataAskTimeout)
 	defer cancel()
-	req := kmsg.NewPtrDescribeQuorumRequest()
-	rt := kmsg.NewDescribeQuorumRequestTopic()
-	rt.Topic = metadataTopic
-	rp := kmsg.NewDescribeQuorumRequestTopicPartition()
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	kresp, err := b.peerRequest(ctx, id, req)
-	if err != nil {
-		return 0, fmt.Errorf("asking controller %d for its commit index: %w", id, err)
-	}
-	resp := kresp.(*kmsg.DescribeQuorumResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return 0, fmt.Errorf("controller %d: %w", id, err)
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("controller %d answered DescribeQuorum without the metadata log", id)
-	}
-	p := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		return 0, fmt.Errorf("controller %d: %w", id, err)
-	}
-	if p.HighWatermark < 0 {
-		return 0, fmt.Errorf("controller %d knows no commit index", id)
-	}
-	// Whether or not it still leads, what it knows committed is committed.
-	return uint64(p.HighWatermark), nil
+	return n.ctrl.CommitIndex(ctx)
 }
 
 // askBatch shares a question whose answer only grows (a commit index)
@@ -197,7 +165,3 @@ func (a *askBatch) do(ctx context.Context, ask func() (uint64, error)) (uint64, 
 		return 0, context.Cause(ctx)
 	}
 }
-
-// metaAsks is the batch of this node's questions to the controller for
-// its commit index.
-func (b *Broker) metaAsks() *askBatch { return &b.metaAskBatch }

@@ -1,4 +1,4 @@
-package broker
+package node
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func TestProducerIDsReserveAhead(t *testing.T) {
 	p := producerIDs{store: store, ahead: func(reserve func(context.Context)) { background = append(background, reserve) }}
 	ctx := context.Background()
 	seen := map[int64]bool{}
-	for i := range 3 * producerIDBlock {
+	for i := range 3 * ProducerIDBlock {
 		// Run the reservations started so far, as the broker's goroutines
 		// would, before the block runs out.
 		for _, r := range background {
@@ -65,7 +65,7 @@ func TestProducerIDsReserveAhead(t *testing.T) {
 	// demand, once per block.
 	lazy := &countingIDs{}
 	q := producerIDs{store: lazy, ahead: func(func(context.Context)) {}}
-	for i := range 2*producerIDBlock + 1 {
+	for i := range 2*ProducerIDBlock + 1 {
 		if id, err := q.allocate(ctx); err != nil || id != int64(i) {
 			t.Fatalf("allocation %d: %d, %v", i, id, err)
 		}

@@ -1,0 +1,271 @@
+package broker
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
+	"strata/meta"
+)
+
+// This node's requests to other brokers: to the controller, in Kafka's
+// inter-broker requests (BrokerRegistration, BrokerHeartbeat,
+// AllocateProducerIds, CreateTopics, DescribeQuorum; AlterPartition in
+// replication.go), and to the leaders it follows (replica.Client).
+// broker/node decides when to send them; controller translates.
+
+// peers holds one client per other broker's address, for the requests
+// this broker sends to the controller and to the leaders it follows.
+type peers struct {
+	mu      sync.Mutex
+	clients map[string]*kgo.Client
+}
+
+func (p *peers) client(addr string, self int32) (*kgo.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[addr]; ok {
+		return c, nil
+	}
+	c, err := kgo.NewClient(
+		kgo.SeedBrokers(addr),
+		kgo.ClientID("strata-broker-"+strconv.Itoa(int(self))),
+		kgo.DialTimeout(2*time.Second),
+		kgo.MetadataMinAge(time.Second),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if p.clients == nil {
+		p.clients = map[string]*kgo.Client{}
+	}
+	p.clients[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, c := range p.clients {
+		c.Close()
+		delete(p.clients, addr)
+	}
+}
+
+var errNoController = errors.New("no controller known yet")
+
+// peerRequest sends req to broker id, at the address the metadata gives.
+func (b *Broker) peerRequest(ctx context.Context, id int32, req kmsg.Request) (kmsg.Response, error) {
+	br, ok := b.meta.State().Brokers[id]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not registered", id)
+	}
+	c, err := b.peers.client(net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))), b.cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	seeds := c.SeedBrokers()
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("no client for broker %d", id)
+	}
+	return seeds[0].Request(ctx, req)
+}
+
+// peerClient is a replica.Client for the leader with a given id.
+type peerClient struct {
+	b  *Broker
+	id int32
+}
+
+func (c peerClient) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	return c.b.peerRequest(ctx, c.id, req)
+}
+
+// controllerRequest sends req to the controller, following it when it
+// moves: a NOT_CONTROLLER answer or an unreachable controller is retried
+// within ctx.
+func (b *Broker) controllerRequest(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		var resp kmsg.Response
+		err := errNoController
+		if id := b.meta.ControllerID(); id >= 0 && id != b.cfg.NodeID {
+			resp, err = b.peerRequest(ctx, id, req)
+			if err == nil && topErrorCode(resp) == kerr.NotController.Code {
+				err = kerr.NotController
+			}
+		} else if id == b.cfg.NodeID {
+			// Raft elected this node while the request was being built: the
+			// caller goes straight to the store on its next try.
+			return nil, meta.ErrNotController
+		}
+		if err == nil {
+			return resp, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", context.Cause(ctx), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// topErrorCode returns a response's top-level error code for the requests
+// the controller answers.
+func topErrorCode(resp kmsg.Response) int16 {
+	switch r := resp.(type) {
+	case *kmsg.BrokerRegistrationResponse:
+		return r.ErrorCode
+	case *kmsg.BrokerHeartbeatResponse:
+		return r.ErrorCode
+	case *kmsg.AlterPartitionResponse:
+		return r.ErrorCode
+	case *kmsg.AllocateProducerIDsResponse:
+		return r.ErrorCode
+	}
+	return 0
+}
+
+// controller is the controller on another node as broker/node reaches
+// it: each method one Kafka request, through controllerRequest.
+type controller struct{ b *Broker }
+
+var _ node.Controller = controller{}
+
+func (c controller) Register(ctx context.Context, reg meta.Registration) (int64, error) {
+	b := c.b
+	req := kmsg.NewPtrBrokerRegistrationRequest()
+	req.BrokerID = reg.ID
+	req.ClusterID = b.cfg.ClusterID
+	if id, err := hex.DecodeString(reg.Incarnation); err != nil || len(id) != len(req.IncarnationID) {
+		return 0, fmt.Errorf("incarnation id %q is not 16 bytes of hex", reg.Incarnation)
+	} else {
+		req.IncarnationID = [16]byte(id)
+	}
+	l := kmsg.NewBrokerRegistrationRequestListener()
+	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Host, uint16(reg.Port)
+	req.Listeners = append(req.Listeners, l)
+	if reg.Rack != "" {
+		req.Rack = &reg.Rack
+	}
+	req.PreviousBrokerEpoch = -1
+	kresp, err := b.controllerRequest(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	resp := kresp.(*kmsg.BrokerRegistrationResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, err
+	}
+	return resp.BrokerEpoch, nil
+}
+
+func (c controller) Heartbeat(ctx context.Context, hb meta.HeartbeatRequest) (meta.HeartbeatReply, error) {
+	b := c.b
+	req := kmsg.NewPtrBrokerHeartbeatRequest()
+	req.BrokerID, req.BrokerEpoch, req.WantShutdown = hb.ID, hb.Epoch, hb.WantShutdown
+	req.CurrentMetadataOffset = int64(b.meta.State().Index)
+	kresp, err := b.controllerRequest(ctx, req)
+	if err != nil {
+		return meta.HeartbeatReply{}, err
+	}
+	resp := kresp.(*kmsg.BrokerHeartbeatResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return meta.HeartbeatReply{}, err
+	}
+	return meta.HeartbeatReply{Fenced: resp.IsFenced, ShouldShutdown: resp.ShouldShutdown}, nil
+}
+
+func (c controller) AllocateProducerIDs(ctx context.Context, brokerID int32, brokerEpoch, n int64) (int64, error) {
+	req := kmsg.NewPtrAllocateProducerIDsRequest()
+	req.BrokerID, req.BrokerEpoch = brokerID, brokerEpoch
+	kresp, err := c.b.controllerRequest(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	resp := kresp.(*kmsg.AllocateProducerIDsResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, err
+	}
+	if int64(resp.ProducerIDLen) < n {
+		return 0, fmt.Errorf("controller gave %d producer ids, asked for %d", resp.ProducerIDLen, n)
+	}
+	return resp.ProducerIDStart, nil
+}
+
+func (c controller) CreateTopic(ctx context.Context, spec meta.TopicSpec) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = spec.Name, spec.Partitions, spec.ReplicationFactor
+	for i, replicas := range spec.Assignment {
+		ra := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+		ra.Partition, ra.Replicas = int32(i), replicas
+		rt.ReplicaAssignment = append(rt.ReplicaAssignment, ra)
+	}
+	if spec.Assignment != nil {
+		rt.NumPartitions, rt.ReplicationFactor = -1, -1
+	}
+	for k, v := range spec.Configs {
+		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+		cfg.Name, cfg.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, cfg)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(controlTimeout / time.Millisecond)
+	kresp, err := c.b.controllerRequest(ctx, req)
+	if err != nil {
+		return err
+	}
+	resp := kresp.(*kmsg.CreateTopicsResponse)
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("controller answered for %d topics", len(resp.Topics))
+	}
+	return kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+}
+
+func (c controller) CommitIndex(ctx context.Context) (uint64, error) {
+	b := c.b
+	id := b.meta.ControllerID()
+	if id < 0 {
+		return 0, errNoController
+	}
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	rt := kmsg.NewDescribeQuorumRequestTopic()
+	rt.Topic = metadataTopic
+	rp := kmsg.NewDescribeQuorumRequestTopicPartition()
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := b.peerRequest(ctx, id, req)
+	if err != nil {
+		return 0, fmt.Errorf("asking controller %d for its commit index: %w", id, err)
+	}
+	resp := kresp.(*kmsg.DescribeQuorumResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, fmt.Errorf("controller %d: %w", id, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("controller %d answered DescribeQuorum without the metadata log", id)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		return 0, fmt.Errorf("controller %d: %w", id, err)
+	}
+	if p.HighWatermark < 0 {
+		return 0, fmt.Errorf("controller %d knows no commit index", id)
+	}
+	// Whether or not it still leads, what it knows committed is committed.
+	return uint64(p.HighWatermark), nil
+}

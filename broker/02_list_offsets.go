@@ -56,7 +56,9 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 	// created a moment ago through another node (metasync.go); one that
 	// it knows it leads needs no catching up.
 	for _, rt := range r.Topics {
-		if slices.ContainsFunc(rt.Partitions, func(rp kmsg.ListOffsetsRequestTopicPartition) bool { return !b.namedLeader(rt.Topic, rp.Partition) }) {
+		if slices.ContainsFunc(rt.Partitions, func(rp kmsg.ListOffsetsRequestTopicPartition) bool {
+			return !b.node.NamedLeader(rt.Topic, rp.Partition)
+		}) {
 			b.syncMetadataAndReconcile()
 			break
 		}

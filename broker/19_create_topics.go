@@ -100,8 +100,8 @@ func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTo
 	st.TopicID = t.ID
 	st.NumPartitions, st.ReplicationFactor = c.Partitions, c.ReplicationFactor
 	if r.Version >= 5 {
-		for _, name := range topicConfigNames {
-			v, src := b.topicConfigValue(c.Configs, name)
+		for _, name := range node.TopicConfigNames {
+			v, src := b.node.TopicConfigValue(c.Configs, name)
 			rc := kmsg.NewCreateTopicsResponseTopicConfig()
 			rc.Name = name
 			rc.Value = kmsg.StringPtr(v)

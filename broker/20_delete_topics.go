@@ -96,7 +96,7 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 		resp.Topics = append(resp.Topics, st)
 	}
 	if deleted {
-		if err := b.reconcile(); err != nil {
+		if err := b.node.Reconcile(); err != nil {
 			b.log.Error("remove deleted partitions", "err", err)
 		}
 	}

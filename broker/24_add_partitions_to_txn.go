@@ -71,7 +71,7 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 	codes := make(map[txn.TopicPartition]int16)
 	unknown := false
 	for _, t := range rt.Topics {
-		mt, ok := b.topicByName(t.Topic)
+		mt, ok := b.node.TopicByName(t.Topic)
 		for _, p := range t.Partitions {
 			tp := txn.TopicPartition{Topic: t.Topic, Partition: p}
 			parts = append(parts, tp)

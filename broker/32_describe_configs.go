@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
 )
 
 // DescribeConfigs: v1-4
@@ -48,25 +50,25 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 		}
 		switch rr.ResourceType {
 		case resourceTopic:
-			t, ok := b.topicByName(rr.ResourceName)
+			t, ok := b.node.TopicByName(rr.ResourceName)
 			if !ok {
 				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				break
 			}
-			for _, name := range topicConfigNames {
+			for _, name := range node.TopicConfigNames {
 				if !wanted(name) {
 					continue
 				}
-				v, src := b.topicConfigValue(t.Configs, name)
+				v, src := b.node.TopicConfigValue(t.Configs, name)
 				c := describedConfig(name, v, src, r.Version)
-				if r.IncludeSynonyms && src == configSourceTopic {
+				if r.IncludeSynonyms && src == node.ConfigSourceTopic {
 					if dv, ok := b.cfg.TopicDefaults[name]; ok {
-						c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, dv, configSourceStaticBroker))
+						c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, dv, node.ConfigSourceStaticBroker))
 					}
-					c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, topicConfigs[name].def, configSourceDefault))
+					c.ConfigSynonyms = append(c.ConfigSynonyms, synonym(name, node.TopicConfigs[name].Default, node.ConfigSourceDefault))
 				}
 				if r.IncludeDocumentation {
-					c.Documentation = kmsg.StringPtr(topicConfigs[name].doc)
+					c.Documentation = kmsg.StringPtr(node.TopicConfigs[name].Doc)
 				}
 				sr.Configs = append(sr.Configs, c)
 			}
@@ -78,7 +80,7 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 			}
 			for _, kv := range b.brokerConfigs() {
 				if wanted(kv[0]) {
-					c := describedConfig(kv[0], kv[1], configSourceStaticBroker, r.Version)
+					c := describedConfig(kv[0], kv[1], node.ConfigSourceStaticBroker, r.Version)
 					c.ReadOnly = true
 					sr.Configs = append(sr.Configs, c)
 				}
@@ -98,7 +100,7 @@ func describedConfig(name, value string, src int8, version int16) kmsg.DescribeC
 	c.Name = name
 	c.Value = kmsg.StringPtr(value)
 	c.Source = kmsg.ConfigSource(src)
-	c.IsDefault = src == configSourceDefault
+	c.IsDefault = src == node.ConfigSourceDefault
 	if version >= 3 {
 		c.ConfigType = kmsg.ConfigType(configType(value))
 	}
@@ -144,7 +146,7 @@ func (b *Broker) brokerConfigs() [][2]string {
 	if b.cfg.Rack != "" {
 		out = append(out, [2]string{"broker.rack", b.cfg.Rack})
 	}
-	for _, name := range topicConfigNames {
+	for _, name := range node.TopicConfigNames {
 		if v, ok := b.cfg.TopicDefaults[name]; ok {
 			out = append(out, [2]string{"log." + name, v})
 		}

@@ -48,19 +48,19 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 			if rr.ResourceType != resourceTopic {
 				return fmt.Errorf("%w: only topic configs can be altered", kerr.InvalidRequest)
 			}
-			t, ok := b.topicByName(rr.ResourceName)
+			t, ok := b.node.TopicByName(rr.ResourceName)
 			if !ok {
 				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rr.ResourceName)
 			}
 			set := make(map[string]string, len(rr.Configs))
 			for _, c := range rr.Configs {
-				if _, known := topicConfigs[c.Name]; !known {
+				if _, known := node.TopicConfigs[c.Name]; !known {
 					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, c.Name)
 				}
 				if c.Value == nil {
 					return fmt.Errorf("%w: %s: null values are not allowed; leave the key out to reset it", kerr.InvalidRequest, c.Name)
 				}
-				if err := validateTopicConfig(c.Name, *c.Value); err != nil {
+				if err := node.ValidateTopicConfig(c.Name, *c.Value); err != nil {
 					return fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 				}
 				set[c.Name] = *c.Value

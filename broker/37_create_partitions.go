@@ -39,7 +39,7 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 			if count[rt.Topic] > 1 {
 				return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
 			}
-			t, ok := b.topicByName(rt.Topic)
+			t, ok := b.node.TopicByName(rt.Topic)
 			if !ok {
 				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rt.Topic)
 			}
@@ -74,7 +74,7 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 		resp.Topics = append(resp.Topics, st)
 	}
 	if changed {
-		if err := b.reconcile(); err != nil {
+		if err := b.node.Reconcile(); err != nil {
 			b.log.Error("open new partitions", "err", err)
 		}
 	}

@@ -46,14 +46,14 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 			if rr.ResourceType != resourceTopic {
 				return fmt.Errorf("%w: only topic configs can be altered", kerr.InvalidRequest)
 			}
-			t, ok := b.topicByName(rr.ResourceName)
+			t, ok := b.node.TopicByName(rr.ResourceName)
 			if !ok {
 				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rr.ResourceName)
 			}
 			set := make(map[string]string)
 			var del []string
 			for _, c := range rr.Configs {
-				if _, known := topicConfigs[c.Name]; !known {
+				if _, known := node.TopicConfigs[c.Name]; !known {
 					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, c.Name)
 				}
 				switch c.Op {
@@ -68,14 +68,14 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 					if c.Name != "cleanup.policy" || c.Value == nil {
 						return fmt.Errorf("%w: %s is not a list", kerr.InvalidConfig, c.Name)
 					}
-					cur, _ := b.topicConfigValue(t.Configs, c.Name)
+					cur, _ := b.node.TopicConfigValue(t.Configs, c.Name)
 					set[c.Name] = editList(cur, *c.Value, c.Op == opAppend)
 				default:
 					return fmt.Errorf("%w: unknown operation %d", kerr.InvalidRequest, c.Op)
 				}
 			}
 			for k, v := range set {
-				if err := validateTopicConfig(k, v); err != nil {
+				if err := node.ValidateTopicConfig(k, v); err != nil {
 					return fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 				}
 			}
@@ -152,7 +152,7 @@ func (b *Broker) alterTopicConfigs(name string, set map[string]string, del []str
 // applyConfigChanges brings the hosted partitions in step with config
 // changes just recorded.
 func (b *Broker) applyConfigChanges() {
-	if err := b.reconcile(); err != nil {
+	if err := b.node.Reconcile(); err != nil {
 		b.log.Error("apply config change", "err", err)
 	}
 }

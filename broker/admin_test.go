@@ -32,7 +32,7 @@ func TestDeleteInternalTopicRefused(t *testing.T) {
 	if r.ErrMessage == "" {
 		t.Errorf("no error message says why")
 	}
-	if _, ok := b.topicByName(offsetsTopic); !ok {
+	if _, ok := b.node.TopicByName(offsetsTopic); !ok {
 		t.Fatalf("%s is gone", offsetsTopic)
 	}
 }
@@ -54,7 +54,7 @@ func TestTopicNameCollision(t *testing.T) {
 		if !errors.Is(err, kerr.InvalidTopicException) {
 			t.Errorf("create %s: err %v, want INVALID_TOPIC_EXCEPTION", name, err)
 		}
-		if _, ok := b.topicByName(name); ok {
+		if _, ok := b.node.TopicByName(name); ok {
 			t.Errorf("%s was created", name)
 		}
 	}

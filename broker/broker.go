@@ -15,13 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/group"
 	"strata/broker/node"
-	"strata/broker/partition"
-	"strata/broker/replica"
-	"strata/compactor"
 	"strata/internal/build"
 	"strata/meta"
 	"strata/tier"
@@ -48,31 +44,18 @@ type Broker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// node is this broker's membership in the cluster (broker/node):
-	// registration, heartbeats, catching up with the controller's
-	// metadata, topic creation, producer ids. peers are its clients to
-	// other brokers (controller.go); replicas runs the fetchers of the
-	// partitions it follows (replication.go).
-	node     *node.Node
-	peers    peers
-	replicas *replica.Manager
+	// node is what this broker is in the cluster (broker/node): its
+	// registration, the partitions it hosts, their tier and compaction.
+	// peers are its clients to other brokers (controller.go).
+	node  *node.Node
+	peers peers
 
 	// reqMem bounds the request bytes held across connections (server.go).
 	reqMem requestMemory
 
-	// tier is the cold tier, nil when no object store is configured.
+	// tier is the node's cold tier, nil when no object store is
+	// configured: the handlers that read the bucket's state ask it.
 	tier *tier.Tier
-	// tierStore is the tier's store, which writes nothing until the
-	// bucket is claimed for this cluster (node.AwaitClusterID).
-	tierStore *tier.ClaimedStore
-	// compactor compacts the compacted topics' logs (broker/compaction.go).
-	compactor *compactor.Compactor
-	// localBytes is the size of the hosted logs as of the last upload
-	// pass; produce reads it for disk backpressure.
-	localBytes atomic.Int64
-	// collector is the state of the tier's collector goroutine
-	// (broker/tier_collect.go).
-	collector collector
 
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
@@ -81,19 +64,11 @@ type Broker struct {
 	// the first connection is accepted.
 	txns *txns
 
-	// host is what every hosted partition is given (partitionHost).
-	host     *partition.Host
-	hostOnce sync.Once
-
-	// reconcileMu serialises reconcile runs.
-	reconcileMu sync.Mutex
-
-	// mu guards the partitions this node hosts and the open connections.
+	// mu guards the open connections.
 	mu struct {
-		sync.RWMutex
-		partitions map[tp]*partition.Partition
-		conns      map[net.Conn]struct{}
-		closed     bool
+		sync.Mutex
+		conns  map[net.Conn]struct{}
+		closed bool
 	}
 	started bool         // Start succeeded; set before any goroutine reads it
 	unlock  func() error // releases the data dir lock; Close calls it last
@@ -112,12 +87,6 @@ var testHookStarting func(httpAddr net.Addr)
 // testHookMetaConfig, when set by a test, edits the metadata store's
 // configuration before it opens.
 var testHookMetaConfig func(*meta.Config)
-
-// tp names a partition by topic name and index.
-type tp struct {
-	topic     string
-	partition int32
-}
 
 // Start opens the metadata store and the logs under cfg.DataDir, starts the
 // Kafka listener (and the HTTP listener when configured), and returns once
@@ -151,7 +120,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(b.logsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
-	b.mu.partitions = make(map[tp]*partition.Partition)
 	b.mu.conns = make(map[net.Conn]struct{})
 
 	reg := cfg.Registerer
@@ -223,8 +191,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.metrics.reg.MustRegister(metaCollector{b})
 
 	b.node = b.newNode(m)
-	b.replicas = replica.NewManager(b.ctx, cfg.NodeID, func(leader int32) replica.Client { return peerClient{b, leader} },
-		b.node.BrokerEpoch, b.log.With("component", "replica"))
 
 	// Registered, with this node's metadata caught up with the
 	// registration, before any partition opens; the cluster's id is
@@ -235,20 +201,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
-	// The tier comes before the partitions: it decides how their logs
-	// retain data.
-	if err := b.openTier(ctx, clusterID); err != nil {
-		b.Close()
-		return nil, fmt.Errorf("tiered storage: %w", err)
-	}
-	changed := b.meta.Changed() // before the state reconcile reads
-	if err := b.reconcileAtStart(); err != nil {
+	if err := b.node.Open(ctx, clusterID); err != nil {
 		b.Close()
 		return nil, err
 	}
-	if err := b.removeStaleDirs(); err != nil {
-		b.log.Warn("remove logs of deleted topics", "err", err)
-	}
+	b.tier = b.node.Tier()
 	if err := b.startGroups(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -257,19 +214,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
-	b.goFunc(func() { b.reconcileLoop(changed) })
 	b.goFunc(b.node.HeartbeatLoop)
-	b.goFunc(b.isrLoop)
-	b.goFunc(b.maintenanceLoop)
-	if b.tier != nil {
-		b.goFunc(b.tierLoop)
-	}
-	if err := b.startCompactor(); err != nil {
-		b.Close()
-		return nil, err
-	}
 	if clusterID == "" {
-		b.goFunc(func() { b.node.AwaitClusterID(b.tierStore, b.tierWhere(), claimTimeout) })
+		b.goFunc(b.node.AwaitClusterID)
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true
@@ -357,26 +304,14 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Unlock()
 		b.wg.Wait()
-		if b.replicas != nil {
-			b.replicas.Close() // before the logs its fetchers write to close
-		}
-		b.peers.close()
-		if b.tier != nil {
-			b.tier.Close()
-		}
 		if b.groups != nil {
 			b.groups.Close() // before the logs it writes to close
 		}
-
 		var errs []error
-		b.mu.Lock()
-		for key, p := range b.mu.partitions {
-			if err := p.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("close %s-%d: %w", key.topic, key.partition, err))
-			}
+		if b.node != nil {
+			errs = append(errs, b.node.Close()) // the fetchers, the tier, the logs
 		}
-		b.mu.partitions = map[tp]*partition.Partition{}
-		b.mu.Unlock()
+		b.peers.close()
 		if b.meta != nil {
 			if err := b.meta.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close metadata: %w", err))
@@ -391,66 +326,4 @@ func (b *Broker) Close() error {
 		}
 	})
 	return b.closeErr
-}
-
-// maintenanceLoop rolls idle segments, applies retention and, when
-// configured, flushes logs on a timer.
-func (b *Broker) maintenanceLoop() {
-	maint := time.NewTicker(b.cfg.MaintenanceInterval)
-	defer maint.Stop()
-	var flush <-chan time.Time
-	if b.cfg.FlushInterval > 0 {
-		t := time.NewTicker(b.cfg.FlushInterval)
-		defer t.Stop()
-		flush = t.C
-	}
-	for {
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-maint.C:
-			for _, p := range b.partitionList() {
-				if err := p.Log().Maintain(); err != nil {
-					b.log.Error("log maintenance", "topic", p.Topic(), "partition", p.Index(), "err", err)
-				}
-			}
-		case <-flush:
-			for _, p := range b.partitionList() {
-				if err := p.Log().Sync(); err != nil {
-					b.log.Error("log flush", "topic", p.Topic(), "partition", p.Index(), "err", err)
-				}
-			}
-		}
-	}
-}
-
-func (b *Broker) partitionList() []*partition.Partition {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	ps := make([]*partition.Partition, 0, len(b.mu.partitions))
-	for _, p := range b.mu.partitions {
-		ps = append(ps, p)
-	}
-	return ps
-}
-
-// hosted returns the partition this node hosts, or the error a client
-// should see: NOT_LEADER_OR_FOLLOWER for a partition that exists elsewhere
-// (or is not open yet), UNKNOWN_TOPIC_OR_PARTITION otherwise.
-func (b *Broker) hosted(topic string, index int32) (*partition.Partition, error) {
-	if p := b.partition(topic, index); p != nil {
-		return p, nil
-	}
-	if t, ok := b.topicByName(topic); ok && index >= 0 && int(index) < len(t.Partitions) {
-		return nil, kerr.NotLeaderForPartition
-	}
-	return nil, kerr.UnknownTopicOrPartition
-}
-
-// partition returns the partition this node hosts, or nil.
-func (b *Broker) partition(topic string, index int32) *partition.Partition {
-	b.mu.RLock()
-	p := b.mu.partitions[tp{topic, index}]
-	b.mu.RUnlock()
-	return p
 }

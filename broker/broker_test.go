@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"strata/broker/node"
 )
 
 // testBroker starts a broker on a loopback port in dir (a fresh temp dir
@@ -87,7 +89,7 @@ func segmentFiles(t testing.TB, b *Broker, topic string, partition int32) int {
 	if p == nil {
 		t.Fatalf("%s-%d not hosted", topic, partition)
 	}
-	dir := filepath.Join(b.logsDir, partitionDir(topic, p.TopicID(), partition))
+	dir := filepath.Join(b.logsDir, node.PartitionDir(topic, p.TopicID(), partition))
 	m, err := filepath.Glob(filepath.Join(dir, "*.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/tier"
 	"strata/tier/format"
 	"strata/tier/objstore"
@@ -87,7 +88,7 @@ func TestSilentStoreDoesNotHoldTheStart(t *testing.T) {
 	})
 	begun := time.Now()
 	b := tieredBroker(t, "", hs)
-	if took := time.Since(begun); took > claimTimeout+5*time.Second {
+	if took := time.Since(begun); took > node.ClaimTimeout+5*time.Second {
 		t.Fatalf("start-up took %s with a silent store", took)
 	}
 	createTopic(t, testAdmin(t, b), "t", 1, map[string]*string{"segment.bytes": ptr("16384")})

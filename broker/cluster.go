@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"strata/broker/node"
+	"strata/broker/replica"
 	"strata/meta"
 )
 
@@ -27,11 +28,19 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		DefaultPartitions:        b.cfg.DefaultPartitions,
 		DefaultReplicationFactor: b.cfg.DefaultReplicationFactor,
 		Logger:                   b.log,
-		Reconcile:                b.reconcile,
-		ValidateTopicConfig:      validateTopicConfig,
-		TopicConfigValue: func(configs map[string]string, key string) (string, bool) {
-			v, src := b.topicConfigValue(configs, key)
-			return v, src == configSourceTopic
+		TopicDefaults:            b.cfg.TopicDefaults,
+		ReplicaLagTimeMax:        b.cfg.ReplicaLagTimeMax,
+		MaintenanceInterval:      b.cfg.MaintenanceInterval,
+		FlushInterval:            b.cfg.FlushInterval,
+		Tier:                     b.cfg.Tier,
+		Compactor:                b.cfg.Compactor,
+		Metrics:                  b.metrics.node(),
+		Peer:                     func(id int32) replica.Client { return peerClient{b, id} },
+		Reconciled: func() {
+			// Coordinators follow the offsets and transaction state
+			// partitions reconcile has just opened or closed.
+			b.syncCoordinator(b.ctx)
+			b.syncTxnCoordinator(b.ctx)
 		},
 		Go: b.goFunc,
 	}, m, controller{b})

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/partition"
 	"strata/compactor"
 	"strata/segment"
@@ -505,7 +506,7 @@ func TestIdempotentRetryAfterCompaction(t *testing.T) {
 	// Damaged producer snapshots are ignored at start-up and the state
 	// is rebuilt from the log itself: what compaction left of it must
 	// still name each producer's last batch.
-	logDir := filepath.Join(b.logsDir, partitionDir("idem", b.partition("idem", 0).TopicID(), 0))
+	logDir := filepath.Join(b.logsDir, node.PartitionDir("idem", b.partition("idem", 0).TopicID(), 0))
 	cl.Close()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

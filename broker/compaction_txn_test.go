@@ -37,7 +37,7 @@ func TestColdPartitionsCarryFirstUnstableOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cp := range (compactionHost{b}).ColdPartitions() {
+	for _, cp := range b.node.CompactionHost().ColdPartitions() {
 		if cp.TP.Topic != "txn-cold" {
 			continue
 		}

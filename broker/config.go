@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strata/compactor"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"strata/broker/node"
+	"strata/compactor"
 	"strata/meta"
 )
 
@@ -171,7 +172,7 @@ const (
 
 // WithDefaults returns c with unset fields filled in.
 func (c Config) WithDefaults() Config {
-	c.Tier = c.Tier.withDefaults()
+	c.Tier = c.Tier.WithDefaults()
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -313,9 +314,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tier: chunk memory of %d bytes cannot hold two %d-byte chunks", t.MemoryBytes, t.ChunkBytes)
 	}
 	for k, v := range c.TopicDefaults {
-		if err := validateTopicConfig(k, v); err != nil {
+		if err := node.ValidateTopicConfig(k, v); err != nil {
 			return fmt.Errorf("topic default: %w", err)
 		}
 	}
 	return nil
 }
+
+// TierConfig configures tiered storage (node.TierConfig).
+type TierConfig = node.TierConfig
+
+// MinOrphanGrace is the shortest tier.orphan_grace a broker accepts
+// (node.MinOrphanGrace).
+const MinOrphanGrace = node.MinOrphanGrace

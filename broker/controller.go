@@ -269,3 +269,45 @@ func (c controller) CommitIndex(ctx context.Context) (uint64, error) {
 	// Whether or not it still leads, what it knows committed is committed.
 	return uint64(p.HighWatermark), nil
 }
+
+// AlterPartition sends an AlterPartition request (v3, with each ISR
+// member's broker epoch, KIP-903) for one partition.
+func (c controller) AlterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error) {
+	var out meta.Partition
+	req := kmsg.NewPtrAlterPartitionRequest()
+	req.Version = 3
+	req.BrokerID, req.BrokerEpoch = r.BrokerID, r.BrokerEpoch
+	rt := kmsg.NewAlterPartitionRequestTopic()
+	rt.TopicID = topicID
+	rp := kmsg.NewAlterPartitionRequestTopicPartition()
+	rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch, rp.NewISR = r.Partition, r.LeaderEpoch, r.PartitionEpoch, r.ISR
+	// Both forms: the client sends the one the controller's version
+	// takes (v2 NewISR, v3 NewEpochISR).
+	for i, id := range r.ISR {
+		bs := kmsg.NewAlterPartitionRequestTopicPartitionNewEpochISR()
+		bs.BrokerID, bs.BrokerEpoch = id, -1
+		if i < len(r.ISREpochs) {
+			bs.BrokerEpoch = r.ISREpochs[i]
+		}
+		rp.NewEpochISR = append(rp.NewEpochISR, bs)
+	}
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := c.b.controllerRequest(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	resp := kresp.(*kmsg.AlterPartitionResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return out, err
+	}
+	for _, t := range resp.Topics {
+		for _, op := range t.Partitions {
+			if op.Partition == r.Partition {
+				out = meta.Partition{Index: op.Partition, Leader: op.LeaderID, LeaderEpoch: op.LeaderEpoch, ISR: op.ISR, PartitionEpoch: op.PartitionEpoch}
+				return out, kerr.ErrorForCode(op.ErrorCode)
+			}
+		}
+	}
+	return out, fmt.Errorf("controller did not answer for %s-%d", r.Topic, r.Partition)
+}

@@ -43,7 +43,7 @@ var offsetsTopicConfigs = map[string]string{
 // registered to replicate it (offsetsTopicLoop), and the coordinator
 // answers COORDINATOR_NOT_AVAILABLE until then.
 func (b *Broker) startGroups(ctx context.Context) error {
-	t, ok := b.topicByName(offsetsTopic)
+	t, ok := b.node.TopicByName(offsetsTopic)
 	partitions := b.cfg.OffsetsPartitions
 	switch {
 	case ok:
@@ -81,7 +81,7 @@ func (b *Broker) startGroups(ctx context.Context) error {
 		InitialRebalanceDelay: delay,
 		OffsetsRetention:      b.cfg.OffsetsRetention,
 		PartitionExists: func(topic string, partition int32) bool {
-			t, ok := b.topicByName(topic)
+			t, ok := b.node.TopicByName(topic)
 			return ok && partition >= 0 && int(partition) < len(t.Partitions)
 		},
 	})
@@ -109,10 +109,10 @@ func (b *Broker) createOffsetsTopic(ctx context.Context, rf int16) (*meta.Topic,
 	if err != nil && !errors.Is(err, meta.ErrTopicExists) {
 		return nil, fmt.Errorf("create %s: %w", offsetsTopic, err)
 	}
-	if err := b.reconcile(); err != nil {
+	if err := b.node.Reconcile(); err != nil {
 		return nil, err
 	}
-	t, ok := b.topicByName(offsetsTopic)
+	t, ok := b.node.TopicByName(offsetsTopic)
 	if !ok {
 		t = &created
 	}
@@ -146,7 +146,7 @@ func (b *Broker) upgradeOffsetsTopic(ctx context.Context, t *meta.Topic) error {
 		return fmt.Errorf("add settings to %s: %w", offsetsTopic, err)
 	}
 	b.log.Info("offsets topic given this version's settings", "configs", missing)
-	return b.reconcile()
+	return b.node.Reconcile()
 }
 
 // offsetsTopicLoop creates __consumer_offsets in a cluster, on whichever
@@ -162,7 +162,7 @@ func (b *Broker) offsetsTopicLoop() {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if t, ok := b.topicByName(offsetsTopic); ok {
+		if t, ok := b.node.TopicByName(offsetsTopic); ok {
 			if len(missingOffsetsConfigs(t)) == 0 {
 				return
 			}
@@ -208,7 +208,7 @@ func (b *Broker) offsetsTopicLoop() {
 // loop's tick; the two may overlap, so a partition whose leadership moved
 // while it loaded is unloaded again.
 func (b *Broker) syncCoordinator(ctx context.Context) {
-	t, ok := b.topicByName(offsetsTopic)
+	t, ok := b.node.TopicByName(offsetsTopic)
 	if !ok {
 		return
 	}
@@ -230,7 +230,7 @@ func (b *Broker) syncCoordinator(ctx context.Context) {
 // leadsOffsets reports whether, by the metadata, this node leads offsets
 // partition index and has it open.
 func (b *Broker) leadsOffsets(index int32) bool {
-	t, ok := b.topicByName(offsetsTopic)
+	t, ok := b.node.TopicByName(offsetsTopic)
 	if !ok || int(index) >= len(t.Partitions) {
 		return false
 	}

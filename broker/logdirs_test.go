@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/tier"
 	"strata/tier/format"
 )
@@ -22,7 +23,7 @@ import (
 func logFileBytes(t *testing.T, b *Broker, topic string, index int32) int64 {
 	t.Helper()
 	p := b.partition(topic, index)
-	m, err := filepath.Glob(filepath.Join(b.logsDir, partitionDir(topic, p.TopicID(), index), "*.log"))
+	m, err := filepath.Glob(filepath.Join(b.logsDir, node.PartitionDir(topic, p.TopicID(), index), "*.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

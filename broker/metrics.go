@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
+	"strata/broker/partition"
 	"strata/internal/build"
 	"strata/tier"
 )
@@ -288,4 +290,25 @@ func (m *metrics) setUploadLag(topic string, partition int32, lag int64) {
 func (m *metrics) forgetPartition(topic string, partition int32) {
 	m.logEnd.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 	m.uploadLag.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
+}
+
+// node is the series the node and its partitions update.
+func (m *metrics) node() node.Metrics {
+	return node.Metrics{
+		Partition: partition.Metrics{
+			LeaderElections: m.leaderElections,
+			ISRChanged:      m.countISRChange,
+			Uploads:         m.tierUploads,
+			UploadBytes:     m.tierUploadBytes,
+			UploadSeconds:   m.tierUploadSeconds,
+			ReadBytes:       m.tierReadBytes,
+		},
+		LogEnd:         m.logEndGauge,
+		Forget:         m.forgetPartition,
+		UploadErrors:   m.tierUploadErrors,
+		UploadLag:      m.setUploadLag,
+		OrphansDeleted: m.tierOrphansDeleted,
+		WatchTierCache: m.watchTierCache,
+		Registerer:     m.reg,
+	}
 }

@@ -131,11 +131,11 @@ func TestMinInsyncAboveReplicationFactorRefused(t *testing.T) {
 				}
 			}
 			for _, name := range tt.wantNone {
-				if _, ok := b.topicByName(name); ok {
+				if _, ok := b.node.TopicByName(name); ok {
 					t.Errorf("topic %s was created", name)
 				}
 			}
-			tp, ok := b.topicByName("t")
+			tp, ok := b.node.TopicByName("t")
 			if !ok {
 				t.Fatal("topic t was not created")
 			}

@@ -364,7 +364,7 @@ func TestClusterUpgradesOffsetsTopicSettings(t *testing.T) {
 	}
 	c.waitFor("the offsets topic's settings on every node", 30*time.Second, func() bool {
 		for id := int32(1); id <= 3; id++ {
-			t, ok := c.node(id).topicByName(offsetsTopic)
+			t, ok := c.node(id).node.TopicByName(offsetsTopic)
 			if !ok || len(missingOffsetsConfigs(t)) > 0 {
 				return false
 			}

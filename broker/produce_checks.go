@@ -189,7 +189,7 @@ func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition,
 	if err := p.CheckClientWrite(); err != nil {
 		return nil, false, err
 	}
-	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.localBytes.Load() > limit {
+	if limit := b.cfg.Tier.LocalDiskLimit; limit > 0 && b.node.LocalBytes() > limit {
 		return nil, false, errDiskFull
 	}
 	if acks == -1 {
@@ -199,3 +199,8 @@ func (b *Broker) producible(topic string, rp *kmsg.ProduceRequestTopicPartition,
 	}
 	return p, txnData, nil
 }
+
+// errDiskFull is returned to producers while uploads are behind and the
+// local disk bound is crossed. KAFKA_STORAGE_ERROR is retriable: clients
+// back off and try again, and nothing is lost.
+var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)

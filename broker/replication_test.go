@@ -67,10 +67,10 @@ func TestClusterFollowerFetchAtStaleBrokerEpochIsRefused(t *testing.T) {
 	// for it; records written with acks=1 stay above it.
 	key := replica.Key{Topic: "kip903", Index: 0}
 	c.waitFor("the follower to follow", 10*time.Second, func() bool {
-		_, ok := c.node(follower).replicas.Following(key)
+		_, ok := c.node(follower).node.Replicas().Following(key)
 		return ok
 	})
-	c.node(follower).replicas.Unfollow(key)
+	c.node(follower).node.Replicas().Unfollow(key)
 	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "kip903", 0, "r", 5)
 	lp := c.node(st.Leader).partition("kip903", 0)
 	hw0 := lp.HighWatermark()
@@ -246,10 +246,10 @@ func TestClusterAlterPartitionRefusesAJoinerAtAnotherBrokerEpoch(t *testing.T) {
 	follower := int32(3 - st.Leader) // of 1 and 2, the one not leading
 	key := replica.Key{Topic: "v3", Index: 0}
 	c.waitFor("the follower to follow", 10*time.Second, func() bool {
-		_, ok := c.node(follower).replicas.Following(key)
+		_, ok := c.node(follower).node.Replicas().Following(key)
 		return ok
 	})
-	c.node(follower).replicas.Unfollow(key)
+	c.node(follower).node.Replicas().Unfollow(key)
 	// A record the follower does not get keeps it from rejoining by
 	// itself once it is out.
 	produceN(t, c.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), "v3", 0, "r", 1)
@@ -330,19 +330,19 @@ func TestClusterFollowerFetchDoesNotWaitForTheLeadersReconcile(t *testing.T) {
 	// The leader's reconcile is held, as a slow one would be; its
 	// followers open the new partition and fetch it alongside the other.
 	b := c.node(leader)
-	b.reconcileMu.Lock()
+	release := b.node.HoldReconcile()
 	unlocked := false
 	unlock := func() {
 		if !unlocked {
 			unlocked = true
-			b.reconcileMu.Unlock()
+			release()
 		}
 	}
 	defer unlock()
 	c.sendCreateTopicOn("new", replicas)
 	c.waitFor("the followers to follow the new partition", 10*time.Second, func() bool {
 		for _, id := range replicas[1:] {
-			if l, ok := c.node(id).replicas.Following(replica.Key{Topic: "new", Index: 0}); !ok || l != leader {
+			if l, ok := c.node(id).node.Replicas().Following(replica.Key{Topic: "new", Index: 0}); !ok || l != leader {
 				return false
 			}
 		}

@@ -538,7 +538,7 @@ func (b *Broker) forward(req *request) (kmsg.Response, error) {
 	b.node.SyncMetadata()
 	// Unconditionally: the reconcile loop may have seen the change first
 	// and still be applying it.
-	if err := b.reconcile(); err != nil {
+	if err := b.node.Reconcile(); err != nil {
 		b.log.Error("apply the metadata change passed on to the controller", "err", err)
 	}
 	return resp, nil

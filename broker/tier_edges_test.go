@@ -125,7 +125,7 @@ func TestUploadBackpressure(t *testing.T) {
 		}
 	}
 	if refused == nil {
-		t.Logf("acked %d, local bytes %d, log size %d", acked, b.localBytes.Load(), b.partition("stuck", 0).Log().Size())
+		t.Logf("acked %d, local bytes %d, log size %d", acked, b.node.LocalBytes(), b.partition("stuck", 0).Log().Size())
 		t.Fatal("produce never refused while the store was down and the disk limit crossed")
 	}
 	p := b.partition("stuck", 0)

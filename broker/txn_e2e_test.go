@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/tier/objstore"
 )
 
@@ -290,7 +291,7 @@ func TestTxnAbortedNeverVisibleLocal(t *testing.T) {
 	// rebuilds them on start-up from the markers (docs/format.md §14).
 	var dirs []string
 	for p := range int32(2) {
-		dirs = append(dirs, filepath.Join(b.logsDir, partitionDir("txn-local", b.partition("txn-local", p).TopicID(), p)))
+		dirs = append(dirs, filepath.Join(b.logsDir, node.PartitionDir("txn-local", b.partition("txn-local", p).TopicID(), p)))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

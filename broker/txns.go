@@ -80,7 +80,7 @@ type txns struct {
 // retry.
 func (b *Broker) startTxns(ctx context.Context) error {
 	partitions := b.cfg.TransactionStatePartitions
-	if t, ok := b.topicByName(txnStateTopic); ok {
+	if t, ok := b.node.TopicByName(txnStateTopic); ok {
 		// As for the offsets topic: the existing count wins, or every
 		// transactional id would move.
 		partitions = int32(len(t.Partitions))
@@ -88,7 +88,7 @@ func (b *Broker) startTxns(ctx context.Context) error {
 		b.goFunc(b.txnTopicLoop)
 	}
 	offsetsPartitions := b.cfg.OffsetsPartitions
-	if t, ok := b.topicByName(offsetsTopic); ok {
+	if t, ok := b.node.TopicByName(offsetsTopic); ok {
 		offsetsPartitions = int32(len(t.Partitions))
 	}
 	c, err := txn.New(txn.Config{
@@ -113,7 +113,7 @@ func (b *Broker) startTxns(ctx context.Context) error {
 // creates it (txnTopicLoop), and until then the answer is
 // COORDINATOR_NOT_AVAILABLE.
 func (b *Broker) ensureTxnTopic(ctx context.Context) error {
-	if _, ok := b.topicByName(txnStateTopic); ok {
+	if _, ok := b.node.TopicByName(txnStateTopic); ok {
 		return nil
 	}
 	if b.node.Clustered() {
@@ -121,7 +121,7 @@ func (b *Broker) ensureTxnTopic(ctx context.Context) error {
 	}
 	b.txns.createMu.Lock()
 	defer b.txns.createMu.Unlock()
-	if _, ok := b.topicByName(txnStateTopic); ok {
+	if _, ok := b.node.TopicByName(txnStateTopic); ok {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -144,10 +144,10 @@ func (b *Broker) createTxnTopic(ctx context.Context, rf int16) (*meta.Topic, err
 	if err != nil && !errors.Is(err, meta.ErrTopicExists) {
 		return nil, fmt.Errorf("create %s: %w", txnStateTopic, err)
 	}
-	if err := b.reconcile(); err != nil {
+	if err := b.node.Reconcile(); err != nil {
 		return nil, err
 	}
-	t, ok := b.topicByName(txnStateTopic)
+	t, ok := b.node.TopicByName(txnStateTopic)
 	if !ok {
 		t = &created
 	}
@@ -163,10 +163,10 @@ func (b *Broker) txnTopicLoop() {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, ok := b.topicByName(txnStateTopic); ok {
+		if _, ok := b.node.TopicByName(txnStateTopic); ok {
 			return
 		}
-		if t, ok := b.topicByName(offsetsTopic); ok && b.meta.IsLeader() && len(t.Partitions) > 0 {
+		if t, ok := b.node.TopicByName(offsetsTopic); ok && b.meta.IsLeader() && len(t.Partitions) > 0 {
 			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 			_, err := b.createTxnTopic(ctx, int16(len(t.Partitions[0].Replicas)))
 			cancel()
@@ -200,7 +200,7 @@ func (b *Broker) syncTxnCoordinator(ctx context.Context) {
 	if b.txns == nil {
 		return
 	}
-	t, ok := b.topicByName(txnStateTopic)
+	t, ok := b.node.TopicByName(txnStateTopic)
 	if !ok {
 		return
 	}
@@ -239,7 +239,7 @@ func (b *Broker) syncTxnCoordinator(ctx context.Context) {
 // __transaction_state partition index and has it open, and at which
 // leader epoch.
 func (b *Broker) leadsTxnPartition(index int32) (int32, bool) {
-	t, ok := b.topicByName(txnStateTopic)
+	t, ok := b.node.TopicByName(txnStateTopic)
 	if !ok || int(index) >= len(t.Partitions) || t.Partitions[index].Leader != b.cfg.NodeID {
 		return 0, false
 	}
@@ -637,7 +637,7 @@ func (b *Broker) writeMarkersOnce(m *txn.Markers, parts []txn.TopicPartition) (l
 }
 
 func (b *Broker) topicExists(name string) bool {
-	_, ok := b.topicByName(name)
+	_, ok := b.node.TopicByName(name)
 	return ok
 }
 

@@ -217,18 +217,18 @@ func (n *Node) briefClusterID(ctx context.Context) (string, error) {
 // is down. It says, once, what it waits for after clusterNamedWait, and
 // when the wait is over.
 //
-// store is the bucket's store, nil without a cold tier; where names it in
-// messages; claimTimeout bounds the claim. It runs until the cluster is
-// named or the broker closes, after a Join that found no id.
-func (n *Node) AwaitClusterID(store *tier.ClaimedStore, where string, claimTimeout time.Duration) {
+// It runs until the cluster is named or the node's context ends, after a
+// Join that found no id.
+func (n *Node) AwaitClusterID() {
 	since := n.unnamedSince
+	store, where := n.tierStore, n.TierWhere()
 	tell := time.NewTimer(max(clusterNamedWait-time.Since(since), 0))
 	defer tell.Stop()
 	told := false
 	for {
 		changed := n.meta.Changed()
 		if id := n.ClusterID(); id != "" {
-			n.clusterNamed(id, told, since, store, where, claimTimeout)
+			n.clusterNamed(id, told, since, store, where)
 			return
 		}
 		select {
@@ -249,7 +249,7 @@ func (n *Node) AwaitClusterID(store *tier.ClaimedStore, where string, claimTimeo
 // clusterNamed hands the cluster's id, now known, to the bucket and
 // claims it, so that the bucket names its cluster before the first upload
 // needs it; a claim that fails now is made by that upload.
-func (n *Node) clusterNamed(id string, told bool, since time.Time, store *tier.ClaimedStore, where string, claimTimeout time.Duration) {
+func (n *Node) clusterNamed(id string, told bool, since time.Time, store *tier.ClaimedStore, where string) {
 	if n.cfg.ClusterID != "" && id != n.cfg.ClusterID {
 		// Too late to refuse the start; the bucket is neither cluster's
 		// to claim, so nothing is written to it.
@@ -267,7 +267,7 @@ func (n *Node) clusterNamed(id string, told bool, since time.Time, store *tier.C
 		return
 	}
 	store.Name(id)
-	ctx, cancel := context.WithTimeout(n.ctx, claimTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, ClaimTimeout)
 	err := store.Claim(ctx)
 	cancel()
 	if foreign := (*tier.ForeignBucketError)(nil); errors.As(err, &foreign) {

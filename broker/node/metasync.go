@@ -86,7 +86,7 @@ func (n *Node) SyncMetadata() bool {
 // a new topic open, a config change in force.
 func (n *Node) SyncMetadataAndReconcile() {
 	if n.SyncMetadata() {
-		if err := n.cfg.Reconcile(); err != nil {
+		if err := n.Reconcile(); err != nil {
 			n.log.Error("reconcile partitions after catching up with the metadata", "err", err)
 		}
 	}

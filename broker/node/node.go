@@ -3,10 +3,18 @@ package node
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"strata/broker/partition"
+	"strata/broker/replica"
+	"strata/compactor"
 	"strata/meta"
+	"strata/tier"
 )
 
 // Config is what a Node needs of the broker's configuration, and the
@@ -39,22 +47,31 @@ type Config struct {
 	// Logger receives the node's messages.
 	Logger *slog.Logger
 
-	// The hooks below are required, but Go.
+	// TopicDefaults are the broker-level defaults of topic configs.
+	TopicDefaults map[string]string
+	// ReplicaLagTimeMax is replica.lag.time.max.ms.
+	ReplicaLagTimeMax time.Duration
+	// MaintenanceInterval is how often logs are checked for time-based
+	// rolls and retention; FlushInterval, when positive, how often they
+	// are flushed.
+	MaintenanceInterval, FlushInterval time.Duration
+	// Tier configures tiered storage; a nil Store keeps everything local.
+	Tier TierConfig
+	// Compactor configures log compaction.
+	Compactor compactor.Config
+	// Metrics are the series the node and its partitions update.
+	Metrics Metrics
+
+	// The hooks below are required.
 	//
-	// Reconcile brings this node's hosted partitions in step with its
-	// metadata: it opens the partitions of a topic just created, and
-	// puts in force what a catch-up with the controller brought.
-	Reconcile func() error
-	// ValidateTopicConfig checks one topic config key and value,
-	// returning an error that names both.
-	ValidateTopicConfig func(key, value string) error
-	// TopicConfigValue resolves key for a topic whose own settings are
-	// configs: the topic's setting (topicLevel true), else the broker
-	// default, else Kafka's.
-	TopicConfigValue func(configs map[string]string, key string) (value string, topicLevel bool)
-	// Go runs f on a goroutine its caller waits for when it closes; the
-	// node runs its reservations of producer ids ahead of need on it. Nil
-	// reserves only on demand.
+	// Peer is the client of the broker with the given id, for the
+	// replica fetchers.
+	Peer func(id int32) replica.Client
+	// Reconciled runs after each reconcile of the loop: the coordinators
+	// follow the internal partitions it opened or closed.
+	Reconciled func()
+	// Go runs f on a goroutine its caller waits for when it closes; every
+	// loop of the node runs on it.
 	Go func(f func())
 }
 
@@ -83,6 +100,9 @@ type Controller interface {
 	// it answered; a topic that exists is kerr.TopicAlreadyExists. This
 	// node's metadata may not have the topic yet.
 	CreateTopic(ctx context.Context, spec meta.TopicSpec) error
+	// AlterPartition sends an ISR change (AlterPartition v3, KIP-903)
+	// and returns the partition as the controller holds it after.
+	AlterPartition(ctx context.Context, topicID [16]byte, r meta.AlterPartitionRequest) (meta.Partition, error)
 	// CommitIndex asks the controller once, without following it, for
 	// the metadata log's high watermark (its raft commit index). It
 	// fails at once when no controller is known.
@@ -115,23 +135,74 @@ type Node struct {
 	metaAsks askBatch
 
 	pids producerIDs
+
+	// logsDir holds one directory per hosted partition's log.
+	logsDir string
+	// replicas runs the fetchers of the partitions this node follows.
+	replicas *replica.Manager
+	// tier is the cold tier, nil when no object store is configured;
+	// tierStore its store, which writes nothing until the bucket is
+	// claimed for this cluster (AwaitClusterID).
+	tier      *tier.Tier
+	tierStore *tier.ClaimedStore
+	// collector is the state of the tier's collector goroutine
+	// (collect.go).
+	collector collector
+	// compactor compacts the compacted topics' logs (compaction.go).
+	compactor *compactor.Compactor
+	// localBytes is the size of the hosted logs as of the last upload
+	// pass; produce reads it for disk backpressure.
+	localBytes atomic.Int64
+	// host is what every hosted partition is given (partitionHost).
+	host     *partition.Host
+	hostOnce sync.Once
+	// reconcileMu serialises reconcile runs.
+	reconcileMu sync.Mutex
+	// mu guards the partitions this node hosts.
+	mu struct {
+		sync.RWMutex
+		partitions map[tp]*partition.Partition
+		closed     bool
+	}
+}
+
+// Metrics are the series the node updates, made by the broker's metrics.
+type Metrics struct {
+	// Partition are the series every partition updates.
+	Partition partition.Metrics
+	// LogEnd is a partition's log-end-offset gauge; Forget drops a
+	// partition's series.
+	LogEnd func(topic string, index int32) prometheus.Gauge
+	Forget func(topic string, index int32)
+	// UploadErrors counts failed upload passes; UploadLag is a leader's
+	// offsets not yet in the bucket.
+	UploadErrors prometheus.Counter
+	UploadLag    func(topic string, index int32, lag int64)
+	// OrphansDeleted counts the objects the collector deleted.
+	OrphansDeleted prometheus.Counter
+	// WatchTierCache reports the tier's cache.
+	WatchTierCache func(stats func() tier.CacheStats)
+	// Registerer takes the compactor's series.
+	Registerer prometheus.Registerer
 }
 
 // New returns the node for the metadata store m, reaching the controller
 // on other nodes through ctrl; ctx ends when the broker closes. It keeps
 // one fresh incarnation id for every registration of this process.
 func New(ctx context.Context, cfg Config, m *meta.Store, ctrl Controller) *Node {
-	n := &Node{cfg: cfg, log: cfg.Logger, meta: m, ctrl: ctrl, ctx: ctx, cluster: newClusterState()}
+	cfg.Tier = cfg.Tier.WithDefaults()
+	n := &Node{cfg: cfg, log: cfg.Logger, meta: m, ctrl: ctrl, ctx: ctx, cluster: newClusterState(),
+		logsDir: filepath.Join(cfg.DataDir, "logs")}
+	n.mu.partitions = make(map[tp]*partition.Partition)
 	n.pids.store = controllerIDs{n}
-	if cfg.Go != nil {
-		n.pids.ahead = func(reserve func(context.Context)) {
-			cfg.Go(func() {
-				ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-				defer cancel()
-				reserve(ctx)
-			})
-		}
+	n.pids.ahead = func(reserve func(context.Context)) {
+		cfg.Go(func() {
+			ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+			defer cancel()
+			reserve(ctx)
+		})
 	}
+	n.replicas = replica.NewManager(ctx, cfg.NodeID, cfg.Peer, n.BrokerEpoch, n.log.With("component", "replica"))
 	return n
 }
 

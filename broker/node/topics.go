@@ -60,13 +60,14 @@ func (n *Node) collidingTopic(name string) (string, bool) {
 // change of the value in force does, so altering something else on a
 // topic made before the default was raised is not refused for it.
 func (n *Node) CheckMinInsync(configs, old map[string]string, replicationFactor int) error {
-	v, topicLevel := n.cfg.TopicConfigValue(configs, "min.insync.replicas")
+	v, source := n.TopicConfigValue(configs, "min.insync.replicas")
+	topicLevel := source == ConfigSourceTopic
 	minISR, err := strconv.Atoi(v)
 	if err != nil || minISR <= replicationFactor {
 		return nil
 	}
 	if old != nil {
-		if was, _ := n.cfg.TopicConfigValue(old, "min.insync.replicas"); was == v {
+		if was, _ := n.TopicConfigValue(old, "min.insync.replicas"); was == v {
 			return nil
 		}
 	}
@@ -135,7 +136,7 @@ func (n *Node) CreateTopic(ctx context.Context, c *TopicCreate) (*meta.Topic, er
 		return nil, fmt.Errorf("%w: replication factor %d, but %d broker(s) are alive", kerr.InvalidReplicationFactor, c.ReplicationFactor, brokers)
 	}
 	for k, v := range c.Configs {
-		if err := n.cfg.ValidateTopicConfig(k, v); err != nil {
+		if err := ValidateTopicConfig(k, v); err != nil {
 			return nil, fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
 		}
 	}
@@ -144,7 +145,7 @@ func (n *Node) CreateTopic(ctx context.Context, c *TopicCreate) (*meta.Topic, er
 			return nil, err
 		}
 	}
-	if _, exists := n.topicByName(c.Name); exists {
+	if _, exists := n.TopicByName(c.Name); exists {
 		return nil, fmt.Errorf("%w: topic %q already exists", kerr.TopicAlreadyExists, c.Name)
 	}
 	if other, ok := n.collidingTopic(c.Name); ok {
@@ -169,7 +170,7 @@ func (n *Node) CreateTopic(ctx context.Context, c *TopicCreate) (*meta.Topic, er
 	if err != nil {
 		return nil, fmt.Errorf("create topic %q: %w", c.Name, err)
 	}
-	if err := n.cfg.Reconcile(); err != nil {
+	if err := n.Reconcile(); err != nil {
 		n.log.Error("open partitions of new topic", "topic", c.Name, "err", err)
 	}
 	n.log.Info("topic created", "topic", c.Name, "partitions", c.Partitions)
@@ -185,7 +186,7 @@ func (n *Node) createAtController(ctx context.Context, spec meta.TopicSpec) (met
 	}
 	for {
 		changed := n.meta.Changed()
-		if t, ok := n.topicByName(spec.Name); ok {
+		if t, ok := n.TopicByName(spec.Name); ok {
 			return *t, nil
 		}
 		select {
@@ -199,7 +200,7 @@ func (n *Node) createAtController(ctx context.Context, spec meta.TopicSpec) (met
 // AutoCreate returns the topic name, first creating it with the broker
 // defaults if it does not exist and auto-creation is on.
 func (n *Node) AutoCreate(ctx context.Context, name string) (*meta.Topic, error) {
-	if t, ok := n.topicByName(name); ok {
+	if t, ok := n.TopicByName(name); ok {
 		return t, nil
 	}
 	if !n.cfg.AutoCreateTopics {
@@ -208,7 +209,7 @@ func (n *Node) AutoCreate(ctx context.Context, name string) (*meta.Topic, error)
 	t, err := n.CreateTopic(ctx, &TopicCreate{Name: name, Partitions: -1, ReplicationFactor: -1, Auto: true})
 	if err != nil && alreadyExists(err) {
 		// Another request created it first.
-		t2, ok := n.topicByName(name)
+		t2, ok := n.TopicByName(name)
 		if ok {
 			return t2, nil
 		}
@@ -225,8 +226,8 @@ func alreadyExists(err error) bool {
 	return errors.Is(err, meta.ErrTopicExists)
 }
 
-// topicByName returns the topic from the current metadata.
-func (n *Node) topicByName(name string) (*meta.Topic, bool) {
+// TopicByName returns the topic from the current metadata.
+func (n *Node) TopicByName(name string) (*meta.Topic, bool) {
 	t, ok := n.meta.State().Topics[name]
 	return t, ok
 }

@@ -1,4 +1,4 @@
-package broker
+package node
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"strata/broker/partition"
 	"strata/segment"
@@ -59,7 +57,8 @@ type TierConfig struct {
 	LocalDiskLimit int64
 }
 
-func (c TierConfig) withDefaults() TierConfig {
+// WithDefaults fills in the defaults of the fields left zero.
+func (c TierConfig) WithDefaults() TierConfig {
 	if c.UploadInterval <= 0 {
 		c.UploadInterval = time.Second
 	}
@@ -78,74 +77,69 @@ func (c TierConfig) withDefaults() TierConfig {
 	return c
 }
 
-// errDiskFull is returned to producers while uploads are behind and the
-// local disk bound is crossed. KAFKA_STORAGE_ERROR is retriable: clients
-// back off and try again, and nothing is lost.
-var errDiskFull = fmt.Errorf("%w: local log bytes above the configured limit while uploads to the object store are behind", kerr.KafkaStorageError)
-
-// claimTimeout bounds how long a start waits on the store for the
+// ClaimTimeout bounds how long a start waits on the store for the
 // bucket's claim (a GET, and a conditional PUT the first time): long
 // enough for any store that answers, short enough that a silent one
 // does not hold the start, which does not wait for the bucket otherwise.
-const claimTimeout = 2 * time.Second
+const ClaimTimeout = 2 * time.Second
 
-// tierWhere names the object store for messages.
-func (b *Broker) tierWhere() string {
-	if b.cfg.Tier.Where == "" {
+// TierWhere names the object store for messages.
+func (n *Node) TierWhere() string {
+	if n.cfg.Tier.Where == "" {
 		return "the object store"
 	}
-	return b.cfg.Tier.Where
+	return n.cfg.Tier.Where
 }
 
-// openTier starts the cold tier when a store is configured, for the
+// OpenTier starts the cold tier when a store is configured, for the
 // cluster named id (empty when not named yet).
-func (b *Broker) openTier(ctx context.Context, id string) error {
-	if b.cfg.Tier.Store == nil {
+func (n *Node) OpenTier(ctx context.Context, id string) error {
+	if n.cfg.Tier.Store == nil {
 		return nil
 	}
 	// The bucket is this cluster's, or becomes it: a bucket (or prefix)
 	// another cluster uses holds topics whose ids mean nothing here. A
 	// store that is down now does not stop the start (an outage is the
 	// uploader's to wait out), nor does one that does not answer for
-	// claimTimeout; the first write claims it then. Nor does a cluster
+	// ClaimTimeout; the first write claims it then. Nor does a cluster
 	// with no id yet: awaitClusterID gives the store the id once the
 	// controller names the cluster, and nothing is written before.
-	store := tier.NewClaimedStore(b.cfg.Tier.Store, format.Cluster{ClusterID: id, CreatedMs: time.Now().UnixMilli(), CreatedBy: b.cfg.NodeID})
-	b.tierStore = store
+	store := tier.NewClaimedStore(n.cfg.Tier.Store, format.Cluster{ClusterID: id, CreatedMs: time.Now().UnixMilli(), CreatedBy: n.cfg.NodeID})
+	n.tierStore = store
 	if id != "" {
-		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		cctx, cancel := context.WithTimeout(ctx, ClaimTimeout)
 		err := store.Claim(cctx)
 		cancel()
 		if err != nil {
 			var foreign *tier.ForeignBucketError
 			if errors.As(err, &foreign) {
 				return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
-					b.tierWhere(), foreign.Bucket, foreign.Cluster)
+					n.TierWhere(), foreign.Bucket, foreign.Cluster)
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("claim bucket %s for cluster %s: %w", b.tierWhere(), id, err)
+				return fmt.Errorf("claim bucket %s for cluster %s: %w", n.TierWhere(), id, err)
 			}
-			b.log.Warn("bucket not claimed yet: nothing is written to it until it is", "store", b.tierWhere(), "err", err)
+			n.log.Warn("bucket not claimed yet: nothing is written to it until it is", "store", n.TierWhere(), "err", err)
 		}
 	}
 	t, err := tier.Open(tier.Config{
 		Store:              store,
-		CacheDir:           filepath.Join(b.cfg.DataDir, "tier-cache"),
-		ChunkBytes:         b.cfg.Tier.ChunkBytes,
-		MemoryBytes:        b.cfg.Tier.MemoryBytes,
-		CacheBytes:         b.cfg.Tier.CacheBytes,
-		ReadAhead:          b.cfg.Tier.ReadAhead,
-		ReadWorkers:        b.cfg.Tier.ReadWorkers,
-		Logger:             b.log.With("component", "tier"),
-		Now:                b.cfg.Tier.Now,
-		ManifestCacheBytes: b.cfg.Tier.ManifestCacheBytes,
+		CacheDir:           filepath.Join(n.cfg.DataDir, "tier-cache"),
+		ChunkBytes:         n.cfg.Tier.ChunkBytes,
+		MemoryBytes:        n.cfg.Tier.MemoryBytes,
+		CacheBytes:         n.cfg.Tier.CacheBytes,
+		ReadAhead:          n.cfg.Tier.ReadAhead,
+		ReadWorkers:        n.cfg.Tier.ReadWorkers,
+		Logger:             n.log.With("component", "tier"),
+		Now:                n.cfg.Tier.Now,
+		ManifestCacheBytes: n.cfg.Tier.ManifestCacheBytes,
 	})
 	if err != nil {
 		return err
 	}
-	b.tier = t
-	b.metrics.watchTierCache(t.CacheStats)
-	if err := b.collector.init(filepath.Join(b.cfg.DataDir, "tier-deletes"), b.cfg.Tier.CollectInterval); err != nil {
+	n.tier = t
+	n.cfg.Metrics.WatchTierCache(t.CacheStats)
+	if err := n.collector.init(filepath.Join(n.cfg.DataDir, "tier-deletes"), n.cfg.Tier.CollectInterval); err != nil {
 		return err
 	}
 	return nil
@@ -161,11 +155,11 @@ func (b *Broker) openTier(ctx context.Context, id string) error {
 // and __consumer_offsets is created with the setting on
 // (offsetsTopicConfigs), so that a bucket alone holds a cluster's group
 // state and the local disk only its recent part.
-func (b *Broker) tiers(configs map[string]string) bool {
-	if b.tier == nil {
+func (n *Node) tiers(configs map[string]string) bool {
+	if n.tier == nil {
 		return false
 	}
-	v, _ := b.topicConfigValue(configs, "remote.storage.enable")
+	v, _ := n.TopicConfigValue(configs, "remote.storage.enable")
 	return v == "true"
 }
 
@@ -174,58 +168,58 @@ func (b *Broker) tiers(configs map[string]string) bool {
 // local-disk figure that produce backpressure reads. It starts the
 // collector on a goroutine of its own (collectLoop), so that collection,
 // however slow, never holds uploads back.
-func (b *Broker) tierLoop() {
-	b.goFunc(b.collectLoop)
-	upload := time.NewTicker(b.cfg.Tier.UploadInterval)
+func (n *Node) tierLoop() {
+	n.cfg.Go(n.collectLoop)
+	upload := time.NewTicker(n.cfg.Tier.UploadInterval)
 	defer upload.Stop()
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-n.ctx.Done():
 			return
 		case <-upload.C:
-			b.uploadPass()
+			n.UploadPass()
 		}
 	}
 }
 
-func (b *Broker) uploadPass() {
+func (n *Node) UploadPass() {
 	var local int64
-	for _, p := range b.partitionList() {
+	for _, p := range n.partitionList() {
 		if p.Tiered() {
-			b.uploadOne(p)
+			n.uploadOne(p)
 		}
 		local += p.Log().Size()
 	}
-	b.localBytes.Store(local)
+	n.localBytes.Store(local)
 }
 
 // uploadOne runs one partition's upload pass and reports how it went.
-func (b *Broker) uploadOne(p *partition.Partition) {
+func (n *Node) uploadOne(p *partition.Partition) {
 	err := p.Upload()
 	switch {
 	case err == nil || p.Dropped():
 	case !p.Leading():
-		b.log.Debug("tier: follower manifest refresh", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		n.log.Debug("tier: follower manifest refresh", "topic", p.Topic(), "partition", p.Index(), "err", err)
 	case errors.Is(err, tier.ErrFenced):
 		// Deposed without knowing it yet: the newer leader's manifest is
 		// current, and nothing was deleted here on the strength of this
 		// node's version. The metadata will say who leads.
-		b.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		n.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
 	case errors.Is(err, tier.ErrClusterUnnamed):
 		// Nothing was written: the bucket waits for the cluster's id,
 		// which awaitClusterID said once.
-		b.log.Debug("tier upload waits for the cluster's id", "topic", p.Topic(), "partition", p.Index())
+		n.log.Debug("tier upload waits for the cluster's id", "topic", p.Topic(), "partition", p.Index())
 	default:
-		b.metrics.tierUploadErrors.Inc()
-		b.log.Warn("tier upload", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		n.cfg.Metrics.UploadErrors.Inc()
+		n.log.Warn("tier upload", "topic", p.Topic(), "partition", p.Index(), "err", err)
 		// A failed PUT may have been applied all the same, and a segment
 		// object may be left without its manifest.
-		b.collector.dropped(p.BucketName(), b.cfg.Tier.Now())
+		n.collector.dropped(p.BucketName(), n.cfg.Tier.Now())
 	}
 	if p.Leading() {
 		// Set whether or not the pass worked: during an outage the log
 		// end keeps growing and the lag is how operators see it.
-		b.metrics.setUploadLag(p.Topic(), p.Index(), p.Log().EndOffset()-p.UploadedEnd())
+		n.cfg.Metrics.UploadLag(p.Topic(), p.Index(), p.Log().EndOffset()-p.UploadedEnd())
 	}
 }
 
@@ -240,7 +234,7 @@ const manifestLoaders = 16
 // log start is known as soon as its own manifest is in. A manifest that
 // could not be read is read again by the upload loop. The channel returned
 // is closed once every read has ended.
-func (b *Broker) loadRemotes(ps []*partition.Partition) <-chan struct{} {
+func (n *Node) loadRemotes(ps []*partition.Partition) <-chan struct{} {
 	done := make(chan struct{})
 	var tiered []*partition.Partition
 	for _, p := range ps {
@@ -254,7 +248,7 @@ func (b *Broker) loadRemotes(ps []*partition.Partition) <-chan struct{} {
 		close(done)
 		return done
 	}
-	b.goFunc(func() {
+	n.cfg.Go(func() {
 		defer close(done)
 		sem := make(chan struct{}, manifestLoaders)
 		var wg sync.WaitGroup
@@ -262,7 +256,7 @@ func (b *Broker) loadRemotes(ps []*partition.Partition) <-chan struct{} {
 		for _, p := range tiered {
 			select {
 			case sem <- struct{}{}:
-			case <-b.ctx.Done():
+			case <-n.ctx.Done():
 				return
 			}
 			wg.Go(func() {
@@ -278,12 +272,12 @@ func (b *Broker) loadRemotes(ps []*partition.Partition) <-chan struct{} {
 // config: a tiered log deletes locally only what is uploaded, bounded by
 // local.retention.* (-2: follow retention.*). Internal topics follow the
 // same rule as the others (see tiers).
-func (b *Broker) tierSegmentConfig(cfg segment.Config, configs map[string]string) segment.Config {
-	if !b.tiers(configs) {
+func (n *Node) tierSegmentConfig(cfg segment.Config, configs map[string]string) segment.Config {
+	if !n.tiers(configs) {
 		return cfg
 	}
 	num := func(key string) int64 {
-		v, _ := b.topicConfigValue(configs, key)
+		v, _ := n.TopicConfigValue(configs, key)
 		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}

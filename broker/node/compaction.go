@@ -1,4 +1,4 @@
-package broker
+package node
 
 import (
 	"fmt"
@@ -13,17 +13,17 @@ import (
 
 // startCompactor starts compacting this node's compacted partitions in
 // the background, until the broker closes.
-func (b *Broker) startCompactor() error {
-	cfg := b.cfg.Compactor
-	cfg.Logger = b.log.With("component", "compactor")
-	cfg.SpoolDir = filepath.Join(b.cfg.DataDir, "compactor")
-	if b.cfg.Tier.ChunkBytes > 0 {
-		cfg.ChunkBytes = b.cfg.Tier.ChunkBytes
+func (n *Node) startCompactor() error {
+	cfg := n.cfg.Compactor
+	cfg.Logger = n.log.With("component", "compactor")
+	cfg.SpoolDir = filepath.Join(n.cfg.DataDir, "compactor")
+	if n.cfg.Tier.ChunkBytes > 0 {
+		cfg.ChunkBytes = n.cfg.Tier.ChunkBytes
 	}
-	if b.tier != nil {
+	if n.tier != nil {
 		// The objects a pass replaced are orphans now: the collector
 		// visits the partition after the grace.
-		cfg.OnReplaced = func(tp format.TopicPartition) { b.collector.dropped(tp, b.cfg.Tier.Now()) }
+		cfg.OnReplaced = func(tp format.TopicPartition) { n.collector.dropped(tp, n.cfg.Tier.Now()) }
 	}
 	// Spool files are unlinked as they are made; a crash leaves none, but
 	// an older version's might linger.
@@ -33,25 +33,25 @@ func (b *Broker) startCompactor() error {
 	if err := os.MkdirAll(cfg.SpoolDir, 0o755); err != nil {
 		return fmt.Errorf("compactor spool: %w", err)
 	}
-	c, err := compactor.New(cfg, compactionHost{b}, b.tier, b.metrics.reg)
+	c, err := compactor.New(cfg, compactionHost{n}, n.tier, n.cfg.Metrics.Registerer)
 	if err != nil {
 		return fmt.Errorf("compactor: %w", err)
 	}
-	b.compactor = c
-	b.goFunc(func() { c.Run(b.ctx) })
+	n.compactor = c
+	n.cfg.Go(func() { c.Run(n.ctx) })
 	return nil
 }
 
 // compactionHost shows the compactor the compacted partitions of this
 // node: every replica's local log, and the bucket history of those it
 // leads.
-type compactionHost struct{ b *Broker }
+type compactionHost struct{ n *Node }
 
 var _ compactor.Host = compactionHost{}
 
 func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 	var out []compactor.LocalPartition
-	for _, p := range h.b.partitionList() {
+	for _, p := range h.n.partitionList() {
 		s := p.Settings()
 		if s.Compaction == nil {
 			continue
@@ -68,7 +68,7 @@ func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 
 func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 	var out []compactor.ColdPartition
-	for _, p := range h.b.partitionList() {
+	for _, p := range h.n.partitionList() {
 		s := p.Settings()
 		if s.Compaction == nil || !s.Log.Tiered {
 			continue
@@ -84,9 +84,9 @@ func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 }
 
 // compactionPolicy reads a topic's compaction settings.
-func (b *Broker) compactionPolicy(configs map[string]string) compactor.Policy {
+func (n *Node) compactionPolicy(configs map[string]string) compactor.Policy {
 	num := func(key string) int64 {
-		v, _ := b.topicConfigValue(configs, key)
+		v, _ := n.TopicConfigValue(configs, key)
 		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}
@@ -97,7 +97,7 @@ func (b *Broker) compactionPolicy(configs map[string]string) compactor.Policy {
 		}
 		return time.Duration(n) * time.Millisecond
 	}
-	ratio, _ := b.topicConfigValue(configs, "min.cleanable.dirty.ratio")
+	ratio, _ := n.TopicConfigValue(configs, "min.cleanable.dirty.ratio")
 	r, _ := strconv.ParseFloat(ratio, 64)
 	return compactor.Policy{
 		DeleteRetention: max(ms("delete.retention.ms"), 0),
@@ -107,3 +107,7 @@ func (b *Broker) compactionPolicy(configs map[string]string) compactor.Policy {
 		SegmentBytes:    num("segment.bytes"),
 	}
 }
+
+// CompactionHost is what the compactor sees of this node: its compacted
+// partitions, local and cold.
+func (n *Node) CompactionHost() compactor.Host { return compactionHost{n} }

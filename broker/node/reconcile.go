@@ -1,4 +1,4 @@
-package broker
+package node
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 	"strata/tier/format"
 )
 
-// partitionDir names a partition's log directory. The topic id is part of
+// PartitionDir names a partition's log directory. The topic id is part of
 // the name so a topic deleted and re-created under the same name never
 // opens the old topic's data.
-func partitionDir(topic string, id [16]byte, index int32) string {
+func PartitionDir(topic string, id [16]byte, index int32) string {
 	return topic + "-" + strconv.Itoa(int(index)) + "." + hex.EncodeToString(id[:])
 }
 
-// parsePartitionDir is partitionDir's inverse.
+// parsePartitionDir is PartitionDir's inverse.
 func parsePartitionDir(name string) (topic string, id [16]byte, index int32, ok bool) {
 	dot := strings.LastIndexByte(name, '.')
 	if dot < 0 {
@@ -59,126 +59,125 @@ type wantedPartition struct {
 // is the meta store's Changed channel as taken before Start's reconcile;
 // each run takes the next one before it reads the state, so no change
 // published in between goes unnoticed.
-func (b *Broker) reconcileLoop(changed <-chan struct{}) {
+func (n *Node) reconcileLoop(changed <-chan struct{}) {
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-n.ctx.Done():
 			return
 		case <-changed:
 		}
-		changed = b.meta.Changed()
-		if err := b.reconcile(); err != nil {
-			b.log.Error("reconcile partitions", "err", err)
+		changed = n.meta.Changed()
+		if err := n.Reconcile(); err != nil {
+			n.log.Error("reconcile partitions", "err", err)
 		}
 		// Coordinators follow the offsets and transaction state
 		// partitions reconcile has just opened or closed.
-		b.syncCoordinator(b.ctx)
-		b.syncTxnCoordinator(b.ctx)
+		n.cfg.Reconciled()
 	}
 }
 
-// reconcile makes the set of open partitions match the metadata: it opens
+// Reconcile makes the set of open partitions match the metadata: it opens
 // the logs of partitions assigned to this node, closes and deletes those of
 // deleted topics, and applies config changes. It is called from the
 // reconcile loop and, synchronously, by requests that changed the metadata
 // and want their effect visible before they answer: so it returns once
 // the manifests of the tiered partitions it opened are read (side by side)
 // or could not be.
-func (b *Broker) reconcile() error { return b.reconcilePartitions(true) }
+func (n *Node) Reconcile() error { return n.reconcilePartitions(true) }
 
-// reconcileAtStart is Start's reconcile: it leaves the manifests to load
+// ReconcileAtStart is Start's reconcile: it leaves the manifests to load
 // in the background, so that the broker serves at once whatever the
 // store's state, each partition fully once its own manifest is in.
-func (b *Broker) reconcileAtStart() error { return b.reconcilePartitions(false) }
+func (n *Node) ReconcileAtStart() error { return n.reconcilePartitions(false) }
 
-func (b *Broker) reconcilePartitions(waitRemote bool) error {
-	b.reconcileMu.Lock()
-	defer b.reconcileMu.Unlock()
+func (n *Node) reconcilePartitions(waitRemote bool) error {
+	n.reconcileMu.Lock()
+	defer n.reconcileMu.Unlock()
 
-	st := b.meta.State()
-	want := b.wanted(st)
+	st := n.meta.State()
+	want := n.wanted(st)
 
 	// Drop partitions whose topic is gone or was re-created under a new id.
 	var drop []*partition.Partition
-	b.mu.Lock()
-	for key, p := range b.mu.partitions {
+	n.mu.Lock()
+	for key, p := range n.mu.partitions {
 		if w, ok := want[key]; !ok || w.id != p.TopicID() {
 			drop = append(drop, p)
-			delete(b.mu.partitions, key)
+			delete(n.mu.partitions, key)
 		}
 	}
-	b.mu.Unlock()
+	n.mu.Unlock()
 	var errs []error
 	for _, p := range drop {
 		p.Stop()
-		if _, exists := st.TopicByID(p.TopicID()); !exists && b.tier != nil {
+		if _, exists := st.TopicByID(p.TopicID()); !exists && n.tier != nil {
 			// The topic is gone, not just moved: its history goes too.
 			// Queued before the local log goes, so a crash in between
 			// still leaves the work recorded.
-			b.queueRemoteDelete(p.BucketName())
+			n.queueRemoteDelete(p.BucketName())
 		}
 		if err := p.Log().Delete(); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.Topic(), p.Index(), err))
 		}
-		b.metrics.forgetPartition(p.Topic(), p.Index())
-		b.log.Info("partition deleted", "topic", p.Topic(), "partition", p.Index())
+		n.cfg.Metrics.Forget(p.Topic(), p.Index())
+		n.log.Info("partition deleted", "topic", p.Topic(), "partition", p.Index())
 	}
 
 	// Open new partitions and apply config changes to open ones.
 	var opened []*partition.Partition
 	for key, w := range want {
-		if p := b.partition(key.topic, key.partition); p != nil {
+		if p := n.Partition(key.topic, key.partition); p != nil {
 			// Metadata changes (a producer-id block, another topic) leave
 			// most partitions' configs alone; only changed ones are reapplied.
 			if !maps.Equal(p.Settings().Configs, w.configs) {
-				p.SetSettings(b.settingsFor(w.configs, w.internal))
+				p.SetSettings(n.settingsFor(w.configs, w.internal))
 			}
 			p.SetRole(w.role)
 			continue
 		}
-		s := b.settingsFor(w.configs, w.internal)
-		dir := filepath.Join(b.logsDir, partitionDir(key.topic, w.id, key.partition))
+		s := n.settingsFor(w.configs, w.internal)
+		dir := filepath.Join(n.logsDir, PartitionDir(key.topic, w.id, key.partition))
 		l, err := segment.Open(dir, s.Log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("open %s-%d: %w", key.topic, key.partition, err))
 			continue
 		}
-		p := partition.New(b.ctx, b.partitionHost(), partition.Opening{
+		p := partition.New(n.ctx, n.partitionHost(), partition.Opening{
 			Topic: key.topic, TopicID: w.id, Index: key.partition, LeaderEpoch: w.role.LeaderEpoch,
-			Log: l, Settings: s, LogEnd: b.metrics.logEndGauge(key.topic, key.partition),
+			Log: l, Settings: s, LogEnd: n.cfg.Metrics.LogEnd(key.topic, key.partition),
 			// A topic created while the broker runs starts empty in the
 			// bucket too; an empty log found at start-up may be a lost one.
 			EmptyAtStart: !waitRemote && l.StartOffset() == l.EndOffset(),
 		})
-		b.mu.Lock()
-		if b.mu.closed {
-			b.mu.Unlock()
+		n.mu.Lock()
+		if n.mu.closed || n.ctx.Err() != nil {
+			n.mu.Unlock()
 			l.Close()
 			return errors.Join(append(errs, partition.ErrClosed)...)
 		}
-		b.mu.partitions[key] = p
-		b.mu.Unlock()
+		n.mu.partitions[key] = p
+		n.mu.Unlock()
 		p.SetRole(w.role)
 		opened = append(opened, p)
 	}
 	// Served at once: a tiered partition answers what needs its
 	// manifest with a retriable error until the manifest is in.
-	loaded := b.loadRemotes(opened)
+	loaded := n.loadRemotes(opened)
 	if waitRemote {
 		select {
 		case <-loaded:
-		case <-b.ctx.Done():
+		case <-n.ctx.Done():
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // wanted lists the partitions of st that this node hosts.
-func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
+func (n *Node) wanted(st *meta.State) map[tp]wantedPartition {
 	want := make(map[tp]wantedPartition)
 	for _, t := range st.Topics {
 		for _, p := range t.Partitions {
-			if slices.Contains(p.Replicas, b.cfg.NodeID) {
+			if slices.Contains(p.Replicas, n.cfg.NodeID) {
 				want[tp{t.Name, p.Index}] = wantedPartition{
 					id: t.ID, configs: t.Configs, internal: t.Internal,
 					role: partition.Role{LeaderEpoch: p.LeaderEpoch, Leader: p.Leader, Replicas: p.Replicas, ISR: p.ISR, PartitionEpoch: p.PartitionEpoch},
@@ -189,15 +188,15 @@ func (b *Broker) wanted(st *meta.State) map[tp]wantedPartition {
 	return want
 }
 
-// removeStaleDirs deletes log directories that no open partition owns: a
+// RemoveStaleDirs deletes log directories that no open partition owns: a
 // topic deleted while this node was down, or an older incarnation of a
 // re-created topic. It runs once at start-up, after reconcile opened every
 // partition the metadata assigns to this node; while the broker runs,
 // reconcile deletes the logs of partitions it drops itself.
-func (b *Broker) removeStaleDirs() error {
-	entries, err := os.ReadDir(b.logsDir)
+func (n *Node) RemoveStaleDirs() error {
+	entries, err := os.ReadDir(n.logsDir)
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", b.logsDir, err)
+		return fmt.Errorf("scan %s: %w", n.logsDir, err)
 	}
 	var errs []error
 	for _, e := range entries {
@@ -208,51 +207,45 @@ func (b *Broker) removeStaleDirs() error {
 		if !ok {
 			continue // not ours; leave it alone
 		}
-		if p := b.partition(topic, index); p != nil && p.TopicID() == id {
+		if p := n.Partition(topic, index); p != nil && p.TopicID() == id {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(b.logsDir, e.Name())); err != nil {
+		if err := os.RemoveAll(filepath.Join(n.logsDir, e.Name())); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		b.log.Info("removed log of deleted topic", "dir", e.Name())
+		n.log.Info("removed log of deleted topic", "dir", e.Name())
 	}
 	return errors.Join(errs...)
 }
 
-// topicByName returns the topic from the current metadata.
-func (b *Broker) topicByName(name string) (*meta.Topic, bool) {
-	t, ok := b.meta.State().Topics[name]
-	return t, ok
-}
-
 // partitionHost is what every partition of this node is given: made once,
 // when the first partition opens (the tier is open by then).
-func (b *Broker) partitionHost() *partition.Host {
-	b.hostOnce.Do(func() {
+func (n *Node) partitionHost() *partition.Host {
+	n.hostOnce.Do(func() {
 		h := &partition.Host{
-			NodeID:            b.cfg.NodeID,
-			Logger:            b.log,
-			Fetchers:          b.replicas,
-			Cluster:           partitionCluster{b},
-			ReplicaLagTimeMax: b.cfg.ReplicaLagTimeMax,
-			IdleUpload:        b.cfg.Tier.IdleUpload,
-			Dropped:           func(tp format.TopicPartition) { b.collector.dropped(tp, b.cfg.Tier.Now()) },
-			Metrics: partition.Metrics{
-				LeaderElections: b.metrics.leaderElections,
-				ISRChanged:      b.metrics.countISRChange,
-				Uploads:         b.metrics.tierUploads,
-				UploadBytes:     b.metrics.tierUploadBytes,
-				UploadSeconds:   b.metrics.tierUploadSeconds,
-				ReadBytes:       b.metrics.tierReadBytes,
-			},
-			Go:      func(f func(context.Context)) { b.goFunc(func() { f(b.ctx) }) },
-			Context: b.ctx,
+			NodeID:            n.cfg.NodeID,
+			Logger:            n.log,
+			Fetchers:          n.replicas,
+			Cluster:           partitionCluster{n},
+			ReplicaLagTimeMax: n.cfg.ReplicaLagTimeMax,
+			IdleUpload:        n.cfg.Tier.IdleUpload,
+			Dropped:           func(tp format.TopicPartition) { n.collector.dropped(tp, n.cfg.Tier.Now()) },
+			Metrics:           n.cfg.Metrics.Partition,
+			Go:                func(f func(context.Context)) { n.cfg.Go(func() { f(n.ctx) }) },
+			Context:           n.ctx,
 		}
-		if b.tier != nil {
-			h.Bucket = b.tier
+		if n.tier != nil {
+			h.Bucket = n.tier
 		}
-		b.host = h
+		n.host = h
 	})
-	return b.host
+	return n.host
+}
+
+// HoldReconcile waits for the reconcile under way, if any, and holds off
+// the next ones until release is called.
+func (n *Node) HoldReconcile() (release func()) {
+	n.reconcileMu.Lock()
+	return n.reconcileMu.Unlock
 }

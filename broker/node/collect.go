@@ -1,4 +1,4 @@
-package broker
+package node
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type collector struct {
 	wake chan struct{}
 	// dir holds one empty marker file per partition of a deleted topic
 	// whose objects are not all deleted yet, named as its log directory
-	// was (partitionDir): a restart resumes the work.
+	// was (PartitionDir): a restart resumes the work.
 	dir string
 	// interval is tier.collect_interval.
 	interval time.Duration
@@ -123,18 +123,18 @@ func (c *collector) init(dir string, interval time.Duration) error {
 }
 
 func (c *collector) marker(tp format.TopicPartition) string {
-	return filepath.Join(c.dir, partitionDir(tp.Topic, tp.TopicID, tp.Partition))
+	return filepath.Join(c.dir, PartitionDir(tp.Topic, tp.TopicID, tp.Partition))
 }
 
 // queueRemoteDelete has the collector delete every object of tp, a
 // partition of a deleted topic, retrying until it is done, across
 // restarts too.
-func (b *Broker) queueRemoteDelete(tp format.TopicPartition) {
-	c := &b.collector
+func (n *Node) queueRemoteDelete(tp format.TopicPartition) {
+	c := &n.collector
 	if err := writeMarker(c.marker(tp)); err != nil {
 		// Still deleted by this run; only a restart before it is done
 		// would leave the objects behind.
-		b.log.Warn("record a pending deletion from the bucket", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+		n.log.Warn("record a pending deletion from the bucket", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 	}
 	c.mu.Lock()
 	c.mu.deletes[tp] = true
@@ -171,9 +171,9 @@ func writeMarker(path string) error {
 // and collects them one at a time, evenly spread over
 // tier.collect_interval, so that the store sees a steady trickle of
 // requests rather than a burst per interval.
-func (b *Broker) collectLoop() {
-	c := &b.collector
-	cfg := b.cfg.Tier
+func (n *Node) collectLoop() {
+	c := &n.collector
+	cfg := n.cfg.Tier
 	backoff := cfg.UploadInterval
 	retry := time.NewTimer(0) // at once: deletions left by a previous run
 	defer retry.Stop()
@@ -183,24 +183,24 @@ func (b *Broker) collectLoop() {
 	var gap time.Duration
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-n.ctx.Done():
 			return
 		case <-next.C:
 			if len(pass) == 0 {
-				if pass = b.dueForCollection(); len(pass) == 0 {
+				if pass = n.dueForCollection(); len(pass) == 0 {
 					next.Reset(cfg.CollectInterval)
 					continue
 				}
 				gap = cfg.CollectInterval / time.Duration(len(pass))
 			}
-			b.collectPartition(pass[0])
+			n.collectPartition(pass[0])
 			pass = pass[1:]
 			next.Reset(gap)
 			continue
 		case <-c.wake:
 		case <-retry.C:
 		}
-		if b.deletePending() {
+		if n.deletePending() {
 			retry.Stop()
 			backoff = cfg.UploadInterval
 			continue
@@ -218,11 +218,11 @@ func (b *Broker) collectLoop() {
 // whatever their age are those of its own node's writers (uploads,
 // merges, compaction passes), and a follower's collector would delete the
 // leader's. A follower keeps its record for when it leads.
-func (b *Broker) dueForCollection() []*partition.Partition {
-	c := &b.collector
-	now := b.cfg.Tier.Now()
-	cutoff := now.Add(-b.cfg.Tier.OrphanGrace)
-	ps := b.partitionList()
+func (n *Node) dueForCollection() []*partition.Partition {
+	c := &n.collector
+	now := n.cfg.Tier.Now()
+	cutoff := now.Add(-n.cfg.Tier.OrphanGrace)
+	ps := n.partitionList()
 	hosted := make(map[format.TopicPartition]bool, len(ps))
 	var due []*partition.Partition
 	c.mu.Lock()
@@ -255,7 +255,7 @@ func (b *Broker) dueForCollection() []*partition.Partition {
 
 // collectPartition deletes p's orphans that are past the grace period, and
 // strikes the drops that this covers from p's record.
-func (b *Broker) collectPartition(p *partition.Partition) {
+func (n *Node) collectPartition(p *partition.Partition) {
 	if p.Dropped() {
 		return // dropped since the pass began
 	}
@@ -268,26 +268,26 @@ func (b *Broker) collectPartition(p *partition.Partition) {
 	tp := p.BucketName()
 	// Read before the tier reads its own clock: every object dropped
 	// before this cutoff is past the tier's cutoff too.
-	cutoff := b.cfg.Tier.Now().Add(-b.cfg.Tier.OrphanGrace)
+	cutoff := n.cfg.Tier.Now().Add(-n.cfg.Tier.OrphanGrace)
 	ctx, cancel := context.WithTimeout(p.UploadContext(), time.Minute)
 	// Claimed first, so that a deposed leader's collector is fenced by
 	// this one's epoch even on a partition this leader has not written.
-	err := b.tier.Claim(ctx, tp, epoch)
-	n := 0
+	err := n.tier.Claim(ctx, tp, epoch)
+	deleted := 0
 	if err == nil {
-		n, err = b.tier.CollectOrphansAt(ctx, tp, epoch, b.cfg.Tier.OrphanGrace)
+		deleted, err = n.tier.CollectOrphansAt(ctx, tp, epoch, n.cfg.Tier.OrphanGrace)
 	}
 	cancel()
-	b.metrics.tierOrphansDeleted.Add(float64(n))
+	n.cfg.Metrics.OrphansDeleted.Add(float64(deleted))
 	if err != nil {
 		if errors.Is(err, tier.ErrCollectionSkipped) || errors.Is(err, tier.ErrFenced) || errors.Is(err, tier.ErrClusterUnnamed) {
-			b.log.Debug("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
+			n.log.Debug("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
 		} else if !p.Dropped() {
-			b.log.Warn("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
+			n.log.Warn("collect orphans", "topic", p.Topic(), "partition", p.Index(), "err", err)
 		}
 		return // the drops stay due: the next pass tries again
 	}
-	c := &b.collector
+	c := &n.collector
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, seen := c.mu.drops[tp]
@@ -303,23 +303,23 @@ func (b *Broker) collectPartition(p *partition.Partition) {
 
 // deletePending deletes the objects of the queued partitions and reports
 // whether none is left.
-func (b *Broker) deletePending() bool {
-	c := &b.collector
+func (n *Node) deletePending() bool {
+	c := &n.collector
 	c.mu.Lock()
 	tps := slices.Collect(maps.Keys(c.mu.deletes))
 	c.mu.Unlock()
 	done := true
 	for _, tp := range tps {
-		if b.ctx.Err() != nil {
+		if n.ctx.Err() != nil {
 			return false
 		}
-		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
-		err := b.tier.DeletePartition(ctx, tp)
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Minute)
+		err := n.tier.DeletePartition(ctx, tp)
 		cancel()
 		if err != nil {
 			done = false
-			if b.ctx.Err() == nil {
-				b.log.Warn("delete partition from the bucket (will retry)", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+			if n.ctx.Err() == nil {
+				n.log.Warn("delete partition from the bucket (will retry)", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 			}
 			continue
 		}
@@ -327,9 +327,9 @@ func (b *Broker) deletePending() bool {
 		delete(c.mu.deletes, tp)
 		c.mu.Unlock()
 		if err := os.Remove(c.marker(tp)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			b.log.Warn("remove a pending deletion's marker", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+			n.log.Warn("remove a pending deletion's marker", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 		}
-		b.log.Info("partition deleted from the bucket", "topic", tp.Topic, "partition", tp.Partition)
+		n.log.Info("partition deleted from the bucket", "topic", tp.Topic, "partition", tp.Partition)
 	}
 	return done
 }

@@ -57,7 +57,7 @@ func encodeBatch(attrs int16, pid int64, epoch int16, seq int32, values ...strin
 	b := make([]byte, 61, 61+len(recs))
 	be.PutUint32(b[8:], uint32(61-12+len(recs)))
 	be.PutUint32(b[12:], 0xffffffff) // partition leader epoch
-	b[16] = 2                         // magic
+	b[16] = 2                        // magic
 	be.PutUint16(b[21:], uint16(attrs))
 	be.PutUint32(b[23:], uint32(len(values)-1)) // last offset delta
 	be.PutUint64(b[27:], uint64(ts))            // first timestamp

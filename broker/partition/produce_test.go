@@ -1,0 +1,249 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// WaitCommitted answers an acks=all wait once the high watermark passes
+// the record, and trusts the high watermark only while this node still
+// leads at the epoch the record was appended in.
+func TestWaitCommitted(t *testing.T) {
+	cases := []struct {
+		name string
+		// before runs before the wait, then while it waits.
+		before, then func(p *Partition, n *node, cancel context.CancelFunc)
+		want         error
+	}{
+		{
+			name:   "already committed",
+			before: func(p *Partition, _ *node, _ context.CancelFunc) { must(t, p.ReplicaFetched(2, -1, 5)) },
+		},
+		{
+			name: "the high watermark passes the offset",
+			then: func(p *Partition, _ *node, _ context.CancelFunc) { must(t, p.ReplicaFetched(2, -1, 5)) },
+		},
+		{
+			name: "the high watermark reaches the last record but does not pass it",
+			then: func(p *Partition, _ *node, cancel context.CancelFunc) {
+				must(t, p.ReplicaFetched(2, -1, 4))
+				// Time for a wait that took 4 for committed to say so.
+				time.Sleep(20 * time.Millisecond)
+				cancel()
+			},
+			want: kerr.RequestTimedOut,
+		},
+		{
+			name: "the ISR shrinks to the leader",
+			then: func(p *Partition, _ *node, _ context.CancelFunc) {
+				p.SetRole(Role{LeaderEpoch: 0, Leader: self, Replicas: []int32{1, 2}, ISR: []int32{1}, PartitionEpoch: 2})
+			},
+		},
+		{
+			name: "leadership moves to another node",
+			then: func(p *Partition, _ *node, _ context.CancelFunc) { p.SetRole(followerOf(2, 1)) },
+			want: kerr.NotLeaderForPartition,
+		},
+		{
+			name: "this node leads again, at a newer epoch",
+			then: func(p *Partition, _ *node, _ context.CancelFunc) {
+				p.SetRole(leader(1, []int32{1}, []int32{1}))
+			},
+			want: kerr.NotLeaderForPartition,
+		},
+		{
+			name: "the partition stops",
+			then: func(p *Partition, _ *node, _ context.CancelFunc) { p.Stop() },
+			want: kerr.NotLeaderForPartition,
+		},
+		{
+			name: "the request's time runs out",
+			then: func(_ *Partition, _ *node, cancel context.CancelFunc) { cancel() },
+			want: kerr.RequestTimedOut,
+		},
+		{
+			name: "the node closes",
+			then: func(_ *Partition, n *node, _ context.CancelFunc) { n.stop() },
+			want: ErrClosed,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := newNode(t)
+			p := n.open(t)
+			p.SetRole(leader(0, []int32{1, 2}, []int32{1, 2}))
+			info, epoch, err := p.Append(batch("a", "b", "c", "d", "e"))
+			must(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if c.before != nil {
+				c.before(p, n, cancel)
+			}
+			done := make(chan error, 1)
+			go func() { done <- p.WaitCommitted(ctx, info.LastOffset, epoch) }()
+			if c.then != nil {
+				eventually(t, "the wait", func() bool { return p.Waiters() == 1 })
+				c.then(p, n, cancel)
+			}
+			select {
+			case err := <-done:
+				if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+					t.Fatalf("WaitCommitted: %v, want %v", err, c.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("WaitCommitted still waiting, want %v", c.want)
+			}
+			if w := p.Waiters(); w != 0 {
+				t.Fatalf("%d waiters left behind", w)
+			}
+		})
+	}
+}
+
+// Produce appends, and for acks=all waits for the ISR; a part whose ISR
+// shrank below min.insync.replicas meanwhile is told so
+// (NOT_ENOUGH_REPLICAS_AFTER_APPEND), though its records are in.
+func TestProduce(t *testing.T) {
+	cases := []struct {
+		name    string
+		minISR  int
+		role    Role
+		acksAll bool
+		preErr  error // the part arrives refused already
+		// then, if set, runs once the produce waits for the ISR.
+		then         func(p *Partition)
+		wantErr      error
+		wantAppended bool
+		wantEnd      int64 // the log end after
+	}{
+		{
+			name: "acks=1 does not wait for the ISR", minISR: 1,
+			role:         leader(0, []int32{1, 2}, []int32{1, 2}),
+			wantAppended: true, wantEnd: 3,
+		},
+		{
+			name: "acks=all on a lone leader", minISR: 1, acksAll: true,
+			role:         leader(0, []int32{1}, []int32{1}),
+			wantAppended: true, wantEnd: 3,
+		},
+		{
+			name: "acks=all waits for the follower", minISR: 2, acksAll: true,
+			role:         leader(0, []int32{1, 2}, []int32{1, 2}),
+			then:         func(p *Partition) { must(t, p.ReplicaFetched(2, -1, 3)) },
+			wantAppended: true, wantEnd: 3,
+		},
+		{
+			name: "the ISR shrinks below min.insync.replicas after the append", minISR: 2, acksAll: true,
+			role: leader(0, []int32{1, 2}, []int32{1, 2}),
+			then: func(p *Partition) {
+				p.SetRole(Role{LeaderEpoch: 0, Leader: self, Replicas: []int32{1, 2}, ISR: []int32{1}, PartitionEpoch: 2})
+			},
+			wantErr: kerr.NotEnoughReplicasAfterAppend, wantAppended: true, wantEnd: 3,
+		},
+		{
+			name: "the leader is deposed before the ISR has the records", minISR: 1, acksAll: true,
+			role:    leader(0, []int32{1, 2}, []int32{1, 2}),
+			then:    func(p *Partition) { p.SetRole(followerOf(2, 1)) },
+			wantErr: kerr.NotLeaderForPartition, wantAppended: true, wantEnd: 3,
+		},
+		{
+			name: "a follower takes no produce", minISR: 1, acksAll: true,
+			role:    followerOf(2, 0),
+			wantErr: ErrNotLeader,
+		},
+		{
+			name: "a part refused already is left alone", minISR: 1, acksAll: true,
+			role:    leader(0, []int32{1}, []int32{1}),
+			preErr:  kerr.InvalidTopicException,
+			wantErr: kerr.InvalidTopicException,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := newNode(t)
+			p := n.openWith(t, &Settings{MinISR: c.minISR})
+			p.SetRole(c.role)
+			a := &Append{P: p, Records: batch("a", "b", "c"), Err: c.preErr}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Produce(t.Context(), []*Append{a}, c.acksAll)
+			}()
+			if c.then != nil {
+				eventually(t, "the acks=all wait", func() bool { return p.Waiters() == 1 })
+				c.then(p)
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Produce still waiting")
+			}
+			if c.wantErr == nil && a.Err != nil || c.wantErr != nil && !errors.Is(a.Err, c.wantErr) {
+				t.Fatalf("part error %v, want %v", a.Err, c.wantErr)
+			}
+			if a.Appended != c.wantAppended || p.Log().EndOffset() != c.wantEnd {
+				t.Fatalf("appended %v, log end %d; want %v, %d", a.Appended, p.Log().EndOffset(), c.wantAppended, c.wantEnd)
+			}
+			if a.Appended && (a.Info.BaseOffset != 0 || a.Info.LastOffset != 2) {
+				t.Fatalf("append info %+v, want offsets 0 to 2", a.Info)
+			}
+		})
+	}
+}
+
+// Every part of an acks=all produce waits against the request's one
+// deadline, and each is answered on its own.
+func TestProduceAnswersEachPart(t *testing.T) {
+	n := newNode(t)
+	alone, waiting, following := n.open(t), n.open(t), n.open(t)
+	alone.SetRole(leader(0, []int32{1}, []int32{1}))
+	waiting.SetRole(leader(0, []int32{1, 2}, []int32{1, 2}))
+	following.SetRole(followerOf(2, 0))
+	parts := []*Append{{P: waiting, Records: batch("a")}, {P: alone, Records: batch("b")}, {P: following, Records: batch("c")}}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	Produce(ctx, parts, true)
+	for i, want := range []error{kerr.RequestTimedOut, nil, ErrNotLeader} {
+		if a := parts[i]; want == nil && a.Err != nil || want != nil && !errors.Is(a.Err, want) {
+			t.Errorf("part %d: %v, want %v", i, a.Err, want)
+		}
+	}
+	if !parts[0].Appended || !parts[1].Appended || parts[2].Appended {
+		t.Errorf("appended %v %v %v, want true true false", parts[0].Appended, parts[1].Appended, parts[2].Appended)
+	}
+}
+
+// A produce is checked before it appends: acks=all needs an ISR of at
+// least min.insync.replicas, and a client may not write to an internal
+// topic.
+func TestProduceChecks(t *testing.T) {
+	cases := []struct {
+		name        string
+		settings    Settings
+		isr         []int32
+		wantISR     error
+		wantClientW error
+	}{
+		{name: "ISR at min.insync.replicas", settings: Settings{MinISR: 2}, isr: []int32{1, 2}},
+		{name: "ISR above min.insync.replicas", settings: Settings{MinISR: 1}, isr: []int32{1, 2}},
+		{name: "ISR below min.insync.replicas", settings: Settings{MinISR: 2}, isr: []int32{1}, wantISR: kerr.NotEnoughReplicas},
+		{name: "internal topic", settings: Settings{MinISR: 1, Internal: true}, isr: []int32{1}, wantClientW: kerr.InvalidTopicException},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := newNode(t)
+			p := n.openWith(t, &c.settings)
+			p.SetRole(leader(0, []int32{1, 2}, c.isr))
+			if err := p.CheckISR(); c.wantISR == nil && err != nil || c.wantISR != nil && !errors.Is(err, c.wantISR) {
+				t.Errorf("CheckISR: %v, want %v", err, c.wantISR)
+			}
+			if err := p.CheckClientWrite(); c.wantClientW == nil && err != nil || c.wantClientW != nil && !errors.Is(err, c.wantClientW) {
+				t.Errorf("CheckClientWrite: %v, want %v", err, c.wantClientW)
+			}
+		})
+	}
+}

@@ -123,7 +123,7 @@ func Fetch(ctx context.Context, parts []*FetchPart, buf []byte, maxBytes, minByt
 		if waiter == nil {
 			waiter = make(chan struct{}, 1)
 			for _, fp := range parts {
-				if fp.P != nil && !fp.done {
+				if fp.P != nil && !fp.done && fp.Err == nil {
 					fp.P.AddWaiter(waiter)
 					defer fp.P.RemoveWaiter(waiter)
 				}
@@ -150,7 +150,7 @@ func Fetch(ctx context.Context, parts []*FetchPart, buf []byte, maxBytes, minByt
 func prefetch(parts []*FetchPart) {
 	for _, fp := range parts {
 		p := fp.P
-		if p != nil && !fp.done && p.host.Bucket != nil && fp.Offset < p.log.StartOffset() && fp.Offset < p.remoteEnd.Load() {
+		if p != nil && !fp.done && fp.Err == nil && p.host.Bucket != nil && fp.Offset < p.log.StartOffset() && fp.Offset < p.remoteEnd.Load() {
 			p.host.Bucket.Prefetch(p.BucketName(), fp.Offset)
 		}
 	}
@@ -168,7 +168,7 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 	buf = buf[:0]
 	first := true
 	for _, fp := range parts {
-		if fp.done {
+		if fp.done || fp.P == nil || fp.Err != nil {
 			anyErr = true
 			continue
 		}

@@ -1,12 +1,12 @@
 package broker
 
 import (
-	"context"
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/partition"
 	"strata/broker/txn"
 )
@@ -52,7 +52,7 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 	} else {
 		ctx := b.ctx
 		if tx != nil {
-			ctx = context.WithValue(ctx, txnAppendKey{}, tx)
+			ctx = node.WithTxnAppend(ctx, tx)
 		}
 		resp = b.groups.TxnOffsetCommit(ctx, r)
 		if tx != nil && tx.Guard != nil && !anyCommitted(resp) {
@@ -80,11 +80,6 @@ func anyCommitted(resp *kmsg.TxnOffsetCommitResponse) bool {
 	return false
 }
 
-// txnAppendKey carries a TxnOffsetCommit's verification (a *partition.TxnAppend)
-// in the context the group coordinator passes to offsetsLog.Append: the
-// coordinator's interface knows nothing of partitions and guards.
-type txnAppendKey struct{}
-
 // verifyTxnOffsets asks the transaction coordinator whether the group's
 // offsets partition is in the producer's ongoing transaction (KIP-890
 // part 1), as a produce's transactional batch is verified: not at all if
@@ -105,7 +100,7 @@ func (b *Broker) verifyTxnOffsets(r *kmsg.TxnOffsetCommitRequest) (*partition.Pa
 	// has not loaded yet, is answered as the group coordinator would, and
 	// the client retries.
 	switch {
-	case p == nil || !b.leadsOffsets(index):
+	case p == nil || !b.node.LeadsOffsets(index):
 		return nil, nil, kerr.NotCoordinator
 	case !b.groups.Leads(index):
 		return nil, nil, kerr.CoordinatorLoadInProgress

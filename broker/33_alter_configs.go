@@ -68,7 +68,7 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 			if rr.ResourceName == offsetsTopic {
 				// A key left out goes back to its default, and the offsets
 				// topic's defaults are its own (compacted, large segments).
-				for k, v := range offsetsTopicConfigs {
+				for k, v := range node.OffsetsTopicConfigs {
 					if _, ok := set[k]; !ok {
 						set[k] = v
 					}

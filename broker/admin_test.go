@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"strata/broker/node"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,7 @@ func TestLegacyAlterConfigsKeepsOffsetsTopicSettings(t *testing.T) {
 	for _, c := range rc.Configs {
 		got[c.Key] = c.MaybeValue()
 	}
-	for k, v := range offsetsTopicConfigs {
+	for k, v := range node.OffsetsTopicConfigs {
 		if got[k] != v {
 			t.Errorf("%s = %q after the alter, want %q", k, got[k], v)
 		}

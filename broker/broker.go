@@ -206,10 +206,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.tier = b.node.Tier()
-	if err := b.startGroups(ctx); err != nil {
+	if b.groups, err = b.node.StartGroups(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}
+	b.metrics.reg.MustRegister(&groupCollector{b: b})
 	if err := b.startTxns(ctx); err != nil {
 		b.Close()
 		return nil, err

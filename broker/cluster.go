@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 
+	"strata/broker/group"
 	"strata/broker/node"
 	"strata/broker/replica"
 	"strata/meta"
@@ -34,12 +35,19 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		FlushInterval:            b.cfg.FlushInterval,
 		Tier:                     b.cfg.Tier,
 		Compactor:                b.cfg.Compactor,
-		Metrics:                  b.metrics.node(),
-		Peer:                     func(id int32) replica.Client { return peerClient{b, id} },
+		Groups: group.Config{
+			Partitions:            b.cfg.OffsetsPartitions,
+			MinSessionTimeout:     b.cfg.GroupMinSessionTimeout,
+			MaxSessionTimeout:     b.cfg.GroupMaxSessionTimeout,
+			InitialRebalanceDelay: b.cfg.GroupInitialRebalanceDelay,
+			OffsetsRetention:      b.cfg.OffsetsRetention,
+		},
+		Metrics: b.metrics.node(),
+		Peer:    func(id int32) replica.Client { return peerClient{b, id} },
 		Reconciled: func() {
 			// Coordinators follow the offsets and transaction state
 			// partitions reconcile has just opened or closed.
-			b.syncCoordinator(b.ctx)
+			b.node.SyncGroups(b.ctx)
 			b.syncTxnCoordinator(b.ctx)
 		},
 		Go: b.goFunc,

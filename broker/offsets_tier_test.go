@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"strata/broker/node"
 	"strata/tier/objstore"
 )
 
@@ -365,7 +366,7 @@ func TestClusterUpgradesOffsetsTopicSettings(t *testing.T) {
 	c.waitFor("the offsets topic's settings on every node", 30*time.Second, func() bool {
 		for id := int32(1); id <= 3; id++ {
 			t, ok := c.node(id).node.TopicByName(offsetsTopic)
-			if !ok || len(missingOffsetsConfigs(t)) > 0 {
+			if !ok || len(node.MissingOffsetsConfigs(t)) > 0 {
 				return false
 			}
 		}

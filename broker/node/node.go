@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"strata/broker/group"
 	"strata/broker/partition"
 	"strata/broker/replica"
 	"strata/compactor"
@@ -57,6 +58,9 @@ type Config struct {
 	MaintenanceInterval, FlushInterval time.Duration
 	// Tier configures tiered storage; a nil Store keeps everything local.
 	Tier TierConfig
+	// Groups configures the group coordinator; Partitions is
+	// offsets.topic.num.partitions, and the node fills in the rest.
+	Groups group.Config
 	// Compactor configures log compaction.
 	Compactor compactor.Config
 	// Metrics are the series the node and its partitions update.
@@ -150,6 +154,9 @@ type Node struct {
 	collector collector
 	// compactor compacts the compacted topics' logs (compaction.go).
 	compactor *compactor.Compactor
+	// groups is the group coordinator (groups.go), nil before
+	// StartGroups.
+	groups *group.Coordinator
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64

@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -97,89 +95,11 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		return err
 	}
 	sp.LeaderEpoch = p.LeaderEpoch()
-	// hw is the end of what the consumer may read: under read_committed,
-	// the last stable offset (Kafka's lastFetchableOffset).
-	hw := p.HighWatermark()
-	if committed {
-		hw = p.LastStableOffset()
-	}
-	// A new leader learns what its predecessor committed only as its
-	// followers fetch from it: until its high watermark reaches the start
-	// of its epoch, it may be below the offsets the previous leader
-	// served, and an answer from it could take a consumer backwards
-	// (Kafka's fetchOffsetForTimestamp).
-	notAvailable := func() error {
-		if start := p.EpochStart(); start > p.HighWatermark() {
-			return fmt.Errorf("%w: the high watermark %d of %s-%d has not reached the start %d of this leader's epoch yet",
-				kerr.OffsetNotAvailable, p.HighWatermark(), topic, rp.Partition, start)
-		}
-		return nil
-	}
-	if rp.Timestamp != -1 && rp.Timestamp != -4 {
-		if err := p.CheckRemoteKnown(); err != nil {
-			return err
-		}
-	}
 	switch ts := rp.Timestamp; {
-	case ts == -2:
-		sp.Offset = p.LogStartOffset()
-	case ts == -4 && version >= 8:
-		sp.Offset = p.Log().StartOffset()
-	case ts == -1:
-		if err := notAvailable(); err != nil {
-			return err
-		}
-		sp.Offset = hw
-	case ts == -3 && version >= 7:
-		mts, off := p.Log().MaxTimestamp()
-		// The bucket is asked only when it holds records the local log
-		// no longer has.
-		if b.tier != nil && p.LogStartOffset() < p.Log().StartOffset() {
-			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-			rts, roff, ok, err := b.tier.MaxTimestamp(ctx, p.BucketName())
-			cancel()
-			if err != nil {
-				return fmt.Errorf("max timestamp in the bucket of %s-%d: %w", topic, rp.Partition, partition.StorageError(err))
-			}
-			// On a tie the first record wins, as in Kafka; the bucket's
-			// come before the local log's.
-			if ok && rts >= mts && roff < hw {
-				mts, off = rts, roff
-			}
-		}
-		if off >= 0 && off < hw {
-			sp.Timestamp, sp.Offset = mts, off
-		}
-	case ts == -5 && version >= 9:
-		if end := p.RemoteEnd(); end > 0 {
-			sp.Offset = end - 1 // the highest offset in the bucket
-		}
-	case ts >= 0:
-		if b.tier != nil && p.RemoteEnd() > p.LogStartOffset() {
-			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-			off, found, ok, err := b.tier.OffsetForTimestamp(ctx, p.BucketName(), ts)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, topic, rp.Partition, partition.StorageError(err))
-			}
-			if ok && off < hw {
-				sp.Timestamp, sp.Offset = found, off
-				return nil
-			}
-		}
-		off, found, ok, err := p.Log().OffsetForTimestamp(ts)
-		if err != nil {
-			return fmt.Errorf("offset for timestamp %d in %s-%d: %w", ts, topic, rp.Partition, err)
-		}
-		if ok && off < hw {
-			sp.Timestamp, sp.Offset = found, off
-			return nil
-		}
-		// Not found below the high watermark: it may be there once the
-		// high watermark catches up.
-		return notAvailable()
-	default:
+	case ts == partition.EarliestLocal && version < 8, ts == partition.MaxTimestamp && version < 7,
+		ts == partition.LatestTiered && version < 9, ts < partition.LatestTiered:
 		return fmt.Errorf("%w: timestamp %d at ListOffsets v%d", kerr.UnsupportedVersion, ts, version)
 	}
-	return nil
+	sp.Offset, sp.Timestamp, err = p.ListOffset(rp.Timestamp, committed)
+	return err
 }

@@ -79,6 +79,8 @@ type Bucket interface {
 	AbortedTransactions(ctx context.Context, tp format.TopicPartition, from, to int64) ([]segment.AbortedTxn, error)
 	HistoryBelow(ctx context.Context, tp format.TopicPartition, offset int64) (int64, segment.History, bool, error)
 	Prefetch(tp format.TopicPartition, offset int64)
+	OffsetForTimestamp(ctx context.Context, tp format.TopicPartition, ts int64) (offset, timestamp int64, ok bool, err error)
+	MaxTimestamp(ctx context.Context, tp format.TopicPartition) (timestamp, offset int64, ok bool, err error)
 }
 
 // Metrics are the series a partition updates.

@@ -1,0 +1,111 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ListOffsets' special timestamps (KIP-734, KIP-1005).
+const (
+	Latest         = -1 // the high watermark (the last stable offset under read_committed)
+	Earliest       = -2 // the log start, in the bucket if it holds older records
+	MaxTimestamp   = -3 // the record with the largest timestamp
+	EarliestLocal  = -4 // the local log's start
+	LatestTiered   = -5 // the highest offset in the bucket
+	ListUnanswered = -1 // an offset or timestamp not found
+)
+
+// ListOffset answers ListOffsets for ts, a timestamp or one of the special
+// ones above, as the partition's leader: the offset and the timestamp
+// found, ListUnanswered for either when there is none. committed reads
+// up to the last stable offset (read_committed).
+func (p *Partition) ListOffset(ts int64, committed bool) (offset, timestamp int64, err error) {
+	// hw is the end of what the consumer may read: under read_committed,
+	// the last stable offset (Kafka's lastFetchableOffset).
+	hw := p.HighWatermark()
+	if committed {
+		hw = p.LastStableOffset()
+	}
+	if ts != Latest && ts != EarliestLocal {
+		if err := p.CheckRemoteKnown(); err != nil {
+			return ListUnanswered, ListUnanswered, err
+		}
+	}
+	switch {
+	case ts == Earliest:
+		return p.LogStartOffset(), ListUnanswered, nil
+	case ts == EarliestLocal:
+		return p.log.StartOffset(), ListUnanswered, nil
+	case ts == Latest:
+		if err := p.offsetAvailable(); err != nil {
+			return ListUnanswered, ListUnanswered, err
+		}
+		return hw, ListUnanswered, nil
+	case ts == MaxTimestamp:
+		mts, off := p.log.MaxTimestamp()
+		// The bucket is asked only when it holds records the local log
+		// no longer has.
+		if b := p.host.Bucket; b != nil && p.LogStartOffset() < p.log.StartOffset() {
+			ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
+			rts, roff, ok, err := b.MaxTimestamp(ctx, p.BucketName())
+			cancel()
+			if err != nil {
+				return ListUnanswered, ListUnanswered, fmt.Errorf("max timestamp in the bucket of %s-%d: %w", p.topic, p.index, StorageError(err))
+			}
+			// On a tie the first record wins, as in Kafka; the bucket's
+			// come before the local log's.
+			if ok && rts >= mts && roff < hw {
+				mts, off = rts, roff
+			}
+		}
+		if off >= 0 && off < hw {
+			return off, mts, nil
+		}
+		return ListUnanswered, ListUnanswered, nil
+	case ts == LatestTiered:
+		if end := p.RemoteEnd(); end > 0 {
+			return end - 1, ListUnanswered, nil // the highest offset in the bucket
+		}
+		return ListUnanswered, ListUnanswered, nil
+	case ts >= 0:
+		if b := p.host.Bucket; b != nil && p.RemoteEnd() > p.LogStartOffset() {
+			ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
+			off, found, ok, err := b.OffsetForTimestamp(ctx, p.BucketName(), ts)
+			cancel()
+			if err != nil {
+				return ListUnanswered, ListUnanswered, fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, p.topic, p.index, StorageError(err))
+			}
+			if ok && off < hw {
+				return off, found, nil
+			}
+		}
+		off, found, ok, err := p.log.OffsetForTimestamp(ts)
+		if err != nil {
+			return ListUnanswered, ListUnanswered, fmt.Errorf("offset for timestamp %d in %s-%d: %w", ts, p.topic, p.index, err)
+		}
+		if ok && off < hw {
+			return off, found, nil
+		}
+		// Not found below the high watermark: it may be there once the
+		// high watermark catches up.
+		return ListUnanswered, ListUnanswered, p.offsetAvailable()
+	}
+	return ListUnanswered, ListUnanswered, fmt.Errorf("%w: timestamp %d", kerr.UnsupportedVersion, ts)
+}
+
+// offsetAvailable refuses an answer while this leader's high watermark is
+// below the start of its epoch. A new leader learns what its predecessor
+// committed only as its followers fetch from it: until then its high
+// watermark may be below the offsets the previous leader served, and an
+// answer from it could take a consumer backwards (Kafka's
+// fetchOffsetForTimestamp).
+func (p *Partition) offsetAvailable() error {
+	if start := p.EpochStart(); start > p.HighWatermark() {
+		return fmt.Errorf("%w: the high watermark %d of %s-%d has not reached the start %d of this leader's epoch yet",
+			kerr.OffsetNotAvailable, p.HighWatermark(), p.topic, p.index, start)
+	}
+	return nil
+}

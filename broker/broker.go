@@ -215,6 +215,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.node.Run(); err != nil {
+		b.Close()
+		return nil, err
+	}
 	b.goFunc(b.node.HeartbeatLoop)
 	if clusterID == "" {
 		b.goFunc(b.node.AwaitClusterID)

@@ -163,6 +163,9 @@ type Node struct {
 	// host is what every hosted partition is given (partitionHost).
 	host     *partition.Host
 	hostOnce sync.Once
+	// changed is the metadata's change signal as Open's reconcile saw it,
+	// for the reconcile loop Run starts.
+	changed <-chan struct{}
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
 	// mu guards the partitions this node hosts.

@@ -156,22 +156,30 @@ func (n *Node) isrLoop() {
 }
 
 // Open opens the cold tier, for the cluster named clusterID (empty when
-// not named yet), and the partitions this node's metadata assigns it,
-// then starts the node's loops on Config.Go. Call it once, after Join.
+// not named yet), and the partitions this node's metadata assigns it.
+// Call it once, after Join; Run then starts the node's loops.
 func (n *Node) Open(ctx context.Context, clusterID string) error {
 	// The tier comes before the partitions: it decides how their logs
 	// retain data.
 	if err := n.OpenTier(ctx, clusterID); err != nil {
 		return fmt.Errorf("tiered storage: %w", err)
 	}
-	changed := n.meta.Changed() // before the state reconcile reads
+	n.changed = n.meta.Changed() // before the state reconcile reads
 	if err := n.ReconcileAtStart(); err != nil {
 		return err
 	}
 	if err := n.RemoveStaleDirs(); err != nil {
 		n.log.Warn("remove logs of deleted topics", "err", err)
 	}
-	n.cfg.Go(func() { n.reconcileLoop(changed) })
+	return nil
+}
+
+// Run starts the node's loops on Config.Go, once the coordinators its
+// reconciles keep in step (Config.Reconciled) have started: the reconcile
+// loop, from the metadata change Open saw last, the ISR and maintenance
+// loops, the tier's, and the compactor.
+func (n *Node) Run() error {
+	n.cfg.Go(func() { n.reconcileLoop(n.changed) })
 	n.cfg.Go(n.isrLoop)
 	n.cfg.Go(n.maintenanceLoop)
 	if n.tier != nil {

@@ -5,18 +5,6 @@ import (
 	"sync"
 )
 
-// release gives back the request memory of the request just answered and
-// lets its body buffer go when it is large.
-func (c *conn) release() {
-	if c.reserved > 0 {
-		c.b.reqMem.release(c.reserved)
-		c.reserved = 0
-	}
-	if cap(c.body) > retainBody {
-		c.body = nil
-	}
-}
-
 // requestMemory bounds the bytes of requests being read or handled across
 // all connections (queued.max.request.bytes). Reservations are of the
 // announced size, taken before a body is read: a body never grows beyond

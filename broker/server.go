@@ -203,6 +203,18 @@ func (c *conn) frameBuffered() bool {
 	return int64(n) >= 4+size
 }
 
+// release gives back the request memory of the request just answered and
+// lets its body buffer go when it is large.
+func (c *conn) release() {
+	if c.reserved > 0 {
+		c.b.reqMem.release(c.reserved)
+		c.reserved = 0
+	}
+	if cap(c.body) > retainBody {
+		c.body = nil
+	}
+}
+
 // readRequest reads and decodes one frame. A frame above the configured
 // maximum is refused before its body is allocated; a frame that does not
 // decode closes the connection. The frame's announced size is reserved

@@ -20,8 +20,8 @@ import (
 
 // This node's requests to other brokers: to the controller, in Kafka's
 // inter-broker requests (BrokerRegistration, BrokerHeartbeat,
-// AllocateProducerIds, CreateTopics, DescribeQuorum; AlterPartition in
-// replication.go), and to the leaders it follows (replica.Client).
+// AllocateProducerIds, CreateTopics, DescribeQuorum, AlterPartition), and
+// to the leaders it follows (replica.Client).
 // broker/node decides when to send them; controller translates.
 
 // peers holds one client per other broker's address, for the requests

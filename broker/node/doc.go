@@ -1,17 +1,24 @@
-// Package node owns what this node is in the cluster, apart from the
-// partitions it hosts: its registration with the controller under a
-// fresh incarnation, its heartbeats and controlled shutdown, the
-// cluster's id (checked at start, handed to the bucket once the
-// controller names the cluster), catching up with the controller's
-// metadata before a read that must not go back in time (metasync.go),
-// forwarding writes to the controller (AtController), topic creation and
-// its validation, and producer-id allocation.
+// Package node owns what this node is in the cluster: its registration
+// with the controller under a fresh incarnation, its heartbeats and
+// controlled shutdown, the cluster's id (checked at start, handed to the
+// bucket once the controller names the cluster) (cluster.go); catching up
+// with the controller's metadata before a read that must not go back in
+// time (metasync.go); forwarding writes to the controller (AtController);
+// topic creation and its validation (topics.go), topic configs
+// (topicconfig.go) and producer-id allocation (producerids.go).
+//
+// It also owns the partitions this node hosts: the lookups requests make
+// (Led, LedNow, Hosted) and the ISR and maintenance loops
+// (partitions.go); the reconcile that opens, stops and deletes them and
+// sets their roles from the metadata (reconcile.go); a leader's way to
+// the controller for ISR changes (isr.go); the cold tier with its upload
+// and collection loops (tier.go, collect.go); and the compactor
+// (compaction.go). Each partition itself is broker/partition's.
 //
 // It talks to a controller on another node only through the Controller
 // interface, which the Kafka edge implements with the inter-broker
 // requests; on the controller itself it goes straight to the metadata
-// store. What it needs of the hosted partitions (opening those of a new
-// topic) it reaches through hooks in Config.
+// store. Its loops run on Config.Go.
 //
 // It must never import strata/broker (the edge depends on it, not the
 // reverse) nor kmsg's request and response types; kerr's error values

@@ -88,6 +88,10 @@ type conn struct {
 	r      *bufio.Reader
 	w      *bufio.Writer
 	remote string
+	// principal is who the connection speaks for, in Kafka's
+	// "Type:name" form (admit). Every connection is PLAINTEXT and
+	// unauthenticated: Kafka's User:ANONYMOUS.
+	principal string
 
 	// body is reused across requests while it stays small (retainBody): a
 	// connection handles one request at a time, and no handler keeps a
@@ -142,6 +146,8 @@ func (b *Broker) serveConn(nc net.Conn) {
 		r:      bufio.NewReaderSize(ic, 64<<10),
 		w:      bufio.NewWriterSize(ic, 64<<10),
 		remote: nc.RemoteAddr().String(),
+		// Until a listener authenticates its connections.
+		principal: anonymous,
 	}
 	defer c.release()
 	for {
@@ -436,6 +442,9 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 		}
 		b.metrics.observeRequest(key, time.Since(start))
 	}()
+	if err := b.admit(req); err != nil {
+		return nil, err
+	}
 	if forwarded[key] && b.node.Clustered() && !b.meta.IsLeader() {
 		if resp, err := b.forward(req); !errors.Is(err, meta.ErrNotController) {
 			return resp, err
@@ -444,6 +453,19 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 	}
 	return a.handle(b, req)
 }
+
+// anonymous is the principal of an unauthenticated connection.
+const anonymous = "User:ANONYMOUS"
+
+// admit is the one place where a request's principal (req.conn.principal)
+// is checked before its handler runs: whether the connection has
+// authenticated as its listener requires, and whether the principal may
+// use the API at all. Checks that need the request's contents (ACLs on
+// the topics and groups it names, Metadata filtering) are the handlers',
+// against the same principal. Nothing is checked yet: every connection is
+// anonymous, and anonymous may do everything, as in Kafka without an
+// authorizer.
+func (b *Broker) admit(req *request) error { return nil }
 
 // forwarded are the requests that change the metadata and that clients
 // may send to any broker: a broker that is not the controller passes them

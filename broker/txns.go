@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"slices"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -282,7 +279,8 @@ func (b *Broker) loadTxnPartition(ctx context.Context, index, epoch int32, sum *
 		if len(buf) == 0 {
 			break
 		}
-		next, err := txnStateRecords(buf, &recs)
+		var next int64
+		recs, next, err = txn.ReadBatches(buf, recs)
 		if err != nil {
 			return fmt.Errorf("%s-%d at %d: %w", txnStateTopic, index, offset, err)
 		}
@@ -308,92 +306,6 @@ func (b *Broker) loadTxnPartition(ctx context.Context, index, epoch int32, sum *
 // txnLoadSummary adds up the partitions one syncTxnCoordinator pass loaded.
 type txnLoadSummary struct{ partitions, records, ending int }
 
-// txnStateRecords appends the records of the whole batches in buf to recs
-// and returns the offset after the last batch. Control batches (none are
-// written to this topic, but a compacted log may hold empty ones) are
-// skipped.
-func txnStateRecords(buf []byte, recs *[]txn.Record) (int64, error) {
-	next := int64(-1)
-	for len(buf) >= 61 {
-		h, err := segment.ParseBatchHeader(buf)
-		if err != nil {
-			return next, err
-		}
-		size := h.Size()
-		if size > len(buf) {
-			break
-		}
-		batch := buf[:size]
-		buf = buf[size:]
-		next = h.LastOffset() + 1
-		if h.IsControl() || h.NumRecords == 0 {
-			continue
-		}
-		var rb kmsg.RecordBatch
-		if err := rb.ReadFrom(batch); err != nil {
-			return next, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
-		}
-		if rb.Attributes&0x07 != 0 {
-			return next, fmt.Errorf("batch at %d: compressed transaction state is not written by any version", h.BaseOffset)
-		}
-		raw := rb.Records
-		for i := int32(0); i < rb.NumRecords; i++ {
-			var r kmsg.Record
-			n, err := readRecord(raw, &r)
-			if err != nil {
-				return next, fmt.Errorf("batch at %d, record %d: %w", h.BaseOffset, i, err)
-			}
-			raw = raw[n:]
-			*recs = append(*recs, txn.Record{Key: slices.Clone(r.Key), Value: slices.Clone(r.Value)})
-		}
-	}
-	return next, nil
-}
-
-// readRecord decodes one length-prefixed record from raw and returns its
-// encoded size.
-func readRecord(raw []byte, r *kmsg.Record) (int, error) {
-	l, n := kbin.Varint(raw)
-	if n <= 0 || l < 0 || int(l) > len(raw)-n {
-		return 0, fmt.Errorf("%w: record length", segment.ErrCorruptMessage)
-	}
-	size := n + int(l)
-	if err := r.ReadFrom(raw[:size]); err != nil {
-		return 0, err
-	}
-	return size, nil
-}
-
-var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
-
-// txnStateBatch encodes one record of the transaction state as an
-// uncompressed v2 batch with no producer (the log assigns the offset and
-// stamps the leader epoch).
-func txnStateBatch(r txn.Record, ts int64) []byte {
-	rec := kmsg.Record{Key: r.Key, Value: r.Value}
-	// Length counts the bytes after itself: encoded with 0 (one byte),
-	// the record is one byte longer than that.
-	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
-	body := rec.AppendTo(nil)
-	rb := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1,
-		Magic:                2,
-		FirstTimestamp:       ts,
-		MaxTimestamp:         ts,
-		ProducerID:           -1,
-		ProducerEpoch:        -1,
-		FirstSequence:        -1,
-		NumRecords:           1,
-		Records:              body,
-	}
-	out := rb.AppendTo(nil)
-	// Length counts everything after itself (offset 12); the CRC covers
-	// everything after itself (attributes at offset 21).
-	binary.BigEndian.PutUint32(out[8:12], uint32(len(out)-12))
-	binary.BigEndian.PutUint32(out[17:21], crc32.Checksum(out[21:], castagnoliTable))
-	return out
-}
-
 // writeTxnTransition appends t's record to its __transaction_state
 // partition, waits until it is committed, and applies it. A failure
 // abandons t (the state stays as it was) and is the Kafka error the
@@ -417,7 +329,7 @@ func (b *Broker) appendTxnRecord(ctx context.Context, t *txn.Transition) error {
 	if p == nil || !p.LeadsAt(t.CoordinatorEpoch) {
 		return fmt.Errorf("%w: %s-%d moved", kerr.NotCoordinator, txnStateTopic, t.Partition)
 	}
-	info, epoch, err := p.Append(txnStateBatch(t.Record(), time.Now().UnixMilli()))
+	info, epoch, err := p.Append(txn.EncodeBatch(t.Record(), time.Now().UnixMilli()))
 	switch {
 	case errors.Is(err, partition.ErrNotLeader), errors.Is(err, segment.ErrClosed):
 		return fmt.Errorf("%w: %v", kerr.NotCoordinator, err)

@@ -39,13 +39,6 @@ func (b *Broker) sendMarkers(m *txn.Markers) {
 	})
 }
 
-// stillCoordinates reports whether this node still decides for m's
-// transactional id under m's coordinator epoch.
-func (b *Broker) stillCoordinates(m *txn.Markers) bool {
-	epoch, ok := b.txns.c.Loaded(b.txns.c.PartitionFor(m.TransactionalID))
-	return ok && epoch == m.CoordinatorEpoch
-}
-
 // writeAllMarkers calls release before it records the transaction
 // complete: from then on the producer may end its next transaction, under
 // the same key when its epoch is not bumped (clients without KIP-890 part
@@ -54,7 +47,7 @@ func (b *Broker) writeAllMarkers(m *txn.Markers, release func()) {
 	pending := slices.Clone(m.Partitions)
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		if b.ctx.Err() != nil || !b.stillCoordinates(m) {
+		if b.ctx.Err() != nil || !b.txns.c.Coordinates(m) {
 			return
 		}
 		if len(pending) > 0 {

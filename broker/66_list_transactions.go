@@ -43,18 +43,14 @@ func (b *Broker) handleListTransactions(req *request) (kmsg.Response, error) {
 	if r.Version >= 1 && r.DurationFilterMillis > 0 {
 		f.MinDuration = time.Duration(r.DurationFilterMillis) * time.Millisecond
 	}
-	var pattern *regexp.Regexp
 	if r.Version >= 2 && r.TransactionalIDPattern != nil && *r.TransactionalIDPattern != "" {
 		var err error
-		if pattern, err = regexp.Compile(*r.TransactionalIDPattern); err != nil {
+		if f.IDPattern, err = regexp.Compile(*r.TransactionalIDPattern); err != nil {
 			resp.ErrorCode, _ = b.answerError(kmsg.ListTransactions, fmt.Errorf("%w: %v", kerr.InvalidRegularExpression, err))
 			return resp, nil
 		}
 	}
 	for _, s := range b.txns.c.List(f) {
-		if pattern != nil && !pattern.MatchString(s.TransactionalID) {
-			continue
-		}
 		ts := kmsg.NewListTransactionsResponseTransactionState()
 		ts.TransactionalID, ts.ProducerID, ts.TransactionState = s.TransactionalID, s.ProducerID, s.State.String()
 		resp.TransactionStates = append(resp.TransactionStates, ts)

@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -167,6 +169,20 @@ func markers(t *testing.T, b *Broker, topic string, partition int32) []segment.T
 		out = append(out, m)
 	}
 	return out
+}
+
+// readRecord decodes one length-prefixed record from raw and returns its
+// encoded size (as broker/txn reads the records of __transaction_state).
+func readRecord(raw []byte, r *kmsg.Record) (int, error) {
+	l, n := kbin.Varint(raw)
+	if n <= 0 || l < 0 || int(l) > len(raw)-n {
+		return 0, fmt.Errorf("%w: record length", segment.ErrCorruptMessage)
+	}
+	size := n + int(l)
+	if err := r.ReadFrom(raw[:size]); err != nil {
+		return 0, err
+	}
+	return size, nil
 }
 
 func TestTxnCoordinatorCommitAbortAndFencing(t *testing.T) {

@@ -2,20 +2,14 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/partition"
 	"strata/broker/txn"
@@ -282,7 +276,8 @@ func (b *Broker) loadTxnPartition(ctx context.Context, index, epoch int32, sum *
 		if len(buf) == 0 {
 			break
 		}
-		next, err := txnStateRecords(buf, &recs)
+		var next int64
+		recs, next, err = txn.ReadBatches(buf, recs)
 		if err != nil {
 			return fmt.Errorf("%s-%d at %d: %w", txnStateTopic, index, offset, err)
 		}
@@ -308,92 +303,6 @@ func (b *Broker) loadTxnPartition(ctx context.Context, index, epoch int32, sum *
 // txnLoadSummary adds up the partitions one syncTxnCoordinator pass loaded.
 type txnLoadSummary struct{ partitions, records, ending int }
 
-// txnStateRecords appends the records of the whole batches in buf to recs
-// and returns the offset after the last batch. Control batches (none are
-// written to this topic, but a compacted log may hold empty ones) are
-// skipped.
-func txnStateRecords(buf []byte, recs *[]txn.Record) (int64, error) {
-	next := int64(-1)
-	for len(buf) >= 61 {
-		h, err := segment.ParseBatchHeader(buf)
-		if err != nil {
-			return next, err
-		}
-		size := h.Size()
-		if size > len(buf) {
-			break
-		}
-		batch := buf[:size]
-		buf = buf[size:]
-		next = h.LastOffset() + 1
-		if h.IsControl() || h.NumRecords == 0 {
-			continue
-		}
-		var rb kmsg.RecordBatch
-		if err := rb.ReadFrom(batch); err != nil {
-			return next, fmt.Errorf("batch at %d: %w", h.BaseOffset, err)
-		}
-		if rb.Attributes&0x07 != 0 {
-			return next, fmt.Errorf("batch at %d: compressed transaction state is not written by any version", h.BaseOffset)
-		}
-		raw := rb.Records
-		for i := int32(0); i < rb.NumRecords; i++ {
-			var r kmsg.Record
-			n, err := readRecord(raw, &r)
-			if err != nil {
-				return next, fmt.Errorf("batch at %d, record %d: %w", h.BaseOffset, i, err)
-			}
-			raw = raw[n:]
-			*recs = append(*recs, txn.Record{Key: slices.Clone(r.Key), Value: slices.Clone(r.Value)})
-		}
-	}
-	return next, nil
-}
-
-// readRecord decodes one length-prefixed record from raw and returns its
-// encoded size.
-func readRecord(raw []byte, r *kmsg.Record) (int, error) {
-	l, n := kbin.Varint(raw)
-	if n <= 0 || l < 0 || int(l) > len(raw)-n {
-		return 0, fmt.Errorf("%w: record length", segment.ErrCorruptMessage)
-	}
-	size := n + int(l)
-	if err := r.ReadFrom(raw[:size]); err != nil {
-		return 0, err
-	}
-	return size, nil
-}
-
-var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
-
-// txnStateBatch encodes one record of the transaction state as an
-// uncompressed v2 batch with no producer (the log assigns the offset and
-// stamps the leader epoch).
-func txnStateBatch(r txn.Record, ts int64) []byte {
-	rec := kmsg.Record{Key: r.Key, Value: r.Value}
-	// Length counts the bytes after itself: encoded with 0 (one byte),
-	// the record is one byte longer than that.
-	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
-	body := rec.AppendTo(nil)
-	rb := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1,
-		Magic:                2,
-		FirstTimestamp:       ts,
-		MaxTimestamp:         ts,
-		ProducerID:           -1,
-		ProducerEpoch:        -1,
-		FirstSequence:        -1,
-		NumRecords:           1,
-		Records:              body,
-	}
-	out := rb.AppendTo(nil)
-	// Length counts everything after itself (offset 12); the CRC covers
-	// everything after itself (attributes at offset 21).
-	binary.BigEndian.PutUint32(out[8:12], uint32(len(out)-12))
-	binary.BigEndian.PutUint32(out[17:21], crc32.Checksum(out[21:], castagnoliTable))
-	return out
-}
-
 // writeTxnTransition appends t's record to its __transaction_state
 // partition, waits until it is committed, and applies it. A failure
 // abandons t (the state stays as it was) and is the Kafka error the
@@ -417,7 +326,7 @@ func (b *Broker) appendTxnRecord(ctx context.Context, t *txn.Transition) error {
 	if p == nil || !p.LeadsAt(t.CoordinatorEpoch) {
 		return fmt.Errorf("%w: %s-%d moved", kerr.NotCoordinator, txnStateTopic, t.Partition)
 	}
-	info, epoch, err := p.Append(txnStateBatch(t.Record(), time.Now().UnixMilli()))
+	info, epoch, err := p.Append(txn.EncodeBatch(t.Record(), time.Now().UnixMilli()))
 	switch {
 	case errors.Is(err, partition.ErrNotLeader), errors.Is(err, segment.ErrClosed):
 		return fmt.Errorf("%w: %v", kerr.NotCoordinator, err)
@@ -447,31 +356,6 @@ func (b *Broker) finishTxnTransition(ctx context.Context, t *txn.Transition) err
 		b.sendMarkers(m)
 	}
 	return nil
-}
-
-// sendMarkers writes m's markers in the background, then records the
-// transaction complete. Its goroutine stops when the broker closes or
-// this node stops coordinating the transactional id at m's coordinator
-// epoch (the next coordinator writes them again from the log).
-func (b *Broker) sendMarkers(m *txn.Markers) {
-	tx := b.txns
-	tx.mu.Lock()
-	key := fmt.Sprintf("%s/%d/%d", m.TransactionalID, m.CoordinatorEpoch, m.ProducerEpoch)
-	if tx.sending[key] {
-		tx.mu.Unlock()
-		return
-	}
-	tx.sending[key] = true
-	tx.mu.Unlock()
-	release := sync.OnceFunc(func() {
-		tx.mu.Lock()
-		delete(tx.sending, key)
-		tx.mu.Unlock()
-	})
-	b.goFunc(func() {
-		defer release()
-		b.writeAllMarkers(m, release)
-	})
 }
 
 // completedSignal returns a channel closed when the next transaction
@@ -520,239 +404,6 @@ func (b *Broker) retryWhileCompleting(add func() txn.AddPartitionsResult) txn.Ad
 	}
 }
 
-// stillCoordinates reports whether this node still decides for m's
-// transactional id under m's coordinator epoch.
-func (b *Broker) stillCoordinates(m *txn.Markers) bool {
-	epoch, ok := b.txns.c.Loaded(b.txns.c.PartitionFor(m.TransactionalID))
-	return ok && epoch == m.CoordinatorEpoch
-}
-
-// writeAllMarkers calls release before it records the transaction
-// complete: from then on the producer may end its next transaction, under
-// the same key when its epoch is not bumped (clients without KIP-890 part
-// 2), and those markers must not be taken for these, already being sent.
-func (b *Broker) writeAllMarkers(m *txn.Markers, release func()) {
-	pending := slices.Clone(m.Partitions)
-	backoff := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		if b.ctx.Err() != nil || !b.stillCoordinates(m) {
-			return
-		}
-		if len(pending) > 0 {
-			var fenced bool
-			pending, fenced = b.writeMarkersOnce(m, pending)
-			if fenced {
-				// A newer coordinator wrote a marker for this producer:
-				// this one's decisions are stale.
-				b.log.Warn("transaction markers fenced", "transactional_id", m.TransactionalID, "coordinator_epoch", m.CoordinatorEpoch)
-				return
-			}
-		}
-		if len(pending) == 0 {
-			t, err := b.txns.c.CompleteMarkers(m)
-			if err != nil {
-				return // stale or moved: nothing left for this node to do
-			}
-			release()
-			ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
-			err = b.writeTxnTransition(ctx, t)
-			cancel()
-			if err == nil {
-				b.txns.signalCompleted()
-				return
-			}
-			b.log.Warn("complete transaction", "transactional_id", m.TransactionalID, "err", err)
-		}
-		if attempt > 0 && attempt%20 == 0 {
-			b.log.Warn("transaction markers not written yet", "transactional_id", m.TransactionalID, "partitions", len(pending))
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-b.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-// writeMarkersOnce writes m's markers on parts once, each through its
-// partition's leader: this node's own partitions directly, the others'
-// with one WriteTxnMarkers per leader. It returns the partitions still to
-// write (retriable failures), and whether a leader refused the marker as
-// coming from a fenced coordinator. Partitions of deleted topics are
-// dropped, as Kafka does.
-func (b *Broker) writeMarkersOnce(m *txn.Markers, parts []txn.TopicPartition) (left []txn.TopicPartition, fenced bool) {
-	st := b.meta.State()
-	byLeader := make(map[int32][]txn.TopicPartition)
-	for _, tp := range parts {
-		t, ok := st.Topics[tp.Topic]
-		if !ok || int(tp.Partition) >= len(t.Partitions) {
-			b.log.Info("transaction marker for a deleted partition dropped", "transactional_id", m.TransactionalID, "topic", tp.Topic, "partition", tp.Partition)
-			continue
-		}
-		leader := t.Partitions[tp.Partition].Leader
-		if leader < 0 {
-			left = append(left, tp)
-			continue
-		}
-		byLeader[leader] = append(byLeader[leader], tp)
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
-	defer cancel()
-	type result struct {
-		tp  txn.TopicPartition
-		err error
-	}
-	results := make(chan result)
-	var wg sync.WaitGroup
-	for leader, tps := range byLeader {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var errs map[txn.TopicPartition]error
-			if leader == b.cfg.NodeID {
-				errs = b.writeMarkersLocal(ctx, m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, tps)
-			} else {
-				errs = b.writeMarkersRemote(ctx, leader, m, tps)
-			}
-			for _, tp := range tps {
-				results <- result{tp, errs[tp]}
-			}
-		}()
-	}
-	go func() { wg.Wait(); close(results) }()
-	for r := range results {
-		switch code := errorCode(r.err); {
-		case r.err == nil:
-		case code == kerr.TransactionCoordinatorFenced.Code || code == kerr.InvalidProducerEpoch.Code:
-			fenced = true
-		case code == kerr.UnknownTopicOrPartition.Code && !b.topicExists(r.tp.Topic):
-		default:
-			left = append(left, r.tp)
-		}
-	}
-	return left, fenced
-}
-
-func (b *Broker) topicExists(name string) bool {
-	_, ok := b.node.TopicByName(name)
-	return ok
-}
-
-// byTopic groups parts by topic, the topics in the order they first
-// appear, as the transaction APIs list partitions.
-func byTopic(parts []txn.TopicPartition) [][]txn.TopicPartition {
-	var groups [][]txn.TopicPartition
-	at := make(map[string]int)
-	for _, tp := range parts {
-		i, ok := at[tp.Topic]
-		if !ok {
-			i = len(groups)
-			at[tp.Topic] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], tp)
-	}
-	return groups
-}
-
-// writeMarkersRemote sends one WriteTxnMarkers to broker leader for tps.
-func (b *Broker) writeMarkersRemote(ctx context.Context, leader int32, m *txn.Markers, tps []txn.TopicPartition) map[txn.TopicPartition]error {
-	req := kmsg.NewPtrWriteTxnMarkersRequest()
-	req.Version = 1
-	wm := kmsg.NewWriteTxnMarkersRequestMarker()
-	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch
-	for _, g := range byTopic(tps) {
-		t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
-		t.Topic = g[0].Topic
-		for _, tp := range g {
-			t.Partitions = append(t.Partitions, tp.Partition)
-		}
-		wm.Topics = append(wm.Topics, t)
-	}
-	req.Markers = append(req.Markers, wm)
-	errs := make(map[txn.TopicPartition]error, len(tps))
-	kresp, err := b.peerRequest(ctx, leader, req)
-	if err != nil {
-		for _, tp := range tps {
-			errs[tp] = fmt.Errorf("%w: write markers at broker %d: %v", kerr.RequestTimedOut, leader, err)
-		}
-		return errs
-	}
-	for _, rm := range kresp.(*kmsg.WriteTxnMarkersResponse).Markers {
-		for _, rt := range rm.Topics {
-			for _, rp := range rt.Partitions {
-				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil {
-					errs[txn.TopicPartition{Topic: rt.Topic, Partition: rp.Partition}] = e
-				}
-			}
-		}
-	}
-	for _, tp := range tps {
-		if _, ok := errs[tp]; !ok && !answered(kresp.(*kmsg.WriteTxnMarkersResponse), tp) {
-			errs[tp] = fmt.Errorf("%w: broker %d did not answer for %s-%d", kerr.UnknownServerError, leader, tp.Topic, tp.Partition)
-		}
-	}
-	return errs
-}
-
-func answered(resp *kmsg.WriteTxnMarkersResponse, tp txn.TopicPartition) bool {
-	for _, rm := range resp.Markers {
-		for _, rt := range rm.Topics {
-			if rt.Topic != tp.Topic {
-				continue
-			}
-			for _, rp := range rt.Partitions {
-				if rp.Partition == tp.Partition {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-// writeMarkersLocal appends the marker of producer pid's transaction to
-// each of tps that this node leads and waits until each is committed (a
-// marker is written with acks=all, as Kafka's). A committed marker on a
-// __consumer_offsets partition makes the group coordinator apply (or drop)
-// the producer's pending offsets there.
-func (b *Broker) writeMarkersLocal(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32, tps []txn.TopicPartition) map[txn.TopicPartition]error {
-	errs := make(map[txn.TopicPartition]error, len(tps))
-	type appended struct {
-		tp    txn.TopicPartition
-		p     *partition.Partition
-		last  int64
-		epoch int32
-	}
-	var waits []appended
-	for _, tp := range tps {
-		p, err := b.led(tp.Topic, tp.Partition)
-		if err != nil {
-			errs[tp] = err
-			continue
-		}
-		info, lepoch, err := p.AppendMarker(pid, epoch, commit, coordinatorEpoch)
-		if err != nil {
-			errs[tp] = fmt.Errorf("write marker to %s-%d: %w", tp.Topic, tp.Partition, err)
-			continue
-		}
-		waits = append(waits, appended{tp, p, info.LastOffset, lepoch})
-	}
-	for _, w := range waits {
-		if err := w.p.WaitCommitted(ctx, w.last, w.epoch); err != nil {
-			errs[w.tp] = fmt.Errorf("marker on %s-%d: %w", w.tp.Topic, w.tp.Partition, err)
-			continue
-		}
-		if w.tp.Topic == offsetsTopic && b.groups != nil {
-			b.groups.CompleteTxn(w.tp.Partition, pid, commit)
-		}
-	}
-	return errs
-}
-
 // txnLoop aborts transactions open past their timeout, expires idle
 // transactional ids, and retries the loads of __transaction_state
 // partitions that failed.
@@ -785,90 +436,6 @@ func (b *Broker) txnLoop() {
 			}
 		}
 	}
-}
-
-// verifyTxnFunc is Broker.verifyTxn's signature.
-type verifyTxnFunc func(b *Broker, ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error
-
-// testVerifyTxn, when a test sets it, answers in place of the transaction
-// coordinator: tests of the partition and group sides write transactional
-// data without running a transaction through the coordinator.
-var testVerifyTxn atomic.Pointer[verifyTxnFunc]
-
-// verifyTxn asks the transaction coordinator of txnID (on this node, or on
-// another broker with a verification-only AddPartitionsToTxn, v4+) whether
-// each of parts is in producer pid's ongoing transaction at epoch: KIP-890
-// part 1, before a partition leader appends a transactional batch that
-// would open a transaction on it. The answer has an entry for every
-// partition of parts: nil when verified, else an error wrapping the Kafka
-// code (TRANSACTION_ABORTABLE for a partition not in the transaction,
-// PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING, NOT_COORDINATOR or
-// COORDINATOR_NOT_AVAILABLE when the coordinator could not answer).
-func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch int16, parts []txn.TopicPartition) map[txn.TopicPartition]error {
-	if f := testVerifyTxn.Load(); f != nil {
-		return (*f)(b, ctx, txnID, pid, epoch, parts)
-	}
-	out := make(map[txn.TopicPartition]error, len(parts))
-	all := func(err error) map[txn.TopicPartition]error {
-		for _, p := range parts {
-			out[p] = err
-		}
-		return out
-	}
-	if b.txns == nil {
-		return all(kerr.CoordinatorNotAvailable)
-	}
-	var coord kmsg.FindCoordinatorResponseCoordinator
-	if err := b.findCoordinator(txnID, 1, &coord); err != nil {
-		return all(err)
-	}
-	if coord.NodeID == b.cfg.NodeID {
-		res, err := b.txns.c.VerifyPartitions(txnID, pid, epoch, parts)
-		if err != nil {
-			return all(err)
-		}
-		for _, p := range parts {
-			if e := res[p]; e != nil {
-				out[p] = e
-			} else {
-				out[p] = nil
-			}
-		}
-		return out
-	}
-	req := kmsg.NewPtrAddPartitionsToTxnRequest()
-	req.Version = 4
-	rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
-	rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, rt.VerifyOnly = txnID, pid, epoch, true
-	for _, g := range byTopic(parts) {
-		t := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
-		t.Topic = g[0].Topic
-		for _, tp := range g {
-			t.Partitions = append(t.Partitions, tp.Partition)
-		}
-		rt.Topics = append(rt.Topics, t)
-	}
-	req.Transactions = append(req.Transactions, rt)
-	kresp, err := b.peerRequest(ctx, coord.NodeID, req)
-	if err != nil {
-		return all(fmt.Errorf("%w: verify with the coordinator at broker %d: %v", kerr.CoordinatorNotAvailable, coord.NodeID, err))
-	}
-	resp := kresp.(*kmsg.AddPartitionsToTxnResponse)
-	if e := kerr.ErrorForCode(resp.ErrorCode); e != nil {
-		return all(e)
-	}
-	all(fmt.Errorf("%w: the coordinator did not answer for the partition", kerr.UnknownServerError))
-	for _, tr := range resp.Transactions {
-		for _, t := range tr.Topics {
-			for _, p := range t.Partitions {
-				tp := txn.TopicPartition{Topic: t.Topic, Partition: p.Partition}
-				if _, asked := out[tp]; asked {
-					out[tp] = kerr.ErrorForCode(p.ErrorCode)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // txnCollector reports the transaction coordinator's gauges at scrape

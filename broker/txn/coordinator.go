@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -795,6 +796,9 @@ type ListFilter struct {
 	// MinDuration, when positive, keeps only transactions started at
 	// least that long ago (ListTransactions v1, KIP-994).
 	MinDuration time.Duration
+	// IDPattern, when set, keeps only the transactional ids it matches
+	// (ListTransactions v2, KIP-1152).
+	IDPattern *regexp.Regexp
 }
 
 // Summary is one row of ListTransactions.
@@ -818,7 +822,8 @@ func (c *Coordinator) List(f ListFilter) []Summary {
 		}
 		if len(f.States) > 0 && !slices.Contains(f.States, md.State) ||
 			len(f.ProducerIDs) > 0 && !slices.Contains(f.ProducerIDs, md.ProducerID) ||
-			f.MinDuration > 0 && (md.StartTime < 0 || now-md.StartTime < f.MinDuration.Milliseconds()) {
+			f.MinDuration > 0 && (md.StartTime < 0 || now-md.StartTime < f.MinDuration.Milliseconds()) ||
+			f.IDPattern != nil && !f.IDPattern.MatchString(id) {
 			continue
 		}
 		out = append(out, Summary{TransactionalID: id, ProducerID: md.ProducerID, State: md.State})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -767,6 +768,12 @@ func TestListDescribe(t *testing.T) {
 	if got := h.c.List(ListFilter{MinDuration: time.Hour}); len(got) != 0 {
 		t.Errorf("List(running 1h) = %v", got)
 	}
+	if got := names(h.c.List(ListFilter{IDPattern: regexp.MustCompile("^t")})); !slices.Equal(got, []string{"two/Empty"}) {
+		t.Errorf("List(pattern ^t) = %v", got)
+	}
+	if got := names(h.c.List(ListFilter{IDPattern: regexp.MustCompile("o"), States: []State{Empty}})); !slices.Equal(got, []string{"two/Empty"}) {
+		t.Errorf("List(pattern o, Empty) = %v", got)
+	}
 	d := h.state("one")
 	if d.ProducerID != p1 || d.TimeoutMs != testTimeoutMs || !slices.Equal(d.Partitions, []TopicPartition{tp("a", 0)}) {
 		t.Errorf("Describe = %+v", d)
@@ -796,6 +803,41 @@ func TestCompleteAfterUnload(t *testing.T) {
 	}
 	if err := h.c.Complete(r.Transition); !errors.Is(err, ErrNotCoordinator) {
 		t.Fatalf("Complete under a newer coordinator epoch = %v", err)
+	}
+}
+
+// TestCoordinates: markers are the coordinator's to write while it holds
+// their transactional id's partition at their coordinator epoch, and no
+// longer once the partition is unloaded or loaded again at a newer epoch.
+func TestCoordinates(t *testing.T) {
+	h := newHarness(t)
+	pid, epoch := h.mustInit("tx")
+	wantErr(t, "add", h.add("tx", pid, epoch, 3, tp("a", 0)), nil)
+	_, m := h.end("tx", pid, epoch, true, 3)
+	if m == nil {
+		t.Fatal("EndTxn asked for no markers")
+	}
+	if !h.c.Coordinates(m) {
+		t.Fatal("Coordinates = false at the epoch the markers were decided under")
+	}
+	other := *m
+	other.CoordinatorEpoch++
+	if h.c.Coordinates(&other) {
+		t.Error("Coordinates = true for markers of another coordinator epoch")
+	}
+	part := h.c.PartitionFor("tx")
+	if _, err := h.c.Load(part, m.CoordinatorEpoch+1, h.log[part]); err != nil {
+		t.Fatal(err)
+	}
+	if h.c.Coordinates(m) {
+		t.Error("Coordinates = true after the partition was loaded at a newer epoch")
+	}
+	if !h.c.Coordinates(&other) {
+		t.Error("Coordinates = false for markers of the newer epoch it loaded at")
+	}
+	h.c.Unload(part)
+	if h.c.Coordinates(&other) {
+		t.Error("Coordinates = true after the partition was unloaded")
 	}
 }
 

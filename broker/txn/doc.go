@@ -15,6 +15,11 @@
 // an injected Clock and new producer ids from an injected allocator, so a
 // test drives every rule without a broker.
 //
+// records.go encodes the records of __transaction_state (Kafka's
+// TransactionLogKey and TransactionLogValue) and batch.go the record
+// batches that carry them in the log: EncodeBatch for the record of a
+// Transition, ReadBatches for a partition's log read back when it loads.
+//
 // # Concurrency
 //
 // Methods may be called from any goroutine; one mutex, Coordinator.mu,

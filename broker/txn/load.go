@@ -87,3 +87,11 @@ func (c *Coordinator) Loaded(partition int32) (epoch int32, ok bool) {
 	epoch, ok = c.mu.partitions[partition]
 	return epoch, ok
 }
+
+// Coordinates reports whether this coordinator still decides for m's
+// transactional id under m's coordinator epoch: while it does, m's
+// markers are its to write.
+func (c *Coordinator) Coordinates(m *Markers) bool {
+	epoch, ok := c.Loaded(c.PartitionFor(m.TransactionalID))
+	return ok && epoch == m.CoordinatorEpoch
+}

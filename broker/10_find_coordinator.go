@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/group"
+	"strata/broker/node"
 )
 
 // FindCoordinator: v0-6
@@ -55,14 +56,14 @@ func (b *Broker) findCoordinator(key string, typ int8, c *kmsg.FindCoordinatorRe
 			return fmt.Errorf("%w: empty group id", kerr.InvalidRequest)
 		}
 	case 1:
-		topic = txnStateTopic
+		topic = node.TxnStateTopic
 		if key == "" {
 			return fmt.Errorf("%w: empty transactional id", kerr.InvalidRequest)
 		}
 		if b.txns == nil {
 			return kerr.CoordinatorNotAvailable
 		}
-		if err := b.ensureTxnTopic(b.ctx); err != nil {
+		if err := b.node.EnsureTxnTopic(b.ctx); err != nil {
 			return err
 		}
 	default:

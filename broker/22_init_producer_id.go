@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -63,12 +64,12 @@ func (b *Broker) initTransactional(r *kmsg.InitProducerIDRequest, resp *kmsg.Ini
 	}
 	// A client that skipped FindCoordinator (this node is the only one)
 	// finds the coordinator ready all the same.
-	if err := b.ensureTxnTopic(b.ctx); err != nil {
+	if err := b.node.EnsureTxnTopic(b.ctx); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
 	defer cancel()
-	res := b.txns.c.InitProducerID(ctx, txn.InitProducerIDRequest{
+	res := b.txns.InitProducerID(ctx, txn.InitProducerIDRequest{
 		TransactionalID: *r.TransactionalID,
 		TimeoutMs:       r.TransactionTimeoutMillis,
 		ProducerID:      r.ProducerID,
@@ -79,7 +80,7 @@ func (b *Broker) initTransactional(r *kmsg.InitProducerIDRequest, resp *kmsg.Ini
 		// For CONCURRENT_TRANSACTIONS this is the abort of the id's open
 		// transaction; the client's retry gets the new epoch once it is
 		// complete.
-		if err := b.finishTxnTransition(ctx, res.Transition); err != nil {
+		if err := b.node.FinishTxnTransition(ctx, res.Transition); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -94,7 +95,7 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 	case b.txns == nil:
 		setAll(kerr.CoordinatorNotAvailable.Code)
 	case rt.VerifyOnly:
-		res, err := b.txns.c.VerifyPartitions(rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, parts)
+		res, err := b.txns.VerifyPartitions(rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, parts)
 		if err != nil {
 			setAll(err.Code)
 			break
@@ -106,8 +107,8 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		}
 		setAll(0)
 	default:
-		res := b.retryWhileCompleting(func() txn.AddPartitionsResult {
-			return b.txns.c.AddPartitions(txn.AddPartitionsRequest{
+		res := b.node.RetryWhileCompleting(func() txn.AddPartitionsResult {
+			return b.txns.AddPartitions(txn.AddPartitionsRequest{
 				TransactionalID: rt.TransactionalID,
 				ProducerID:      rt.ProducerID,
 				ProducerEpoch:   rt.ProducerEpoch,
@@ -119,14 +120,14 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		if res.Err != nil {
 			err = res.Err
 		} else if res.Transition != nil {
-			ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
-			err = b.writeTxnTransition(ctx, res.Transition)
+			ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
+			err = b.node.WriteTxnTransition(ctx, res.Transition)
 			cancel()
 		}
 		setAll(errorCode(err))
 	}
 	// The response lists topics in the request's order.
-	for _, g := range byTopic(parts) {
+	for _, g := range node.ByTopic(parts) {
 		t := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
 		t.Topic = g[0].Topic
 		for _, tp := range g {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -36,8 +37,8 @@ func (b *Broker) addOffsetsToTxn(r *kmsg.AddOffsetsToTxnRequest) error {
 	if r.Group == "" {
 		return kerr.InvalidGroupID
 	}
-	res := b.retryWhileCompleting(func() txn.AddPartitionsResult {
-		return b.txns.c.AddOffsets(txn.AddOffsetsRequest{
+	res := b.node.RetryWhileCompleting(func() txn.AddPartitionsResult {
+		return b.txns.AddOffsets(txn.AddOffsetsRequest{
 			TransactionalID: r.TransactionalID,
 			ProducerID:      r.ProducerID,
 			ProducerEpoch:   r.ProducerEpoch,
@@ -51,7 +52,7 @@ func (b *Broker) addOffsetsToTxn(r *kmsg.AddOffsetsToTxnRequest) error {
 	if res.Transition == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
 	defer cancel()
-	return b.writeTxnTransition(ctx, res.Transition)
+	return b.node.WriteTxnTransition(ctx, res.Transition)
 }

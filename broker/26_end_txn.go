@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -41,9 +42,9 @@ func (b *Broker) endTxn(r *kmsg.EndTxnRequest, resp *kmsg.EndTxnResponse) error 
 	if b.txns == nil {
 		return kerr.CoordinatorNotAvailable
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
 	defer cancel()
-	res := b.txns.c.EndTxn(ctx, txn.EndTxnRequest{
+	res := b.txns.EndTxn(ctx, txn.EndTxnRequest{
 		TransactionalID: r.TransactionalID,
 		ProducerID:      r.ProducerID,
 		ProducerEpoch:   r.ProducerEpoch,
@@ -54,7 +55,7 @@ func (b *Broker) endTxn(r *kmsg.EndTxnRequest, resp *kmsg.EndTxnResponse) error 
 		return res.Err
 	}
 	if res.Transition != nil {
-		if err := b.finishTxnTransition(ctx, res.Transition); err != nil {
+		if err := b.node.FinishTxnTransition(ctx, res.Transition); err != nil {
 			return err
 		}
 	}

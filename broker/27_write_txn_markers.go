@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -29,7 +30,7 @@ func init() { register(kmsg.WriteTxnMarkers, 0, 2, (*Broker).handleWriteTxnMarke
 func (b *Broker) handleWriteTxnMarkers(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.WriteTxnMarkersRequest)
 	resp := r.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-	ctx, cancel := context.WithTimeout(b.ctx, txnWriteTimeout)
+	ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
 	defer cancel()
 	for _, m := range r.Markers {
 		var tps []txn.TopicPartition
@@ -38,7 +39,7 @@ func (b *Broker) handleWriteTxnMarkers(req *request) (kmsg.Response, error) {
 				tps = append(tps, txn.TopicPartition{Topic: t.Topic, Partition: p})
 			}
 		}
-		errs := b.writeMarkersLocal(ctx, m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch, tps)
+		errs := b.node.WriteMarkersLocal(ctx, m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch, tps)
 		rm := kmsg.NewWriteTxnMarkersResponseMarker()
 		rm.ProducerID = m.ProducerID
 		for _, t := range m.Topics {

@@ -25,7 +25,7 @@ func (b *Broker) handleDescribeTransactions(req *request) (kmsg.Response, error)
 			resp.TransactionStates = append(resp.TransactionStates, ts)
 			continue
 		}
-		md, err := b.txns.c.Describe(id)
+		md, err := b.txns.Describe(id)
 		if err != nil {
 			ts.ErrorCode, _ = b.answerError(kmsg.DescribeTransactions, err)
 			resp.TransactionStates = append(resp.TransactionStates, ts)

@@ -50,7 +50,7 @@ func (b *Broker) handleListTransactions(req *request) (kmsg.Response, error) {
 			return resp, nil
 		}
 	}
-	for _, s := range b.txns.c.List(f) {
+	for _, s := range b.txns.List(f) {
 		ts := kmsg.NewListTransactionsResponseTransactionState()
 		ts.TransactionalID, ts.ProducerID, ts.TransactionState = s.TransactionalID, s.ProducerID, s.State.String()
 		resp.TransactionStates = append(resp.TransactionStates, ts)

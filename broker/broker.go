@@ -18,6 +18,7 @@ import (
 
 	"strata/broker/group"
 	"strata/broker/node"
+	"strata/broker/txn"
 	"strata/internal/build"
 	"strata/meta"
 	"strata/tier"
@@ -60,9 +61,9 @@ type Broker struct {
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
 	groups *group.Coordinator
-	// txns is the transaction coordinator (txns.go); set in Start before
-	// the first connection is accepted.
-	txns *txns
+	// txns is the transaction coordinator (broker/node's txns.go); set in
+	// Start before the first connection is accepted.
+	txns *txn.Coordinator
 
 	// mu guards the open connections.
 	mu struct {
@@ -211,10 +212,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.metrics.reg.MustRegister(&groupCollector{b: b})
-	if err := b.startTxns(ctx); err != nil {
+	if b.txns, err = b.node.StartTxns(ctx); err != nil {
 		b.Close()
 		return nil, err
 	}
+	b.metrics.reg.MustRegister(&txnCollector{b: b})
 	if err := b.node.Run(); err != nil {
 		b.Close()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"strata/broker/group"
 	"strata/broker/node"
 	"strata/broker/replica"
+	"strata/broker/txn"
 	"strata/meta"
 )
 
@@ -44,13 +45,14 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		},
 		Metrics: b.metrics.node(),
 		Peer:    func(id int32) replica.Client { return peerClient{b, id} },
-		Reconciled: func() {
-			// Coordinators follow the offsets and transaction state
-			// partitions reconcile has just opened or closed.
-			b.node.SyncGroups(b.ctx)
-			b.syncTxnCoordinator(b.ctx)
+		Txns: txn.Config{
+			Partitions:   b.cfg.TransactionStatePartitions,
+			MaxTimeout:   b.cfg.TransactionMaxTimeout,
+			IDExpiration: b.cfg.TransactionalIDExpiration,
 		},
-		Go: b.goFunc,
+		TxnAbortInterval: b.cfg.TransactionAbortInterval,
+		WriteMarkers:     b.writeMarkersRemote,
+		Go:               b.goFunc,
 	}, m, controller{b})
 }
 

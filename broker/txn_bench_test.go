@@ -66,7 +66,7 @@ func TestBackToBackTransactionsComplete(t *testing.T) {
 			err = res.Err()
 		}
 		if err != nil || res.Transactions != 1000 {
-			md, _ := br.txns.c.Describe("back-to-back-0")
+			md, _ := br.txns.Describe("back-to-back-0")
 			t.Fatalf("run %d: %d transactions committed, err %v; the coordinator has %s in %v", run, res.Transactions, err, md.TransactionalID, md.State)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/group"
+	"strata/broker/node"
 	"strata/segment"
 )
 
@@ -360,7 +361,7 @@ func (c *cluster) txnCoordinator(id string) *Broker {
 	c.t.Helper()
 	var coord *Broker
 	c.waitFor("a transaction coordinator for "+id, 20*time.Second, func() bool {
-		t, ok := c.any().meta.State().Topics[txnStateTopic]
+		t, ok := c.any().meta.State().Topics[node.TxnStateTopic]
 		if !ok {
 			return false
 		}
@@ -369,7 +370,7 @@ func (c *cluster) txnCoordinator(id string) *Broker {
 			return false
 		}
 		part := group.Partition(id, int32(len(t.Partitions)))
-		if _, loaded := c.node(leader).txns.c.Loaded(part); !loaded {
+		if _, loaded := c.node(leader).txns.Loaded(part); !loaded {
 			return false
 		}
 		coord = c.node(leader)

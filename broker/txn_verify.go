@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -47,7 +48,7 @@ func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch i
 		return all(err)
 	}
 	if coord.NodeID == b.cfg.NodeID {
-		res, err := b.txns.c.VerifyPartitions(txnID, pid, epoch, parts)
+		res, err := b.txns.VerifyPartitions(txnID, pid, epoch, parts)
 		if err != nil {
 			return all(err)
 		}
@@ -64,7 +65,7 @@ func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch i
 	req.Version = 4
 	rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
 	rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, rt.VerifyOnly = txnID, pid, epoch, true
-	for _, g := range byTopic(parts) {
+	for _, g := range node.ByTopic(parts) {
 		t := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
 		t.Topic = g[0].Topic
 		for _, tp := range g {

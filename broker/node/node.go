@@ -13,6 +13,7 @@ import (
 	"strata/broker/group"
 	"strata/broker/partition"
 	"strata/broker/replica"
+	"strata/broker/txn"
 	"strata/compactor"
 	"strata/meta"
 	"strata/tier"
@@ -61,6 +62,12 @@ type Config struct {
 	// Groups configures the group coordinator; Partitions is
 	// offsets.topic.num.partitions, and the node fills in the rest.
 	Groups group.Config
+	// Txns configures the transaction coordinator; Partitions is
+	// transaction.state.log.num.partitions, and the node fills in the
+	// rest. TxnAbortInterval is how often transactions past their
+	// timeout are aborted.
+	Txns             txn.Config
+	TxnAbortInterval time.Duration
 	// Compactor configures log compaction.
 	Compactor compactor.Config
 	// Metrics are the series the node and its partitions update.
@@ -71,9 +78,9 @@ type Config struct {
 	// Peer is the client of the broker with the given id, for the
 	// replica fetchers.
 	Peer func(id int32) replica.Client
-	// Reconciled runs after each reconcile of the loop: the coordinators
-	// follow the internal partitions it opened or closed.
-	Reconciled func()
+	// WriteMarkers sends WriteTxnMarkers for m's partitions tps to their
+	// leader, another broker, and returns each partition's error.
+	WriteMarkers func(ctx context.Context, leader int32, m *txn.Markers, tps []txn.TopicPartition) map[txn.TopicPartition]error
 	// Go runs f on a goroutine its caller waits for when it closes; every
 	// loop of the node runs on it.
 	Go func(f func())
@@ -155,8 +162,10 @@ type Node struct {
 	// compactor compacts the compacted topics' logs (compaction.go).
 	compactor *compactor.Compactor
 	// groups is the group coordinator (groups.go), nil before
-	// StartGroups.
+	// StartGroups; txns the transaction coordinator's state on this node
+	// (txns.go), nil before StartTxns.
 	groups *group.Coordinator
+	txns   *txns
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64

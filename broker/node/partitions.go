@@ -175,7 +175,7 @@ func (n *Node) Open(ctx context.Context, clusterID string) error {
 }
 
 // Run starts the node's loops on Config.Go, once the coordinators its
-// reconciles keep in step (Config.Reconciled) have started: the reconcile
+// reconciles keep in step (StartGroups, StartTxns) have started: the reconcile
 // loop, from the metadata change Open saw last, the ISR and maintenance
 // loops, the tier's, and the compactor.
 func (n *Node) Run() error {

@@ -72,7 +72,8 @@ func (n *Node) reconcileLoop(changed <-chan struct{}) {
 		}
 		// Coordinators follow the offsets and transaction state
 		// partitions reconcile has just opened or closed.
-		n.cfg.Reconciled()
+		n.SyncGroups(n.ctx)
+		n.SyncTxns(n.ctx)
 	}
 }
 

@@ -466,37 +466,3 @@ const anonymous = "User:ANONYMOUS"
 // anonymous, and anonymous may do everything, as in Kafka without an
 // authorizer.
 func (b *Broker) admit(req *request) error { return nil }
-
-// forwarded are the requests that change the metadata and that clients
-// may send to any broker: a broker that is not the controller passes them
-// on to it and relays its answer (KIP-590). The requests clients send to
-// the controller themselves (CreateTopics, DeleteTopics, ...) are answered
-// with NOT_CONTROLLER elsewhere, as Kafka did before KIP-590, and the
-// client retries on the controller.
-var forwarded = map[int16]bool{
-	int16(kmsg.AlterConfigs):            true,
-	int16(kmsg.IncrementalAlterConfigs): true,
-}
-
-// forward sends req to the controller and returns its answer, in the
-// version the client asked for, once this node has applied what the
-// controller committed and its partitions are in step with it: the
-// client's next request, here or anywhere, sees the change (broker/node/metasync.go).
-func (b *Broker) forward(req *request) (kmsg.Response, error) {
-	version := req.kreq.GetVersion()
-	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
-	defer cancel()
-	resp, err := b.controllerRequest(ctx, req.kreq)
-	req.kreq.SetVersion(version)
-	if err != nil {
-		return nil, err
-	}
-	resp.SetVersion(version)
-	b.node.SyncMetadata()
-	// Unconditionally: the reconcile loop may have seen the change first
-	// and still be applying it.
-	if err := b.node.Reconcile(); err != nil {
-		b.log.Error("apply the metadata change passed on to the controller", "err", err)
-	}
-	return resp, nil
-}

@@ -109,3 +109,67 @@ func (p *Partition) offsetAvailable() error {
 	}
 	return nil
 }
+
+// DeleteRecords moves the log start to offset (DeleteRecords; -1: the
+// high watermark) and returns the log start after. The bucket goes first:
+// once the local start moves, a reader below it is sent to the bucket,
+// which must not serve it either. Its start is published even when it
+// holds nothing of the range yet: the segment holding the deleted records
+// is uploaded later, and the bucket's log start must already say they are
+// gone.
+func (p *Partition) DeleteRecords(ctx context.Context, offset int64) (int64, error) {
+	if err := p.CheckRemoteKnown(); err != nil {
+		return -1, err
+	}
+	hw := p.HighWatermark()
+	switch {
+	case offset == -1:
+		offset = hw
+	case offset < 0 || offset > hw:
+		return -1, fmt.Errorf("%w: %d is not within the log's [%d, %d]", kerr.OffsetOutOfRange, offset, p.LogStartOffset(), hw)
+	}
+	if offset <= p.LogStartOffset() {
+		return p.LogStartOffset(), nil
+	}
+	if p.Tiered() {
+		if err := p.advanceRemoteStart(ctx, offset); err != nil {
+			return -1, err
+		}
+	}
+	if offset > p.log.StartOffset() {
+		if _, err := p.log.DeleteRecordsBefore(min(offset, p.log.EndOffset())); err != nil {
+			return -1, fmt.Errorf("delete records of %s-%d before %d: %w", p.topic, p.index, offset, err)
+		}
+	}
+	p.host.Logger.Info("records deleted", "topic", p.topic, "partition", p.index, "logStartOffset", p.LogStartOffset())
+	return p.LogStartOffset(), nil
+}
+
+// advanceRemoteStart publishes the bucket's new log start. It takes the
+// upload lock, so an upload pass cannot put back the manifest it read
+// before, and waits for a pass under way within ctx.
+func (p *Partition) advanceRemoteStart(ctx context.Context, offset int64) error {
+	for !p.tier.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for an upload of %s-%d to finish", kerr.RequestTimedOut, p.topic, p.index)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	defer p.tier.mu.Unlock()
+	epoch, leads := p.LeaderEpochIfLeading()
+	if !leads {
+		return ErrNotLeader
+	}
+	m, err := p.host.Bucket.AdvanceLogStart(ctx, p.BucketName(), offset, epoch)
+	if err != nil {
+		// A page may have been stored for a root that was not published:
+		// the collector looks at the partition again after the grace.
+		p.host.Dropped(p.BucketName())
+		return StorageError(err)
+	}
+	p.tier.manifest = m
+	p.SetRemote(m)
+	p.host.Dropped(p.BucketName())
+	return nil
+}

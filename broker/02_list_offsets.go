@@ -98,6 +98,13 @@ func (b *Broker) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 	switch ts := rp.Timestamp; {
 	case ts == partition.EarliestLocal && version < 8, ts == partition.MaxTimestamp && version < 7,
 		ts == partition.LatestTiered && version < 9, ts < partition.LatestTiered:
+		if ts != partition.EarliestLocal {
+			// The partition's own checks come first, as for the
+			// timestamps this version knows.
+			if err := p.CheckRemoteKnown(); err != nil {
+				return err
+			}
+		}
 		return fmt.Errorf("%w: timestamp %d at ListOffsets v%d", kerr.UnsupportedVersion, ts, version)
 	}
 	sp.Offset, sp.Timestamp, err = p.ListOffset(rp.Timestamp, committed)

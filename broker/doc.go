@@ -5,9 +5,10 @@
 // broker/node, broker/partition or a coordinator, and encodes; forwarding
 // metadata writes to the controller (KIP-590); the requests this node
 // sends to other brokers, through the peer clients of controller.go,
-// which implement node.Controller and replica.Client; the wiring of the
-// group and transaction coordinators to their partitions (groups.go,
-// txns.go); metrics and health endpoints; start-up and Close.
+// which implement node.Controller and replica.Client, and the transaction
+// coordinator's requests to other brokers (txn_markers.go, txn_verify.go);
+// the one place where a request's principal is checked (admit); metrics
+// and health endpoints; start-up and Close.
 //
 // What this node is in the cluster belongs to broker/node, and each
 // partition it hosts to broker/partition. Neither the broker nor the node

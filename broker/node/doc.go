@@ -15,6 +15,14 @@
 // and collection loops (tier.go, collect.go); and the compactor
 // (compaction.go). Each partition itself is broker/partition's.
 //
+// And it hosts the group and transaction coordinators (broker/group,
+// broker/txn) on the internal partitions it leads: it creates
+// __consumer_offsets and __transaction_state, loads and unloads their
+// partitions as leadership moves, and carries out the coordinators'
+// writes and the transaction markers (groups.go, txns.go,
+// txn_markers.go); markers for other brokers' partitions go out through
+// Config.WriteMarkers.
+//
 // It talks to a controller on another node only through the Controller
 // interface, which the Kafka edge implements with the inter-broker
 // requests; on the controller itself it goes straight to the metadata

@@ -6,8 +6,9 @@
 // wait for commit and the ISR changes a leader asks for (role.go); the
 // read path across the bucket and the local log, and the upload pass that
 // copies closed segments to the bucket, then applies the whole log's
-// retention and merges small objects (bucket.go); and Produce and Fetch,
-// which serve one request's partitions together (produce.go, fetch.go).
+// retention and merges small objects (bucket.go); ListOffsets' answers
+// and DeleteRecords (offsets.go); and Produce and Fetch, which serve one
+// request's partitions together (produce.go, fetch.go).
 //
 // What it needs of the node that hosts it (the replica fetchers, the way
 // to the controller for ISR changes, the cold tier, metrics, goroutines)

@@ -50,6 +50,9 @@ type Broker struct {
 	// peers are its clients to other brokers (controller.go).
 	node  *node.Node
 	peers peers
+	// nodeReady is node once it is made, for the metrics collectors a
+	// scrape runs during start-up, before it is.
+	nodeReady atomic.Pointer[node.Node]
 
 	// reqMem bounds the request bytes held across connections (server.go).
 	reqMem requestMemory
@@ -192,6 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.metrics.reg.MustRegister(metaCollector{b})
 
 	b.node = b.newNode(m)
+	b.nodeReady.Store(b.node)
 
 	// Registered, with this node's metadata caught up with the
 	// registration, before any partition opens; the cluster's id is

@@ -61,7 +61,11 @@ func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	under := 0
-	for _, p := range c.b.partitionList() {
+	var parts []*partition.Partition
+	if n := c.b.nodeReady.Load(); n != nil {
+		parts = n.Partitions()
+	}
+	for _, p := range parts {
 		r, leads := p.ReplicationIfLeading()
 		if !leads {
 			continue

@@ -117,6 +117,11 @@ func TestReadyzDuringStartup(t *testing.T) {
 	if code := get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz during start-up: %d, want 503", code)
 	}
+	// Scrapes go on during start-up: no collector may need what is not
+	// there yet.
+	if code := get("/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics during start-up: %d, want 200", code)
+	}
 	close(release)
 	s := <-done
 	if s.err != nil {

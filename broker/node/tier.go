@@ -195,11 +195,15 @@ func (n *Node) UploadPass() {
 
 // uploadOne runs one partition's upload pass and reports how it went.
 func (n *Node) uploadOne(p *partition.Partition) {
-	err := p.Upload()
+	asLeader, err := p.Upload()
+	if !asLeader {
+		if err != nil && !p.Dropped() {
+			n.log.Debug("tier: follower manifest refresh", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		}
+		return
+	}
 	switch {
-	case err == nil || p.Dropped():
-	case !p.Leading():
-		n.log.Debug("tier: follower manifest refresh", "topic", p.Topic(), "partition", p.Index(), "err", err)
+	case err == nil:
 	case errors.Is(err, tier.ErrFenced):
 		// Deposed without knowing it yet: the newer leader's manifest is
 		// current, and nothing was deleted here on the strength of this
@@ -207,20 +211,18 @@ func (n *Node) uploadOne(p *partition.Partition) {
 		n.log.Info("tier upload fenced: a newer leader owns the partition's manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
 	case errors.Is(err, tier.ErrClusterUnnamed):
 		// Nothing was written: the bucket waits for the cluster's id,
-		// which awaitClusterID said once.
+		// which AwaitClusterID said once.
 		n.log.Debug("tier upload waits for the cluster's id", "topic", p.Topic(), "partition", p.Index())
-	default:
+	case !p.Dropped():
 		n.cfg.Metrics.UploadErrors.Inc()
 		n.log.Warn("tier upload", "topic", p.Topic(), "partition", p.Index(), "err", err)
 		// A failed PUT may have been applied all the same, and a segment
 		// object may be left without its manifest.
 		n.collector.dropped(p.BucketName(), n.cfg.Tier.Now())
 	}
-	if p.Leading() {
-		// Set whether or not the pass worked: during an outage the log
-		// end keeps growing and the lag is how operators see it.
-		n.cfg.Metrics.UploadLag(p.Topic(), p.Index(), p.Log().EndOffset()-p.UploadedEnd())
-	}
+	// Set whether or not the pass worked: during an outage the log end
+	// keeps growing and the lag is how operators see it.
+	n.cfg.Metrics.UploadLag(p.Topic(), p.Index(), p.Log().EndOffset()-p.UploadedEnd())
 }
 
 // manifestLoaders bounds the manifests read at once when partitions open

@@ -77,26 +77,27 @@ func (p *Partition) Tiered() bool {
 
 // Upload is the partition's upload pass: a leader copies its closed
 // segments to the bucket (upload), a follower follows the manifest its
-// leader publishes (followRemote).
-func (p *Partition) Upload() error {
+// leader publishes (followRemote). asLeader says which it ran: the role
+// as it stood when the pass began, which the pass's errors are about.
+func (p *Partition) Upload() (asLeader bool, err error) {
 	if !p.leading.Load() {
 		// Only the leader uploads; a follower follows the bucket's
 		// manifest, so that its local retention deletes only what is
 		// safely there.
-		return p.followRemote()
+		return false, p.followRemote()
 	}
 	if !p.remoteKnown.Load() {
 		// Its manifest could not be read at open, or its log had to
 		// restart at the bucket's end and could not yet.
 		p.LoadRemote()
 	}
-	err := p.upload()
+	err = p.upload()
 	if errors.Is(err, tier.ErrFenced) {
 		// Deposed without knowing it yet: the newer leader's manifest
 		// is current; the next pass reads the bucket again.
 		p.tier.stale.Store(true)
 	}
-	return err
+	return true, err
 }
 
 // Dropped reports whether the partition was dropped or its node closed:

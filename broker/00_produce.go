@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -153,9 +152,7 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	}
 	// acks=all partitions wait for their high watermark after every
 	// partition of the request is appended, all against one deadline.
-	wctx, cancel := context.WithTimeout(b.ctx, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
-	defer cancel()
-	partition.Produce(wctx, appends, r.Acks == -1)
+	partition.Produce(b.ctx, appends, r.Acks == -1, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
 	for _, w := range todo {
 		sp := &resp.Topics[w.ti].Partitions[w.pi]
 		if w.a.Appended {

@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -45,12 +46,13 @@ func (p *Partition) CheckISR() error {
 	return nil
 }
 
-// Produce appends each part's records in turn and, for acks=all,
-// then waits, every part against ctx's one deadline, until the high
-// watermark covers them; a part whose ISR shrank below
-// min.insync.replicas meanwhile is NOT_ENOUGH_REPLICAS_AFTER_APPEND.
-// Parts that already carry an error are left alone.
-func Produce(ctx context.Context, parts []*Append, acksAll bool) {
+// Produce appends each part's records in turn and, for acks=all, then
+// waits, every part against one deadline timeout after the last append
+// (or until ctx ends), until the high watermark covers them; a part whose
+// ISR shrank below min.insync.replicas meanwhile is
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND. Parts that already carry an error are
+// left alone.
+func Produce(ctx context.Context, parts []*Append, acksAll bool, timeout time.Duration) {
 	for _, a := range parts {
 		if a.Err != nil {
 			continue
@@ -65,6 +67,8 @@ func Produce(ctx context.Context, parts []*Append, acksAll bool) {
 	if !acksAll {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	for _, a := range parts {
 		if a.Err != nil {
 			continue

@@ -171,7 +171,7 @@ func TestProduce(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				Produce(t.Context(), []*Append{a}, c.acksAll)
+				Produce(t.Context(), []*Append{a}, c.acksAll, time.Minute)
 			}()
 			if c.then != nil {
 				eventually(t, "the acks=all wait", func() bool { return p.Waiters() == 1 })
@@ -204,9 +204,7 @@ func TestProduceAnswersEachPart(t *testing.T) {
 	waiting.SetRole(leader(0, []int32{1, 2}, []int32{1, 2}))
 	following.SetRole(followerOf(2, 0))
 	parts := []*Append{{P: waiting, Records: batch("a")}, {P: alone, Records: batch("b")}, {P: following, Records: batch("c")}}
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	Produce(ctx, parts, true)
+	Produce(t.Context(), parts, true, 50*time.Millisecond)
 	for i, want := range []error{kerr.RequestTimedOut, nil, ErrNotLeader} {
 		if a := parts[i]; want == nil && a.Err != nil || want != nil && !errors.Is(a.Err, want) {
 			t.Errorf("part %d: %v, want %v", i, a.Err, want)

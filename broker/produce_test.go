@@ -157,7 +157,11 @@ func TestTieredTopicZeroRetentionOnBothTiers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return m.EndOffset() > 0 && len(segs) == 0 && m.Empty()
+				// The bucket is empty, and the partition has read the
+				// manifest that says so: the pass that publishes it reads
+				// it back a moment later.
+				return m.EndOffset() > 0 && len(segs) == 0 && m.Empty() &&
+					p.RemoteStart() == -1 && p.UploadedEnd() == m.EndOffset()
 			})
 			cl := testClient(t, b)
 			if start := listOffset(t, cl, "zero", -2); start < m.EndOffset() {

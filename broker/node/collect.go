@@ -222,7 +222,7 @@ func (n *Node) dueForCollection() []*partition.Partition {
 	c := &n.collector
 	now := n.cfg.Tier.Now()
 	cutoff := now.Add(-n.cfg.Tier.OrphanGrace)
-	ps := n.partitionList()
+	ps := n.Partitions()
 	hosted := make(map[format.TopicPartition]bool, len(ps))
 	var due []*partition.Partition
 	c.mu.Lock()

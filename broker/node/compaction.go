@@ -51,7 +51,7 @@ var _ compactor.Host = compactionHost{}
 
 func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 	var out []compactor.LocalPartition
-	for _, p := range h.n.partitionList() {
+	for _, p := range h.n.Partitions() {
 		s := p.Settings()
 		if s.Compaction == nil {
 			continue
@@ -68,7 +68,7 @@ func (h compactionHost) LocalPartitions() []compactor.LocalPartition {
 
 func (h compactionHost) ColdPartitions() []compactor.ColdPartition {
 	var out []compactor.ColdPartition
-	for _, p := range h.n.partitionList() {
+	for _, p := range h.n.Partitions() {
 		s := p.Settings()
 		if s.Compaction == nil || !s.Log.Tiered {
 			continue

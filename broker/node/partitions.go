@@ -32,9 +32,6 @@ func (n *Node) Partitions() []*partition.Partition {
 	return ps
 }
 
-// partitionList is Partitions.
-func (n *Node) partitionList() []*partition.Partition { return n.Partitions() }
-
 // Partition returns the partition this node hosts, or nil.
 func (n *Node) Partition(topic string, index int32) *partition.Partition {
 	n.mu.RLock()

@@ -184,7 +184,7 @@ func (n *Node) tierLoop() {
 
 func (n *Node) UploadPass() {
 	var local int64
-	for _, p := range n.partitionList() {
+	for _, p := range n.Partitions() {
 		if p.Tiered() {
 			n.uploadOne(p)
 		}

@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/partition"
-	"strata/meta"
 )
 
 // Fetch: v4-17
@@ -89,19 +88,26 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 	all := make([]partition.FetchPart, n)
 	parts := make([]*partition.FetchPart, 0, n)
+	resp.Topics = make([]kmsg.FetchResponseTopic, 0, len(r.Topics))
 	for i := range r.Topics {
 		rt := &r.Topics[i]
-		name := rt.Topic
+		name, id := rt.Topic, rt.TopicID
 		var topicErr error
 		if r.Version >= 13 {
-			if t, ok := st.TopicByID(rt.TopicID); ok {
+			if t, ok := st.TopicByID(id); ok {
 				name = t.Name
 			} else {
 				topicErr = kerr.UnknownTopicID
 			}
-		} else if _, ok := st.Topics[name]; !ok {
+		} else if t, ok := st.Topics[name]; ok {
+			id = t.ID
+		} else {
 			topicErr = kerr.UnknownTopicOrPartition
 		}
+		ft := kmsg.NewFetchResponseTopic()
+		ft.Topic, ft.TopicID = name, id
+		ft.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		resp.Topics = append(resp.Topics, ft)
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
 			replica := replicaID >= 0
@@ -135,7 +141,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	req.conn.scratch = partition.Fetch(b.ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
-	fetchResponse(st, r, resp, parts, req.conn.scratch)
+	fetchResponse(r, resp, parts, req.conn.scratch)
 	for _, fp := range parts {
 		b.metrics.countError(kmsg.Fetch, errorCode(fp.Err))
 	}
@@ -145,21 +151,12 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
-// fetchResponse writes what Fetch read into resp, in the request's order.
-func fetchResponse(st *meta.State, r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*partition.FetchPart, buf []byte) {
-	resp.Topics = make([]kmsg.FetchResponseTopic, 0, len(r.Topics))
+// fetchResponse writes what Fetch read into resp's partitions, in the
+// request's order.
+func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*partition.FetchPart, buf []byte) {
 	for i := range r.Topics {
 		rt := &r.Topics[i]
-		ft := kmsg.NewFetchResponseTopic()
-		ft.Topic, ft.TopicID = rt.Topic, rt.TopicID
-		if r.Version >= 13 {
-			if t, ok := st.TopicByID(rt.TopicID); ok {
-				ft.Topic = t.Name
-			}
-		} else if t, ok := st.Topics[rt.Topic]; ok {
-			ft.TopicID = t.ID
-		}
-		ft.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		ft := &resp.Topics[i]
 		for j := range rt.Partitions {
 			fp := parts[0]
 			parts = parts[1:]
@@ -192,6 +189,5 @@ func fetchResponse(st *meta.State, r *kmsg.FetchRequest, resp *kmsg.FetchRespons
 				sp.RecordBatches = buf[fp.Start:fp.End:fp.End]
 			}
 		}
-		resp.Topics = append(resp.Topics, ft)
 	}
 }

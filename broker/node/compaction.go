@@ -37,7 +37,6 @@ func (n *Node) startCompactor() error {
 	if err != nil {
 		return fmt.Errorf("compactor: %w", err)
 	}
-	n.compactor = c
 	n.cfg.Go(func() { c.Run(n.ctx) })
 	return nil
 }

@@ -159,8 +159,6 @@ type Node struct {
 	// collector is the state of the tier's collector goroutine
 	// (collect.go).
 	collector collector
-	// compactor compacts the compacted topics' logs (compaction.go).
-	compactor *compactor.Compactor
 	// groups is the group coordinator (groups.go), nil before
 	// StartGroups; txns the transaction coordinator's state on this node
 	// (txns.go), nil before StartTxns.

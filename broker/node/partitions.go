@@ -10,7 +10,6 @@ import (
 
 	"strata/broker/partition"
 	"strata/broker/replica"
-	"strata/compactor"
 	"strata/tier"
 	"strata/tier/format"
 )
@@ -188,17 +187,8 @@ func (n *Node) Run() error {
 // Tier is the cold tier, nil when no object store is configured.
 func (n *Node) Tier() *tier.Tier { return n.tier }
 
-// TierStore is the cold tier's store, nil when none is configured.
-func (n *Node) TierStore() *tier.ClaimedStore { return n.tierStore }
-
-// Compactor is the node's compactor, nil before Open.
-func (n *Node) Compactor() *compactor.Compactor { return n.compactor }
-
 // LocalBytes is the size of the hosted logs as of the last upload pass.
 func (n *Node) LocalBytes() int64 { return n.localBytes.Load() }
-
-// LogsDir is the directory of the hosted partitions' logs.
-func (n *Node) LogsDir() string { return n.logsDir }
 
 // Dropped tells the collector that objects of tp may have left its
 // manifest: it looks at the partition again after the orphan grace.

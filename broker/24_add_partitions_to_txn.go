@@ -127,7 +127,7 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		setAll(errorCode(err))
 	}
 	// The response lists topics in the request's order.
-	for _, g := range node.ByTopic(parts) {
+	for _, g := range byTopic(parts) {
 		t := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
 		t.Topic = g[0].Topic
 		for _, tp := range g {

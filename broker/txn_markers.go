@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -17,7 +16,7 @@ func (b *Broker) writeMarkersRemote(ctx context.Context, leader int32, m *txn.Ma
 	req.Version = 1
 	wm := kmsg.NewWriteTxnMarkersRequestMarker()
 	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch
-	for _, g := range node.ByTopic(tps) {
+	for _, g := range byTopic(tps) {
 		t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
 		t.Topic = g[0].Topic
 		for _, tp := range g {
@@ -65,4 +64,21 @@ func answered(resp *kmsg.WriteTxnMarkersResponse, tp txn.TopicPartition) bool {
 		}
 	}
 	return false
+}
+
+// byTopic groups parts by topic, the topics in the order they first
+// appear, as the transaction APIs list partitions.
+func byTopic(parts []txn.TopicPartition) [][]txn.TopicPartition {
+	var groups [][]txn.TopicPartition
+	at := make(map[string]int)
+	for _, tp := range parts {
+		i, ok := at[tp.Topic]
+		if !ok {
+			i = len(groups)
+			at[tp.Topic] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], tp)
+	}
+	return groups
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"strata/broker/node"
 	"strata/broker/txn"
 )
 
@@ -65,7 +64,7 @@ func (b *Broker) verifyTxn(ctx context.Context, txnID string, pid int64, epoch i
 	req.Version = 4
 	rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
 	rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, rt.VerifyOnly = txnID, pid, epoch, true
-	for _, g := range node.ByTopic(parts) {
+	for _, g := range byTopic(parts) {
 		t := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
 		t.Topic = g[0].Topic
 		for _, tp := range g {

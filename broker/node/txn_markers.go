@@ -155,23 +155,6 @@ func (n *Node) topicExists(name string) bool {
 	return ok
 }
 
-// ByTopic groups parts by topic, the topics in the order they first
-// appear, as the transaction APIs list partitions.
-func ByTopic(parts []txn.TopicPartition) [][]txn.TopicPartition {
-	var groups [][]txn.TopicPartition
-	at := make(map[string]int)
-	for _, tp := range parts {
-		i, ok := at[tp.Topic]
-		if !ok {
-			i = len(groups)
-			at[tp.Topic] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], tp)
-	}
-	return groups
-}
-
 // WriteMarkersLocal appends the marker of producer pid's transaction to
 // each of tps that this node leads and waits until each is committed (a
 // marker is written with acks=all, as Kafka's). A committed marker on a

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/internal/loopback"
 	"strata/meta"
 )
 
@@ -29,24 +29,11 @@ type cluster struct {
 	nodes []*Broker // nil while a node is down
 }
 
-// freeLoopbackAddrs reserves n loopback ports and releases them for the
-// caller: the raft transport needs its address before it listens.
+// freeLoopbackAddrs returns n free loopback addresses: the raft transport
+// needs its address before it listens.
 func freeLoopbackAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
+	return loopback.Addrs(t, n)
 }
 
 // testCluster starts n brokers, ids 1..n, all voters, with short timeouts

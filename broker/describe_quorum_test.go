@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/internal/loopback"
 	"strata/meta"
 )
 
@@ -106,13 +106,8 @@ func TestDescribeQuorumUnknownPartition(t *testing.T) {
 // (raft does not tell a node its peers' progress, so theirs are -1).
 func TestDescribeQuorumThreeVoters(t *testing.T) {
 	var voters []meta.Voter
-	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		voters = append(voters, meta.Voter{ID: int32(i + 1), Addr: ln.Addr().String()})
-		ln.Close()
+	for i, addr := range loopback.Addrs(t, 3) {
+		voters = append(voters, meta.Voter{ID: int32(i + 1), Addr: addr})
 	}
 	brokers := make([]*Broker, 3)
 	var wg sync.WaitGroup

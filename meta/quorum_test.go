@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"reflect"
 	"runtime"
 	"slices"
+	"strata/internal/loopback"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,20 +22,7 @@ import (
 // voters must know each other's addresses before any of them listens.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
+	return loopback.Addrs(t, n)
 }
 
 // quorum is a set of Stores on loopback TCP, opened as strata serve does.

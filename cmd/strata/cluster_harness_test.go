@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strata/internal/loopback"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,20 +94,7 @@ type cluster struct {
 // voters must know each other's addresses before any of them listens.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
+	return loopback.Addrs(t, n)
 }
 
 // startCluster starts n voters and waits until each serves Kafka and all

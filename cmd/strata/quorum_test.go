@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
+	"strata/internal/loopback"
 	"strings"
 	"testing"
 	"time"
@@ -34,15 +34,7 @@ func metadataOf(t *testing.T, addr string) *kmsg.MetadataResponse {
 // restart from their data the topic is still there, under the same id.
 func TestServeQuorum(t *testing.T) {
 	// Voters must know each other's raft addresses before any listens.
-	var raftAddrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raftAddrs = append(raftAddrs, ln.Addr().String())
-		ln.Close()
-	}
+	raftAddrs := loopback.Addrs(t, 3)
 	var voters []string
 	for i, a := range raftAddrs {
 		voters = append(voters, fmt.Sprintf("%d@%s", i+1, a))

@@ -3,10 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"reflect"
 	"regexp"
 	"slices"
+	"strata/internal/loopback"
 	"strings"
 	"testing"
 	"time"
@@ -120,15 +120,10 @@ func TestPartitionHealth(t *testing.T) {
 // has printed its bootstrap line.
 func startServeCluster(t *testing.T, n int, bucket string, extra ...string) []*node {
 	t.Helper()
-	var raftAddrs, voters []string
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raftAddrs = append(raftAddrs, ln.Addr().String())
-		voters = append(voters, fmt.Sprintf("%d@%s", i+1, ln.Addr()))
-		ln.Close()
+	raftAddrs := loopback.Addrs(t, n)
+	var voters []string
+	for i, addr := range raftAddrs {
+		voters = append(voters, fmt.Sprintf("%d@%s", i+1, addr))
 	}
 	nodes := make([]*node, n)
 	lines := make([]<-chan string, n)

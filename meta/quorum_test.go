@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
-	"strata/internal/loopback"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"strata/internal/loopback"
 )
 
 // freeAddrs reserves n loopback ports and releases them for the caller:

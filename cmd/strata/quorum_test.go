@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strata/internal/loopback"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/internal/loopback"
 )
 
 // metadataOf asks the node at addr, and only it, for its metadata: a

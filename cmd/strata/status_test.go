@@ -6,12 +6,13 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strata/internal/loopback"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/internal/loopback"
 )
 
 // TestClusterStatusOneNode: `strata cluster status` on a dev node shows

@@ -70,8 +70,8 @@ const checkpointRoundTimeout = 2 * time.Minute
 type checkpointer struct {
 	n     *Node
 	store objstore.Store
-	// manifests is, per tiered partition seen, its newest manifest as
-	// last read.
+	// manifests is, per tiered partition read, its newest manifest as
+	// last read (or that it had none).
 	manifests map[format.TopicPartition]manifestSeen
 	// last is the body of the last checkpoint this node wrote, with its
 	// index and writing fields zeroed (same), nil when there is none since
@@ -79,8 +79,10 @@ type checkpointer struct {
 	last []byte
 }
 
-// manifestSeen is a partition's newest manifest version as last read.
+// manifestSeen is a partition's newest manifest version as last read;
+// found is false when the bucket held none.
 type manifestSeen struct {
+	found         bool
 	key           format.ManifestKey
 	logStart, end int64
 }
@@ -207,7 +209,7 @@ func (c *checkpointer) checkpoint(st *meta.State) *format.Checkpoint {
 		}
 		for i, p := range t.Partitions {
 			cpp := format.CheckpointPartition{Partition: int32(i), Replicas: p.Replicas, LeaderEpoch: p.LeaderEpoch}
-			if m, ok := c.manifests[format.TopicPartition{Topic: t.Name, TopicID: t.ID, Partition: int32(i)}]; ok {
+			if m := c.manifests[format.TopicPartition{Topic: t.Name, TopicID: t.ID, Partition: int32(i)}]; m.found {
 				cpp.Manifest = format.ManifestVersionOf(m.key)
 				cpp.LogStart, cpp.End = m.logStart, m.end
 			}
@@ -282,17 +284,16 @@ func (c *checkpointer) readManifests(ctx context.Context, st *meta.State, full b
 			return ctx.Err()
 		}
 		mu.Lock()
-		prev, seen := c.manifests[tp]
+		prev := c.manifests[tp]
 		mu.Unlock()
 		wg.Go(func() {
 			defer func() { <-sem }()
-			m, found, err := newestManifest(ctx, c.store, tp, prev, seen)
+			m, err := newestManifest(ctx, c.store, tp, prev)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
+			if err != nil {
 				errs = append(errs, err)
-			case found:
+			} else {
 				c.manifests[tp] = m
 			}
 		})
@@ -305,12 +306,12 @@ func (c *checkpointer) readManifests(ctx context.Context, st *meta.State, full b
 }
 
 // newestManifest reads tp's newest manifest version. Versions sort as
-// their keys do, so it lists from prev's key on (when seen): a partition
-// with no new version costs a LIST that returns nothing, and no GET.
-// found is false when the bucket holds no manifest of tp.
-func newestManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition, prev manifestSeen, seen bool) (manifestSeen, bool, error) {
+// their keys do, so it lists from prev's key on when prev found one: a
+// partition with no new version costs a LIST that returns nothing, and no
+// GET.
+func newestManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition, prev manifestSeen) (manifestSeen, error) {
 	after := ""
-	if seen {
+	if prev.found {
 		after = prev.key.String()
 	}
 	var newest string
@@ -321,18 +322,18 @@ func newestManifest(ctx context.Context, st objstore.Store, tp format.TopicParti
 		return nil
 	})
 	if err != nil {
-		return prev, false, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+		return prev, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
 	if newest == "" {
-		return prev, seen, nil
+		return prev, nil // nothing newer; or still none
 	}
 	m, err := tier.GetManifest(ctx, st, newest)
 	if err != nil {
-		return prev, false, err
+		return prev, err
 	}
 	if m.TopicPartition != tp {
-		return prev, false, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+		return prev, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
 	}
 	k, _ := format.ParseManifestKey(newest)
-	return manifestSeen{key: k, logStart: m.LogStartOffset, end: m.EndOffset()}, true, nil
+	return manifestSeen{found: true, key: k, logStart: m.LogStartOffset, end: m.EndOffset()}, nil
 }

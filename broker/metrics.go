@@ -46,6 +46,11 @@ type metrics struct {
 	tierOrphansDeleted prometheus.Counter
 	uploadLag          *prometheus.GaugeVec // topic, partition
 
+	// Metadata checkpoints (node/checkpoint.go).
+	checkpointWrites      prometheus.Counter
+	checkpointFailures    prometheus.Counter
+	checkpointLastSuccess prometheus.Gauge
+
 	leaderElections prometheus.Counter
 	isrShrinks      prometheus.Counter
 	isrExpands      prometheus.Counter
@@ -116,6 +121,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		uploadLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_tier_upload_lag_offsets", Help: "Offsets of each hosted partition not yet in the object store.",
 		}, []string{"topic", "partition"}),
+		checkpointWrites: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_metadata_checkpoints_written_total", Help: "Metadata checkpoints this node wrote to the object store as the controller.",
+		}),
+		checkpointFailures: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_metadata_checkpoint_failures_total", Help: "Metadata checkpoint rounds that failed (manifest reads, the write or the pruning) and will be retried.",
+		}),
+		checkpointLastSuccess: f.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_metadata_checkpoint_last_success_timestamp_seconds", Help: "When this node, as the controller, last left the object store's newest metadata checkpoint current (written, or found unchanged); 0 if never.",
+		}),
 		leaderElections: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_leader_elections_total", Help: "Times this broker became the leader of a partition.",
 		}),
@@ -310,5 +324,9 @@ func (m *metrics) node() node.Metrics {
 		OrphansDeleted: m.tierOrphansDeleted,
 		WatchTierCache: m.watchTierCache,
 		Registerer:     m.reg,
+
+		CheckpointWrites:      m.checkpointWrites,
+		CheckpointFailures:    m.checkpointFailures,
+		CheckpointLastSuccess: m.checkpointLastSuccess,
 	}
 }

@@ -197,6 +197,12 @@ type Metrics struct {
 	UploadLag    func(topic string, index int32, lag int64)
 	// OrphansDeleted counts the objects the collector deleted.
 	OrphansDeleted prometheus.Counter
+	// CheckpointWrites counts the metadata checkpoints written,
+	// CheckpointFailures the rounds that failed (checkpoint.go);
+	// CheckpointLastSuccess is when a round last left the bucket's newest
+	// checkpoint current (Unix seconds).
+	CheckpointWrites, CheckpointFailures prometheus.Counter
+	CheckpointLastSuccess                prometheus.Gauge
 	// WatchTierCache reports the tier's cache.
 	WatchTierCache func(stats func() tier.CacheStats)
 	// Registerer takes the compactor's series.

@@ -55,6 +55,15 @@ type TierConfig struct {
 	// are behind, e.g. the store is down), produce fails with a retriable
 	// error instead of filling the disk. Zero means no limit.
 	LocalDiskLimit int64
+	// CheckpointInterval is tier.metadata_checkpoint_interval: how often
+	// the controller reads every tiered partition's newest manifest for
+	// its metadata checkpoint, and so the longest a new manifest version
+	// waits to be named in one (default 1 minute). CheckpointRetention is
+	// tier.metadata_checkpoint_retention: checkpoints older are deleted,
+	// the newest few always kept (default 7 days). CheckpointDebounce is
+	// the shortest time between two checkpoints, which coalesces a burst
+	// of metadata changes into one (default 2 s). See checkpoint.go.
+	CheckpointInterval, CheckpointRetention, CheckpointDebounce time.Duration
 }
 
 // WithDefaults fills in the defaults of the fields left zero.
@@ -73,6 +82,15 @@ func (c TierConfig) WithDefaults() TierConfig {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.CheckpointRetention <= 0 {
+		c.CheckpointRetention = DefaultCheckpointRetention
+	}
+	if c.CheckpointDebounce <= 0 {
+		c.CheckpointDebounce = DefaultCheckpointDebounce
 	}
 	return c
 }
@@ -170,6 +188,7 @@ func (n *Node) tiers(configs map[string]string) bool {
 // however slow, never holds uploads back.
 func (n *Node) tierLoop() {
 	n.cfg.Go(n.collectLoop)
+	n.cfg.Go(n.checkpointLoop)
 	upload := time.NewTicker(n.cfg.Tier.UploadInterval)
 	defer upload.Stop()
 	for {

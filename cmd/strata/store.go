@@ -151,6 +151,9 @@ func tierConfig(c config.Tier, store objstore.Store) broker.TierConfig {
 		CollectInterval:    c.CollectInterval,
 		LocalDiskLimit:     c.LocalDiskLimit,
 
+		CheckpointInterval:  c.MetadataCheckpointInterval,
+		CheckpointRetention: c.MetadataCheckpointRetention,
+
 		TestShortOrphanGrace: c.TestShortOrphanGrace,
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"strata/broker"
+	"strata/broker/node"
 	"strata/meta"
 	"strata/tier"
 )
@@ -150,6 +151,12 @@ type Tier struct {
 	OrphanGrace        time.Duration // tier.orphan_grace: age before an unreferenced object is deleted
 	CollectInterval    time.Duration // tier.collect_interval: how often orphans are looked for
 	LocalDiskLimit     int64         // tier.local_disk_limit: produce fails (retriably) above it; 0 means none
+	// MetadataCheckpointInterval is tier.metadata_checkpoint_interval: the
+	// longest between two readings of the manifests for the controller's
+	// metadata checkpoint; MetadataCheckpointRetention is
+	// tier.metadata_checkpoint_retention: checkpoints older are deleted
+	// (the newest three always kept).
+	MetadataCheckpointInterval, MetadataCheckpointRetention time.Duration
 	// TestShortOrphanGrace is STRATA_TEST_SHORT_ORPHAN_GRACE, for tests only.
 	TestShortOrphanGrace bool
 }
@@ -223,6 +230,9 @@ func Defaults() Config {
 			IdleUpload:         10 * time.Minute,
 			OrphanGrace:        time.Hour,
 			CollectInterval:    10 * time.Minute,
+
+			MetadataCheckpointInterval:  node.DefaultCheckpointInterval,
+			MetadataCheckpointRetention: node.DefaultCheckpointRetention,
 		},
 		Compactor: Compactor{
 			MemoryBytes: compactor.DefaultMemoryBytes,

@@ -85,6 +85,8 @@ tier:
   orphan_grace: 2h
   collect_interval: 30m
   local_disk_limit: 100GB
+  metadata_checkpoint_interval: 30s
+  metadata_checkpoint_retention: 72h
 compactor:
   memory_bytes: 32MiB
   workers: 2
@@ -124,6 +126,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 			ChunkBytes: 4 << 20, MemoryBytes: 64 << 20, CacheBytes: 2 << 30, ManifestCacheBytes: 16 << 20, ReadWorkers: 16,
 			UploadInterval: 5 * time.Second, IdleUpload: time.Minute, OrphanGrace: 2 * time.Hour,
 			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
+			MetadataCheckpointInterval: 30 * time.Second, MetadataCheckpointRetention: 72 * time.Hour,
 		},
 		Compactor:    Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
 		Transactions: Transactions{StatePartitions: 7, MaxTimeout: 5 * time.Minute, IDExpiration: 48 * time.Hour, AbortInterval: 3 * time.Second},
@@ -266,6 +269,16 @@ func TestErrorsNameTheProblem(t *testing.T) {
 			name: "negative duration flag",
 			args: []string{"--data-dir", "/d", "--tier-idle-upload", "-1s"},
 			want: []string{`"--tier-idle-upload"`, `"-1s" is not a positive duration`},
+		},
+		{
+			name: "bad metadata checkpoint settings",
+			yaml: "node:\n  data_dir: /d\ntier:\n  metadata_checkpoint_retention: 1 week\n",
+			want: []string{`strata.yaml:4: tier.metadata_checkpoint_retention: "1 week" is not a positive duration`},
+		},
+		{
+			name: "zero metadata checkpoint interval",
+			args: []string{"--data-dir", "/d", "--tier-metadata-checkpoint-interval", "0s"},
+			want: []string{`"--tier-metadata-checkpoint-interval"`, `"0s" is not a positive duration`},
 		},
 		{
 			name: "chunk larger than half the cache",
@@ -518,6 +531,9 @@ func TestTierDefaults(t *testing.T) {
 	}
 	if cfg.Tier.ChunkBytes != 8<<20 || cfg.Tier.CacheBytes != 1<<30 || cfg.Tier.ReadAhead != 2 || cfg.Tier.ReadWorkers != 8 {
 		t.Errorf("read defaults %+v", cfg.Tier)
+	}
+	if cfg.Tier.MetadataCheckpointInterval != time.Minute || cfg.Tier.MetadataCheckpointRetention != 7*24*time.Hour {
+		t.Errorf("metadata checkpoint defaults: interval %s, retention %s", cfg.Tier.MetadataCheckpointInterval, cfg.Tier.MetadataCheckpointRetention)
 	}
 }
 

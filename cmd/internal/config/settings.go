@@ -289,6 +289,16 @@ var settings = []*setting{
 		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },
 	},
 	{
+		key: "tier.metadata_checkpoint_interval", flag: "tier-metadata-checkpoint-interval", typ: "duration", usage: "longest between two metadata checkpoints the controller writes to the bucket when only manifests changed",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.MetadataCheckpointInterval }),
+		get: func(c *Config) string { return c.Tier.MetadataCheckpointInterval.String() },
+	},
+	{
+		key: "tier.metadata_checkpoint_retention", flag: "tier-metadata-checkpoint-retention", typ: "duration", usage: "age after which metadata checkpoints are deleted from the bucket (the newest three are always kept)",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.Tier.MetadataCheckpointRetention }),
+		get: func(c *Config) string { return c.Tier.MetadataCheckpointRetention.String() },
+	},
+	{
 		key: "compactor.memory_bytes", flag: "compactor-memory-bytes", typ: "bytes", usage: "memory of the compaction key maps, all workers together (Kafka's log.cleaner.dedupe.buffer.size)",
 		set: bytesSetter(func(c *Config) *int64 { return &c.Compactor.MemoryBytes }, 1<<20),
 		get: func(c *Config) string { return formatBytes(c.Compactor.MemoryBytes) },

@@ -34,7 +34,7 @@ import (
 // grown appends what is new.
 
 // exportChunkBytes is how much is written between two fsyncs and states.
-const exportChunkBytes = 8 << 20
+var exportChunkBytes int64 = 8 << 20
 
 // ExportOptions are an export's.
 type ExportOptions struct {

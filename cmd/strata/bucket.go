@@ -107,6 +107,11 @@ func (f *topicFlags) partitions(ctx context.Context, cmd *cobra.Command, a *arch
 		}
 		t.Partitions = []int32{f.partition}
 	}
+	return topicPartitions(ctx, a, t)
+}
+
+// topicPartitions reads what the bucket holds of t's partitions.
+func topicPartitions(ctx context.Context, a *archive.Archive, t archive.Topic) ([]archive.Partition, error) {
 	var out []archive.Partition
 	for _, p := range t.Partitions {
 		tp := format.TopicPartition{Topic: t.Name, TopicID: t.ID, Partition: p}
@@ -174,8 +179,7 @@ from a listing of the bucket. Internal topics show with --internal.`,
 					if t.Internal && !internal {
 						continue
 					}
-					tf := topicFlags{partition: -1, topicID: format.HexID(t.ID)}
-					ps, err := tf.partitions(ctx, cmd, a, t.Name)
+					ps, err := topicPartitions(ctx, a, t)
 					if err != nil {
 						return fmt.Errorf("bucket ls: %w", err)
 					}

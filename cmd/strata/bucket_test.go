@@ -146,10 +146,13 @@ func TestBucketOffline(t *testing.T) {
 	if total != 300+40+parts { // the aborted 40 are not there
 		t.Fatalf("the broker gave %d records read_committed, want %d", total, 300+40+parts)
 	}
-	var kcatOut string
+	// Every directive, escapes too.
+	const richFormat = `%t [%p] %o %T key %K:%k value %S:%s headers %h%%\t|\n`
+	var kcatOut, kcatRich string
 	if _, err := exec.LookPath("kcat"); err == nil {
 		for p := range parts {
 			kcatOut += kcat(t, nil, "-b", n.bootstrap, "-t", topic, "-p", strconv.Itoa(p), "-C", "-e", "-q", "-o", "beginning", "-f", `%p %o %s\n`)
+			kcatRich += kcat(t, nil, "-b", n.bootstrap, "-t", topic, "-p", strconv.Itoa(p), "-C", "-e", "-q", "-o", "beginning", "-f", richFormat)
 		}
 	} else {
 		t.Log("kcat is not installed (apt-get install kcat): not comparing with kcat's output")
@@ -184,6 +187,11 @@ func TestBucketOffline(t *testing.T) {
 	}
 	if kcatOut != "" && cat != kcatOut {
 		t.Fatalf("bucket cat differs from kcat's output with the same format:\n%s\nkcat:\n%s", cat, kcatOut)
+	}
+	if kcatRich != "" {
+		if rich := cliOK(t, nil, "bucket", "cat", topic, "--format", richFormat, "--data-dir", dataDir); rich != kcatRich {
+			t.Fatalf("bucket cat --format %q differs from kcat's:\n%s\nkcat:\n%s", richFormat, rich, kcatRich)
+		}
 	}
 	uncommitted := cliOK(t, nil, "bucket", "cat", topic, "--isolation", "read_uncommitted", "--format", `%o\n`, "--data-dir", dataDir)
 	if n := strings.Count(uncommitted, "\n"); n != total+40 {

@@ -187,15 +187,29 @@ func (a *Archive) FindTopic(ctx context.Context, name, id string) (Topic, error)
 		}
 	}
 	// Not in the checkpoint (none, or older than the topic): every key
-	// of partition p sits under <h(name/p)>/<name>-<id>/p/.
-	ids, err := a.topicIDs(ctx, name)
-	if err != nil {
-		return Topic{}, err
+	// of partition p sits under <h(name/p)>/<name>-<id>/p/. The bucket
+	// does not record how many partitions a topic has, and a partition
+	// that never uploaded has no objects, so probe partitions until
+	// probeGap in a row hold nothing.
+	found := make(map[[16]byte][]int32)
+	for p, empty := int32(0), 0; empty < probeGap; p++ {
+		ids, err := a.partitionIDs(ctx, name, p)
+		if err != nil {
+			return Topic{}, err
+		}
+		if id != "" {
+			ids = slices.DeleteFunc(ids, func(x [16]byte) bool { return format.HexID(x) != id })
+		}
+		if len(ids) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		for _, x := range ids {
+			found[x] = append(found[x], p)
+		}
 	}
-	if id != "" {
-		ids = slices.DeleteFunc(ids, func(x [16]byte) bool { return format.HexID(x) != id })
-	}
-	switch len(ids) {
+	switch len(found) {
 	case 0:
 		if id != "" {
 			return Topic{}, fmt.Errorf("%w: %s with id %s", ErrNoTopic, name, id)
@@ -203,33 +217,29 @@ func (a *Archive) FindTopic(ctx context.Context, name, id string) (Topic, error)
 		return Topic{}, fmt.Errorf("%w: %s", ErrNoTopic, name)
 	case 1:
 	default:
-		hex := make([]string, len(ids))
-		for i, x := range ids {
-			hex[i] = format.HexID(x)
+		var hex []string
+		for x := range found {
+			hex = append(hex, format.HexID(x))
 		}
+		slices.Sort(hex)
 		return Topic{}, fmt.Errorf("the bucket holds topic %s under several ids (%s), a topic deleted and created again: choose one with --topic-id",
 			name, strings.Join(hex, ", "))
 	}
-	t := Topic{Name: name, ID: ids[0], Internal: internalTopic(name)}
-	// The bucket does not record how many partitions a topic has; probe
-	// until one has no manifest (docs/bucket-format.md §1).
-	for p := int32(0); ; p++ {
-		has, err := a.hasManifest(ctx, format.TopicPartition{Topic: name, TopicID: t.ID, Partition: p})
-		if err != nil {
-			return Topic{}, err
-		}
-		if !has {
-			break
-		}
-		t.Partitions = append(t.Partitions, p)
+	t := Topic{Name: name, Internal: internalTopic(name)}
+	for x, parts := range found {
+		t.ID, t.Partitions = x, parts
 	}
 	return t, nil
 }
 
-// topicIDs lists the ids the bucket holds topic name under, from the
-// prefix of its partition 0.
-func (a *Archive) topicIDs(ctx context.Context, name string) ([][16]byte, error) {
-	tp := format.TopicPartition{Topic: name}
+// probeGap is how many partitions in a row without objects end the
+// search for a topic's partitions in a bucket without a checkpoint.
+const probeGap = 16
+
+// partitionIDs lists the ids under which the bucket holds objects of
+// partition p of topic name.
+func (a *Archive) partitionIDs(ctx context.Context, name string, p int32) ([][16]byte, error) {
+	tp := format.TopicPartition{Topic: name, Partition: p}
 	prefix := tp.HashPrefix() + "/" + name + "-"
 	var ids [][16]byte
 	after := ""
@@ -239,9 +249,12 @@ func (a *Archive) topicIDs(ctx context.Context, name string) ([][16]byte, error)
 			if !ok || got.Topic != name {
 				return nil // a longer name (orders-eu) shares the prefix
 			}
-			ids = append(ids, got.TopicID)
-			// Past this incarnation: "<prefix><id>/" bumped to "<prefix><id>0".
-			after = prefix + format.HexID(got.TopicID) + "0"
+			if got.Partition == p {
+				ids = append(ids, got.TopicID)
+			}
+			// Past this partition's objects (see listTopics).
+			pre := got.Prefix()
+			after = pre[:len(pre)-1] + "0"
 			return errSkip
 		})
 		if err == nil {
@@ -251,23 +264,8 @@ func (a *Archive) topicIDs(ctx context.Context, name string) ([][16]byte, error)
 			return nil, fmt.Errorf("list topic %s: %w", name, err)
 		}
 	}
+	slices.SortFunc(ids, func(x, y [16]byte) int { return strings.Compare(format.HexID(x), format.HexID(y)) })
 	return slices.Compact(ids), nil
-}
-
-// hasManifest reports whether the bucket holds a manifest of tp.
-func (a *Archive) hasManifest(ctx context.Context, tp format.TopicPartition) (bool, error) {
-	found := false
-	err := a.st.List(ctx, tp.ManifestsPrefix(), func(at objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(at.Key); err == nil {
-			found = true
-			return errSkip
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errSkip) {
-		return false, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
-	}
-	return found, nil
 }
 
 // Partition is what the bucket holds of one partition, from its newest

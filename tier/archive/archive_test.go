@@ -343,11 +343,29 @@ func TestTopics(t *testing.T) {
 		upload(t, l, b.st, other)
 		l.Close()
 	}
+	// A topic whose partition 0 never uploaded: its partition 1 lives
+	// under another hash prefix, and is found all the same.
+	lonely := format.TopicPartition{Topic: "lonely", TopicID: [16]byte{0xee}, Partition: 1}
+	{
+		l, err := segment.Open(t.TempDir(), segment.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(batch(t, -1, 0, 0, kgo.NoCompression(), rec{value: []byte("x"), ts: ts0}), 0); err != nil {
+			t.Fatal(err)
+		}
+		upload(t, l, b.st, lonely)
+		l.Close()
+	}
 	a := Open(b.st)
+	if got, err := a.FindTopic(ctx, "lonely", ""); err != nil || got.ID != lonely.TopicID || !slices.Equal(got.Partitions, []int32{1}) {
+		t.Fatalf("FindTopic of a topic without partition 0: %+v %v", got, err)
+	}
 	topics, src, err := a.Topics(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	topics = slices.DeleteFunc(topics, func(x Topic) bool { return x.Name == "lonely" })
 	if src.Checkpoint != "" || len(topics) != 2 || topics[0].Name != "orders" || topics[1].Name != "orders-eu" ||
 		!slices.Equal(topics[1].Partitions, []int32{0, 1}) || topics[0].ID != tp.TopicID {
 		t.Fatalf("listed %+v from %v", topics, src)

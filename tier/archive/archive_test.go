@@ -202,6 +202,10 @@ func readAll(t *testing.T, a *Archive, p Partition, o ReadOptions) []*kgo.Record
 	err := a.Records(context.Background(), p, o, func(r *kgo.Record) error {
 		c := *r
 		c.Key, c.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+		c.Headers = nil
+		for _, h := range r.Headers { // the record's bytes are valid only during the call
+			c.Headers = append(c.Headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
+		}
 		got = append(got, &c)
 		return nil
 	})

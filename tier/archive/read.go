@@ -156,13 +156,14 @@ func (a *Archive) walk(ctx context.Context, p Partition, from, to int64, f Fetch
 // errStop ends a walk early without an error.
 var errStop = errors.New("stop")
 
-// consume reads the chunks in order, cuts them into whole batches
-// (carrying a batch that crosses a chunk's end into the next), checks
-// each, and hands fn the runs.
+// consume reads the chunks in order, cuts them into whole batches,
+// checks each, and hands fn the runs. A batch that crosses a chunk's end
+// is put together from the two (only its own bytes are copied); the rest
+// of each chunk is handed on in place.
 func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to int64, fn func(run) error) error {
 	var (
-		carry    []byte
-		carryPos int64 // position in the object of carry[0]
+		carry    []byte // the start of a batch that crosses into the next chunk
+		carryPos int64  // its position in the object
 		prevLast int64
 	)
 	for j := range queue {
@@ -175,74 +176,104 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 			return fmt.Errorf("segment %s: %w", j.seg.Key, j.err)
 		}
 		if j.first {
-			carry, carryPos, prevLast = carry[:0], j.off, j.seg.BaseOffset-1
+			carry, prevLast = carry[:0], j.seg.BaseOffset-1
 		}
-		buf := j.data
+		data, pos := j.data, j.off
 		if len(carry) > 0 {
-			buf = append(carry, j.data...)
-		}
-		pos := carryPos
-		start, i := 0, 0
-		flush := func() error {
-			if i == start {
-				return nil
+			// Complete the carried batch from the head of this chunk.
+			if len(carry) < 12 {
+				k := min(12-len(carry), len(data))
+				carry, data, pos = append(carry, data[:k]...), data[k:], pos+int64(k)
 			}
-			r := run{seg: j.seg, bytes: buf[start:i], logEnd: pos}
-			r.first = int64(binary.BigEndian.Uint64(buf[start:]))
-			r.last = prevLast
-			start = i
-			return fn(r)
-		}
-		for len(buf)-i >= 12 {
-			size := 12 + int64(int32(binary.BigEndian.Uint32(buf[i+8:])))
-			if size < 61 || size > math.MaxInt32 {
-				return fmt.Errorf("%w: segment %s: batch at byte %d has length %d", ErrCorrupt, j.seg.Key, pos, size-12)
+			if len(carry) >= 12 {
+				size := batchSize(carry)
+				k := int(min(max(size-int64(len(carry)), 0), int64(len(data))))
+				carry, data, pos = append(carry, data[:k]...), data[k:], pos+int64(k)
 			}
-			if int64(len(buf)-i) < size {
-				break
-			}
-			b := buf[i : i+int(size)]
-			h, err := segment.ParseBatchHeader(b)
+			used, err := a.cut(carry, carryPos, j.seg, from, to, &prevLast, fn)
 			if err != nil {
-				return fmt.Errorf("%w: segment %s: batch at byte %d: %v", ErrCorrupt, j.seg.Key, pos, err)
+				return err
 			}
-			if !h.CRCMatches(b) {
-				return fmt.Errorf("%w: segment %s: batch at byte %d (offsets %d-%d) fails its CRC-32C", ErrCorrupt, j.seg.Key, pos, h.BaseOffset, h.LastOffset())
+			if used == len(carry) {
+				carry = carry[:0]
+			} else if len(data) > 0 {
+				return fmt.Errorf("%w: segment %s: batch at byte %d not whole after joining two chunks", ErrCorrupt, j.seg.Key, carryPos)
 			}
-			if h.BaseOffset <= prevLast || h.LastOffset() < h.BaseOffset || h.LastOffset() > j.seg.LastOffset {
-				return fmt.Errorf("%w: segment %s: batch at byte %d holds offsets %d-%d, out of order after %d in a segment of %d-%d",
-					ErrCorrupt, j.seg.Key, pos, h.BaseOffset, h.LastOffset(), prevLast, j.seg.BaseOffset, j.seg.LastOffset)
-			}
-			if h.BaseOffset >= to {
-				if err := flush(); err != nil {
-					return err
-				}
-				return errStop
-			}
-			if h.LastOffset() < from {
-				// Wholly below the read: not handed on.
-				if err := flush(); err != nil {
-					return err
-				}
-				i += int(size)
-				start = i
-			} else {
-				i += int(size)
-			}
-			pos += size
-			prevLast = h.LastOffset()
 		}
-		if err := flush(); err != nil {
-			return err
+		if len(carry) == 0 {
+			used, err := a.cut(data, pos, j.seg, from, to, &prevLast, fn)
+			if err != nil {
+				return err
+			}
+			carry = append(carry[:0], data[used:]...)
+			carryPos = pos + int64(used)
 		}
-		rest := buf[i:]
-		if j.last && len(rest) > 0 {
-			return fmt.Errorf("%w: segment %s: the log part ends within a batch at byte %d", ErrCorrupt, j.seg.Key, pos)
+		if j.last && len(carry) > 0 {
+			return fmt.Errorf("%w: segment %s: the log part ends within a batch at byte %d", ErrCorrupt, j.seg.Key, carryPos)
 		}
-		carry = append(carry[:0:0], rest...)
-		carryPos = pos
 	}
 	return nil
+}
+
+// batchSize is the whole size of the batch at the start of b (at least
+// 12 bytes long), as its length field says.
+func batchSize(b []byte) int64 {
+	return 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
+}
+
+// cut hands fn the runs of whole batches at the start of buf, which lies
+// at pos in seg's object, and returns how many bytes they take; a batch
+// cut off by the end of buf is left. prevLast is the last offset of the
+// batch before, and is advanced.
+func (a *Archive) cut(buf []byte, pos int64, seg *format.RemoteSegment, from, to int64, prevLast *int64, fn func(run) error) (int, error) {
+	start, i := 0, 0
+	flush := func() error {
+		if i == start {
+			return nil
+		}
+		r := run{seg: seg, bytes: buf[start:i], logEnd: pos, last: *prevLast}
+		r.first = int64(binary.BigEndian.Uint64(buf[start:]))
+		start = i
+		return fn(r)
+	}
+	for len(buf)-i >= 12 {
+		size := batchSize(buf[i:])
+		if size < 61 || size > math.MaxInt32 {
+			return 0, fmt.Errorf("%w: segment %s: batch at byte %d has length %d", ErrCorrupt, seg.Key, pos, size-12)
+		}
+		if int64(len(buf)-i) < size {
+			break
+		}
+		b := buf[i : i+int(size)]
+		h, err := segment.ParseBatchHeader(b)
+		if err != nil {
+			return 0, fmt.Errorf("%w: segment %s: batch at byte %d: %v", ErrCorrupt, seg.Key, pos, err)
+		}
+		if !h.CRCMatches(b) {
+			return 0, fmt.Errorf("%w: segment %s: batch at byte %d (offsets %d-%d) fails its CRC-32C", ErrCorrupt, seg.Key, pos, h.BaseOffset, h.LastOffset())
+		}
+		if h.BaseOffset <= *prevLast || h.LastOffset() < h.BaseOffset || h.LastOffset() > seg.LastOffset {
+			return 0, fmt.Errorf("%w: segment %s: batch at byte %d holds offsets %d-%d, out of order after %d in a segment of %d-%d",
+				ErrCorrupt, seg.Key, pos, h.BaseOffset, h.LastOffset(), *prevLast, seg.BaseOffset, seg.LastOffset)
+		}
+		if h.BaseOffset >= to {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+			return 0, errStop
+		}
+		if h.LastOffset() < from {
+			// Wholly below the read: not handed on.
+			if err := flush(); err != nil {
+				return 0, err
+			}
+			start = i + int(size)
+		}
+		i += int(size)
+		pos += size
+		*prevLast = h.LastOffset()
+	}
+	return i, flush()
 }
 
 // get reads n bytes of key from off.

@@ -198,6 +198,7 @@ func checkFlagsAlone(flags *config.Flags) error {
 // brokerConfig maps the operator-facing configuration onto the broker's.
 func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	return broker.Config{
+		ReadReplica:       broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval},
 		NodeID:            c.Node.ID,
 		DataDir:           c.Node.DataDir,
 		Rack:              c.Node.Rack,

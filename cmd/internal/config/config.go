@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"strata/broker"
+	"strata/broker/node"
 	"strata/meta"
 	"strata/tier"
 )
@@ -36,6 +37,8 @@ type Config struct {
 	S3        S3
 	Tier      Tier
 	Compactor Compactor
+	// ReadReplica configures read-replica topics.
+	ReadReplica ReadReplica
 	// Transactions configures the transaction coordinator.
 	Transactions Transactions
 	Logging      Logging
@@ -154,6 +157,12 @@ type Tier struct {
 	TestShortOrphanGrace bool
 }
 
+// ReadReplica configures the read-replica topics a node serves
+// (docs/operations.md, Read replicas).
+type ReadReplica struct {
+	PollInterval time.Duration // read_replica.poll_interval: how often sources' manifests are read
+}
+
 // Compactor configures log compaction, local and on the cold tier. See
 // compactor.Config for what each knob does.
 type Compactor struct {
@@ -224,6 +233,7 @@ func Defaults() Config {
 			OrphanGrace:        time.Hour,
 			CollectInterval:    10 * time.Minute,
 		},
+		ReadReplica: ReadReplica{PollInterval: node.DefaultReadReplicaPollInterval},
 		Compactor: Compactor{
 			MemoryBytes: compactor.DefaultMemoryBytes,
 			Workers:     compactor.DefaultWorkers,

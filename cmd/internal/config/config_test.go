@@ -90,6 +90,8 @@ compactor:
   workers: 2
   io_bytes_per_sec: 50MB
   interval: 30s
+read_replica:
+  poll_interval: 3s
 transactions:
   state_partitions: 7
   max_timeout: 5m
@@ -126,6 +128,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 			CollectInterval: 30 * time.Minute, LocalDiskLimit: 100e9,
 		},
 		Compactor:    Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
+		ReadReplica:  ReadReplica{PollInterval: 3 * time.Second},
 		Transactions: Transactions{StatePartitions: 7, MaxTimeout: 5 * time.Minute, IDExpiration: 48 * time.Hour, AbortInterval: 3 * time.Second},
 		Logging:      Logging{Level: slog.LevelDebug, Format: "json"},
 	}

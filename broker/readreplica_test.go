@@ -405,3 +405,70 @@ func TestReadReplicaBadSources(t *testing.T) {
 		t.Fatalf("make a topic a read replica: %v %+v", err, ac)
 	}
 }
+
+// TestReadReplicaMissingObjectRereadsManifest: a replica whose manifest is
+// stale (its poll interval is long) reads an object the source's
+// retention has since deleted: it reads the source's manifest again and
+// answers OFFSET_OUT_OF_RANGE with the new log start, not a storage
+// error and never a hole served as data.
+func TestReadReplicaMissingObjectRereadsManifest(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) {
+		c.Tier.IdleUpload = 50 * time.Millisecond
+		shortOrphanGrace(c, time.Nanosecond)
+		c.Tier.CollectInterval = 50 * time.Millisecond
+	})
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = time.Hour // only the creation's poll
+	})
+	createTopic(t, testAdmin(t, src), "stale", 1, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("16384"),
+	})
+	produceWithHeaders(t, src, "stale", 0, 1000)
+	waitAllUploaded(t, src, "stale", 1)
+	uri := "file://" + srcBucket
+	createTopic(t, testAdmin(t, rep), "stale", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := testAdmin(t, src).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("32768")}}, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	p := src.partition("stale", 0)
+	waitFor(t, 30*time.Second, "retention and collection at the source", func() bool {
+		m, _ := src.tier.Manifest(context.Background(), p.BucketName())
+		objects := 0
+		srcStore.List(context.Background(), p.BucketName().SegmentsPrefix(), func(objstore.Attrs) error { objects++; return nil })
+		return m.LogStartOffset > 0 && objects == int(m.Totals().Segments)
+	})
+	repCl := testClient(t, rep)
+	if e := listOffset(t, repCl, "stale", -2); e != 0 {
+		t.Fatalf("the replica's manifest is not stale: earliest %d", e)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxBytes = 1 << 20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "stale"
+	topic, _ := rep.node.TopicByName("stale")
+	rt.TopicID = topic.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = 0, 1<<20, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, repCl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Topics[0].Partitions[0]
+	if got.ErrorCode != kerr.OffsetOutOfRange.Code || len(got.RecordBatches) != 0 {
+		t.Fatalf("fetch at 0 after the source deleted it: %v, %d bytes; want OFFSET_OUT_OF_RANGE", kerr.ErrorForCode(got.ErrorCode), len(got.RecordBatches))
+	}
+	if e := listOffset(t, repCl, "stale", -2); e == 0 {
+		t.Fatal("the replica's log start did not move after it met a deleted object")
+	}
+}

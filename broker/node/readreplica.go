@@ -342,10 +342,13 @@ func CheckCreatePartitions(t *meta.Topic) error {
 }
 
 // readReplicaLoop polls the sources of the read replicas this node hosts
-// every poll interval, until the node closes.
+// at start and every poll interval after, until the node closes.
 func (n *Node) readReplicaLoop() {
 	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
 	defer tick.Stop()
+	// At once first: the read replicas opened at start-up answer with a
+	// retriable error until their source's manifest is read.
+	n.PollReadReplicas(n.Partitions())
 	for {
 		select {
 		case <-n.ctx.Done():

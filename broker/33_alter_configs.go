@@ -74,6 +74,9 @@ func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 					}
 				}
 			}
+			if err := node.CheckReadReplicaConfigs(set, t.Configs); err != nil {
+				return err
+			}
 			if err := b.node.CheckMinInsync(set, t.Configs, node.ReplicationFactor(t)); err != nil {
 				return err
 			}

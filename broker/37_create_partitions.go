@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
 )
 
 // CreatePartitions: v0-3
@@ -42,6 +44,9 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 			t, ok := b.node.TopicByName(rt.Topic)
 			if !ok {
 				return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, rt.Topic)
+			}
+			if err := node.CheckCreatePartitions(t); err != nil {
+				return err
 			}
 			if rt.Count <= int32(len(t.Partitions)) {
 				return fmt.Errorf("%w: topic %q has %d partitions; the new count %d must be larger", kerr.InvalidPartitions, rt.Topic, len(t.Partitions), rt.Count)

@@ -88,6 +88,9 @@ func (b *Broker) handleIncrementalAlterConfigs(req *request) (kmsg.Response, err
 			for _, k := range del {
 				delete(after, k)
 			}
+			if err := node.CheckReadReplicaConfigs(after, t.Configs); err != nil {
+				return err
+			}
 			if err := b.node.CheckMinInsync(after, t.Configs, node.ReplicationFactor(t)); err != nil {
 				return err
 			}

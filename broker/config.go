@@ -139,6 +139,8 @@ type Config struct {
 	// Tier configures tiered storage; a nil Tier.Store keeps everything
 	// local.
 	Tier TierConfig
+	// ReadReplica configures read-replica topics (node.ReadReplicaConfig).
+	ReadReplica ReadReplicaConfig
 
 	// Compactor configures log compaction (docs/compaction.md). Its
 	// Logger, Now and SpoolDir are the broker's.
@@ -323,6 +325,9 @@ func (c Config) Validate() error {
 
 // TierConfig configures tiered storage (node.TierConfig).
 type TierConfig = node.TierConfig
+
+// ReadReplicaConfig configures read-replica topics (node.ReadReplicaConfig).
+type ReadReplicaConfig = node.ReadReplicaConfig
 
 // MinOrphanGrace is the shortest tier.orphan_grace a broker accepts
 // (node.MinOrphanGrace).

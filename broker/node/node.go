@@ -59,6 +59,8 @@ type Config struct {
 	MaintenanceInterval, FlushInterval time.Duration
 	// Tier configures tiered storage; a nil Store keeps everything local.
 	Tier TierConfig
+	// ReadReplica configures the read replicas hosted here (readreplica.go).
+	ReadReplica ReadReplicaConfig
 	// Groups configures the group coordinator; Partitions is
 	// offsets.topic.num.partitions, and the node fills in the rest.
 	Groups group.Config
@@ -159,6 +161,9 @@ type Node struct {
 	// collector is the state of the tier's collector goroutine
 	// (collect.go).
 	collector collector
+	// readReplicas are the sources of the read replicas hosted here
+	// (readreplica.go).
+	readReplicas readReplicas
 	// groups is the group coordinator (groups.go), nil before
 	// StartGroups; txns the transaction coordinator's state on this node
 	// (txns.go), nil before StartTxns.

@@ -181,6 +181,7 @@ func (n *Node) Run() error {
 	if n.tier != nil {
 		n.cfg.Go(n.tierLoop)
 	}
+	n.cfg.Go(n.readReplicaLoop)
 	return n.startCompactor()
 }
 
@@ -203,6 +204,7 @@ func (n *Node) Close() error {
 	if n.tier != nil {
 		n.tier.Close()
 	}
+	n.closeSources()
 	var errs []error
 	n.mu.Lock()
 	n.mu.closed = true

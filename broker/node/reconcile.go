@@ -149,6 +149,7 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 			// A topic created while the broker runs starts empty in the
 			// bucket too; an empty log found at start-up may be a lost one.
 			EmptyAtStart: !waitRemote && l.StartOffset() == l.EndOffset(),
+			ReadReplica:  readReplicaOf(w.configs, key.partition),
 		})
 		n.mu.Lock()
 		if n.mu.closed || n.ctx.Err() != nil {
@@ -169,6 +170,9 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 		case <-loaded:
 		case <-n.ctx.Done():
 		}
+		// A new read replica serves its source's records from its first
+		// answer; at start-up the poll loop reads the sources.
+		n.PollReadReplicas(opened)
 	}
 	return errors.Join(errs...)
 }

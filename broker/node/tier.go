@@ -174,8 +174,8 @@ func (n *Node) OpenTier(ctx context.Context, id string) error {
 // (offsetsTopicConfigs), so that a bucket alone holds a cluster's group
 // state and the local disk only its recent part.
 func (n *Node) tiers(configs map[string]string) bool {
-	if n.tier == nil {
-		return false
+	if n.tier == nil || IsReadReplica(configs) {
+		return false // a read replica's bucket is its source's, read-only
 	}
 	v, _ := n.TopicConfigValue(configs, "remote.storage.enable")
 	return v == "true"

@@ -47,6 +47,10 @@ var TopicConfigs = map[string]TopicConfigDef{
 	"flush.ms":                        {Default: "9223372036854775807", validate: longAtLeast(0), Doc: "accepted for compatibility; see the broker flush interval"},
 	"file.delete.delay.ms":            {Default: "60000", validate: longAtLeast(0), Doc: "accepted for compatibility"},
 	"preallocate":                     {Default: "false", validate: isBool, Doc: "accepted for compatibility"},
+	// Read replicas (readreplica.go): fixed at creation.
+	ReadReplicaSourceKey:  {Default: "", validate: validSourceURI, Doc: "serve this topic read-only from another cluster's bucket (file:///dir or s3://bucket/prefix); set at creation only"},
+	ReadReplicaTopicKey:   {Default: "", validate: validSourceTopic, Doc: "the read replica's topic in the source bucket (default: the same name)"},
+	ReadReplicaTopicIDKey: {Default: "", validate: validSourceTopicID, Doc: "the source topic's id, set by the broker at creation"},
 }
 
 // TopicConfigNames lists the known keys in a stable order for

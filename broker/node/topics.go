@@ -113,6 +113,9 @@ func (n *Node) CreateTopic(ctx context.Context, c *TopicCreate) (*meta.Topic, er
 	if err := ValidateTopicName(c.Name); err != nil {
 		return nil, err
 	}
+	if err := n.prepareReadReplica(ctx, c); err != nil {
+		return nil, err
+	}
 	if c.Partitions == -1 {
 		c.Partitions = n.cfg.DefaultPartitions
 	}

@@ -80,6 +80,9 @@ func (p *Partition) Tiered() bool {
 // leader publishes (followRemote). asLeader says which it ran: the role
 // as it stood when the pass began, which the pass's errors are about.
 func (p *Partition) Upload() (asLeader bool, err error) {
+	if p.source != nil {
+		return false, nil // a read replica uploads nothing
+	}
 	if !p.leading.Load() {
 		// Only the leader uploads; a follower follows the bucket's
 		// manifest, so that its local retention deletes only what is
@@ -377,6 +380,12 @@ func (p *Partition) SetRemoteKnown() { p.remoteKnown.Store(true) }
 // CheckRemoteKnown fails requests that need the log start of a tiered
 // partition whose manifest is not loaded.
 func (p *Partition) CheckRemoteKnown() error {
+	if p.source != nil {
+		if !p.source.known.Load() {
+			return ErrRemoteUnknown
+		}
+		return nil
+	}
 	if !p.remoteKnown.Load() && p.Tiered() {
 		return ErrRemoteUnknown
 	}
@@ -399,7 +408,14 @@ func (p *Partition) ReadRemote(dst []byte, offset, maxOffset int64, maxBytes int
 	ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
 	defer cancel()
 	n := len(dst)
-	out, err := p.host.Bucket.ReadBelow(ctx, p.BucketName(), dst, offset, maxOffset, maxBytes)
+	b, name := p.remote()
+	var out []byte
+	var err error
+	if p.source != nil {
+		out, err = p.readSource(ctx, b, name, dst, offset, maxOffset, maxBytes)
+	} else {
+		out, err = b.ReadBelow(ctx, name, dst, offset, maxOffset, maxBytes)
+	}
 	p.host.Metrics.ReadBytes.Add(float64(len(out) - n))
 	return out, StorageError(err)
 }
@@ -414,7 +430,7 @@ func (p *Partition) ReadAt(dst []byte, offset, limit int64, maxBytes int) ([]byt
 		}
 	}
 	out, err := p.log.Read(dst, offset, limit, maxBytes)
-	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && p.host.Bucket != nil && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
+	if err != nil && errors.Is(err, segment.ErrOffsetOutOfRange) && p.hasRemote() && offset < p.log.StartOffset() && p.remoteEnd.Load() > offset {
 		out, err = p.ReadRemote(dst, offset, limit, maxBytes)
 		if err == nil && len(out) == len(dst) {
 			// Compaction left nothing in the bucket from offset on (or
@@ -435,4 +451,10 @@ func StorageError(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
+}
+
+// hasRemote reports whether reads below the local log may go to a bucket.
+func (p *Partition) hasRemote() bool {
+	b, _ := p.remote()
+	return b != nil
 }

@@ -150,8 +150,11 @@ func Fetch(ctx context.Context, parts []*FetchPart, buf []byte, maxBytes, minByt
 func prefetch(parts []*FetchPart) {
 	for _, fp := range parts {
 		p := fp.P
-		if p != nil && !fp.done && fp.Err == nil && p.host.Bucket != nil && fp.Offset < p.log.StartOffset() && fp.Offset < p.remoteEnd.Load() {
-			p.host.Bucket.Prefetch(p.BucketName(), fp.Offset)
+		if p == nil || fp.done || fp.Err != nil {
+			continue
+		}
+		if b, name := p.remote(); b != nil && fp.Offset < p.log.StartOffset() && fp.Offset < p.remoteEnd.Load() {
+			b.Prefetch(name, fp.Offset)
 		}
 	}
 }
@@ -286,9 +289,9 @@ func (fp *FetchPart) abortedIn(got []byte) error {
 	}
 	p := fp.P
 	list := p.log.AbortedTransactions(fp.Offset, upTo)
-	if p.host.Bucket != nil && fp.Offset < p.log.StartOffset() {
+	if b, name := p.remote(); b != nil && fp.Offset < p.log.StartOffset() {
 		ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
-		remote, err := p.host.Bucket.AbortedTransactions(ctx, p.BucketName(), fp.Offset, upTo)
+		remote, err := b.AbortedTransactions(ctx, name, fp.Offset, upTo)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("aborted transactions of %s-%d in the bucket: %w", p.topic, p.index, StorageError(err))

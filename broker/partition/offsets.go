@@ -48,9 +48,9 @@ func (p *Partition) ListOffset(ts int64, committed bool) (offset, timestamp int6
 		mts, off := p.log.MaxTimestamp()
 		// The bucket is asked only when it holds records the local log
 		// no longer has.
-		if b := p.host.Bucket; b != nil && p.LogStartOffset() < p.log.StartOffset() {
+		if b, name := p.remote(); b != nil && p.LogStartOffset() < p.log.StartOffset() {
 			ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
-			rts, roff, ok, err := b.MaxTimestamp(ctx, p.BucketName())
+			rts, roff, ok, err := b.MaxTimestamp(ctx, name)
 			cancel()
 			if err != nil {
 				return ListUnanswered, ListUnanswered, fmt.Errorf("max timestamp in the bucket of %s-%d: %w", p.topic, p.index, StorageError(err))
@@ -71,9 +71,9 @@ func (p *Partition) ListOffset(ts int64, committed bool) (offset, timestamp int6
 		}
 		return ListUnanswered, ListUnanswered, nil
 	case ts >= 0:
-		if b := p.host.Bucket; b != nil && p.RemoteEnd() > p.LogStartOffset() {
+		if b, name := p.remote(); b != nil && p.RemoteEnd() > p.LogStartOffset() {
 			ctx, cancel := context.WithTimeout(p.host.Context, 30*time.Second)
-			off, found, ok, err := b.OffsetForTimestamp(ctx, p.BucketName(), ts)
+			off, found, ok, err := b.OffsetForTimestamp(ctx, name, ts)
 			cancel()
 			if err != nil {
 				return ListUnanswered, ListUnanswered, fmt.Errorf("offset for timestamp %d in the bucket of %s-%d: %w", ts, p.topic, p.index, StorageError(err))
@@ -118,6 +118,9 @@ func (p *Partition) offsetAvailable() error {
 // is uploaded later, and the bucket's log start must already say they are
 // gone.
 func (p *Partition) DeleteRecords(ctx context.Context, offset int64) (int64, error) {
+	if p.source != nil {
+		return -1, p.errReadReplica("DeleteRecords (the source's retention moves its log start)")
+	}
 	if err := p.CheckRemoteKnown(); err != nil {
 		return -1, err
 	}

@@ -67,6 +67,9 @@ type Partition struct {
 	// tier is what the cold tier's passes keep for the partition
 	// (bucket.go).
 	tier partitionTier
+	// source is a read replica's source (readreplica.go), nil for any
+	// other partition.
+	source *source
 
 	// waitMu guards waiters: long-poll fetches and acks=all produces that
 	// want to hear when the high watermark moves.
@@ -100,6 +103,9 @@ type Opening struct {
 	// EmptyAtStart marks a log found empty when the node started: it may
 	// have been lost, and takes no appends until the bucket's end is known.
 	EmptyAtStart bool
+	// ReadReplica, when set, makes the partition a read replica of
+	// another cluster's partition (readreplica.go).
+	ReadReplica *ReadReplica
 }
 
 // New opens a hosted partition on its log. It leads nothing until SetRole
@@ -118,6 +124,9 @@ func New(ctx context.Context, h *Host, o Opening) *Partition {
 	// up as its ISR shows what it holds.
 	p.hw.Store(o.Log.StartOffset())
 	p.rep.leader = -1
+	if o.ReadReplica != nil {
+		p.source = &source{ReadReplica: *o.ReadReplica}
+	}
 	return p
 }
 
@@ -356,6 +365,9 @@ func (p *Partition) AppendMarker(pid int64, producerEpoch int16, commit bool, co
 // Retriable, like the reads that wait for the manifest. A log with data
 // was not lost, and takes appends while the store is down.
 func (p *Partition) checkAppendable() error {
+	if p.source != nil {
+		return p.errReadReplica("appends")
+	}
 	if p.emptyAtStart.Load() && p.settings.Load().Log.Tiered && !p.remoteKnown.Load() {
 		return ErrRemoteUnknown
 	}

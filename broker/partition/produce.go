@@ -29,8 +29,12 @@ type Append struct {
 }
 
 // CheckClientWrite refuses a client's produce to an internal topic,
-// which only the broker writes to.
+// which only the broker writes to, and to a read replica, which only the
+// source cluster writes to (POLICY_VIOLATION, with the source named).
 func (p *Partition) CheckClientWrite() error {
+	if p.source != nil {
+		return p.errReadReplica("produce")
+	}
 	if p.settings.Load().Internal {
 		return fmt.Errorf("%w: %q is internal; only the broker writes to it", kerr.InvalidTopicException, p.topic)
 	}

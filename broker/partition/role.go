@@ -160,7 +160,9 @@ func (p *Partition) SetRole(w Role) {
 			h.Logger.Debug("leading partition", "topic", p.topic, "partition", p.index, "epoch", w.LeaderEpoch, "isr", w.ISR)
 		}
 		p.advanceHighWatermark()
-	case w.Leader >= 0:
+	case w.Leader >= 0 && p.source == nil:
+		// A read replica's replicas each read the source's bucket
+		// (PollSource), so none fetches from its leader.
 		h.Fetchers.Follow(w.Leader, replica.Partition{
 			Topic: p.topic, TopicID: p.topicID, Index: p.index, LeaderEpoch: w.LeaderEpoch,
 			Log: followerLog{p.log, p}, Lock: &p.appendMu,
@@ -257,6 +259,12 @@ func (p *Partition) ReplicaFetched(id int32, brokerEpoch, offset int64) error {
 // for, if any and none is in flight, or again for the one in flight whose
 // last answer was lost.
 func (p *Partition) MaybeAlterISR(now time.Time) {
+	if p.source != nil {
+		// Its replicas read the source, not the leader: none falls
+		// behind by not fetching, so the ISR stays whole and any of them
+		// can take over.
+		return
+	}
 	h := p.host
 	p.rep.mu.Lock()
 	lead := p.rep.lead

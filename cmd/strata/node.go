@@ -56,7 +56,7 @@ are for 'strata serve', and each one set is reported as ignored.`,
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, fmt.Sprintf("nodes of the local cluster, 1 to %d", maxDevNodes))
-	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier")
+	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier", "read_replica")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if nodes < 1 || nodes > maxDevNodes {
 			return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--nodes %d: a local cluster has 1 to %d nodes", nodes, maxDevNodes))
@@ -80,6 +80,7 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		for _, w := range warnings {
 			cfg.Logger.Warn(w)
 		}
+		cfg.ReadReplica.PollInterval = c.ReadReplica.PollInterval
 		if err := checkDevShape(dev.dataDir, nodes); err != nil {
 			return err
 		}
@@ -198,6 +199,7 @@ func checkFlagsAlone(flags *config.Flags) error {
 // brokerConfig maps the operator-facing configuration onto the broker's.
 func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	return broker.Config{
+		ReadReplica:       broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval},
 		NodeID:            c.Node.ID,
 		DataDir:           c.Node.DataDir,
 		Rack:              c.Node.Rack,

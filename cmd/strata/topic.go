@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	brokernode "strata/broker/node"
 	"strata/cmd/internal/config"
 )
 
@@ -129,12 +130,15 @@ func newTopicCreateCmd(a *admin, stdout io.Writer) *cobra.Command {
 		replication  int16
 		configs      []string
 		validateOnly bool
+		replicaOf    string
+		sourceTopic  string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME...",
 		Short: "Create topics",
 		Example: `  strata topic create orders --partitions 6
-  strata topic create audit --config retention.ms=-1 --config cleanup.policy=compact`,
+  strata topic create audit --config retention.ms=-1 --config cleanup.policy=compact
+  strata topic create orders --read-replica-of s3://events-bucket/prod   # serve another cluster's orders, read-only`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			// -1 asks for the broker's default; any other value below 1
@@ -150,6 +154,17 @@ func newTopicCreateCmd(a *admin, stdout io.Writer) *cobra.Command {
 					return &usageError{err: fmt.Errorf("--config %q: want key=value", kv), cmd: cmd.CommandPath()}
 				}
 				cfgs[k] = kmsg.StringPtr(v)
+			}
+			// A read replica is a topic config (docs/operations.md, Read
+			// replicas); the flags only spell it.
+			if replicaOf != "" {
+				cfgs[brokernode.ReadReplicaSourceKey] = kmsg.StringPtr(replicaOf)
+			}
+			if sourceTopic != "" {
+				if replicaOf == "" {
+					return &usageError{err: errors.New("--source-topic needs --read-replica-of"), cmd: cmd.CommandPath()}
+				}
+				cfgs[brokernode.ReadReplicaTopicKey] = kmsg.StringPtr(sourceTopic)
 			}
 			return a.do(cmd.Context(), func(ctx context.Context, adm *kadm.Client) error {
 				create := adm.CreateTopics
@@ -177,6 +192,8 @@ func newTopicCreateCmd(a *admin, stdout io.Writer) *cobra.Command {
 	f.Int16VarP(&replication, "replication-factor", "r", -1, "replicas per partition (-1: the broker's default)")
 	f.StringArrayVarP(&configs, "config", "c", nil, "topic config key=value (repeatable)")
 	f.BoolVar(&validateOnly, "validate-only", false, "ask the broker to check the request without creating anything")
+	f.StringVar(&replicaOf, "read-replica-of", "", "serve another cluster's topic read-only from its bucket: file:///dir or s3://bucket[/prefix][?endpoint=URL] (partitions: the source's)")
+	f.StringVar(&sourceTopic, "source-topic", "", "with --read-replica-of: the topic's name in the source bucket (default: the same name)")
 	return cmd
 }
 

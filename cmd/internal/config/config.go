@@ -37,6 +37,8 @@ type Config struct {
 	S3        S3
 	Tier      Tier
 	Compactor Compactor
+	// ReadReplica configures read-replica topics.
+	ReadReplica ReadReplica
 	// Transactions configures the transaction coordinator.
 	Transactions Transactions
 	Logging      Logging
@@ -161,6 +163,12 @@ type Tier struct {
 	TestShortOrphanGrace bool
 }
 
+// ReadReplica configures the read-replica topics a node serves
+// (docs/operations.md, Read replicas).
+type ReadReplica struct {
+	PollInterval time.Duration // read_replica.poll_interval: how often sources' manifests are read
+}
+
 // Compactor configures log compaction, local and on the cold tier. See
 // compactor.Config for what each knob does.
 type Compactor struct {
@@ -234,6 +242,7 @@ func Defaults() Config {
 			MetadataCheckpointInterval:  node.DefaultCheckpointInterval,
 			MetadataCheckpointRetention: node.DefaultCheckpointRetention,
 		},
+		ReadReplica: ReadReplica{PollInterval: node.DefaultReadReplicaPollInterval},
 		Compactor: Compactor{
 			MemoryBytes: compactor.DefaultMemoryBytes,
 			Workers:     compactor.DefaultWorkers,

@@ -92,6 +92,8 @@ compactor:
   workers: 2
   io_bytes_per_sec: 50MB
   interval: 30s
+read_replica:
+  poll_interval: 3s
 transactions:
   state_partitions: 7
   max_timeout: 5m
@@ -129,6 +131,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 			MetadataCheckpointInterval: 30 * time.Second, MetadataCheckpointRetention: 72 * time.Hour,
 		},
 		Compactor:    Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
+		ReadReplica:  ReadReplica{PollInterval: 3 * time.Second},
 		Transactions: Transactions{StatePartitions: 7, MaxTimeout: 5 * time.Minute, IDExpiration: 48 * time.Hour, AbortInterval: 3 * time.Second},
 		Logging:      Logging{Level: slog.LevelDebug, Format: "json"},
 	}

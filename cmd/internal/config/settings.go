@@ -284,6 +284,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.Tier.CollectInterval.String() },
 	},
 	{
+		key: "read_replica.poll_interval", flag: "read-replica-poll-interval", typ: "duration", usage: "how often read-replica topics read their source's manifests",
+		set: positiveDurationSetter(func(c *Config) *time.Duration { return &c.ReadReplica.PollInterval }),
+		get: func(c *Config) string { return c.ReadReplica.PollInterval.String() },
+	},
+	{
 		key: "tier.local_disk_limit", flag: "tier-local-disk-limit", typ: "bytes", usage: "local log bytes above which produce fails with a retriable error while uploads are behind (0: no limit)",
 		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.LocalDiskLimit }, 0),
 		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },

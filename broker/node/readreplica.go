@@ -1,0 +1,491 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"strata/broker/partition"
+	"strata/meta"
+	"strata/tier"
+	"strata/tier/format"
+	"strata/tier/objstore"
+)
+
+// Read replicas (docs/operations.md, Read replicas): a topic created with
+// strata.read.replica.source serves another cluster's topic, read-only,
+// from that cluster's bucket. This file holds the topic configs, the
+// checks at creation and at every later change, the source tiers the node
+// opens (one per source URI), and the loop that polls the sources'
+// manifests.
+
+// The read-replica topic configs. Source and Topic are the operator's;
+// TopicID is the broker's, set at creation from the source bucket, so
+// that a source topic deleted and re-created under the same name is never
+// served in its place.
+const (
+	ReadReplicaSourceKey  = "strata.read.replica.source"
+	ReadReplicaTopicKey   = "strata.read.replica.source.topic"
+	ReadReplicaTopicIDKey = "strata.read.replica.source.topic.id"
+)
+
+// readReplicaKeys are the configs fixed at a read replica's creation.
+var readReplicaKeys = []string{ReadReplicaSourceKey, ReadReplicaTopicKey, ReadReplicaTopicIDKey}
+
+// DefaultReadReplicaPollInterval is how often a read replica reads its
+// source's manifests when the setting is not given.
+const DefaultReadReplicaPollInterval = 10 * time.Second
+
+// ReadReplicaConfig configures the read replicas this node hosts.
+type ReadReplicaConfig struct {
+	// PollInterval is how often each read-replica partition reads its
+	// source's newest manifest (read_replica.poll_interval; default
+	// DefaultReadReplicaPollInterval).
+	PollInterval time.Duration
+	// Open opens the object store a source URI names (objstore.ParseURI),
+	// read-only: cmd gives S3 sources the node's endpoint and credentials.
+	// Nil opens directory stores only.
+	Open func(ctx context.Context, uri string) (objstore.Store, error)
+}
+
+// WithDefaults fills in the defaults of the fields left zero.
+func (c ReadReplicaConfig) WithDefaults() ReadReplicaConfig {
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultReadReplicaPollInterval
+	}
+	if c.Open == nil {
+		c.Open = OpenDirSource
+	}
+	return c
+}
+
+// OpenDirSource opens a file:/// (or dir:///) source read-only; an S3
+// source needs the node's S3 settings, which only cmd has.
+func OpenDirSource(_ context.Context, uri string) (objstore.Store, error) {
+	loc, err := objstore.ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	if loc.Dir == "" {
+		return nil, fmt.Errorf("%s: this broker opens directory stores only (file:///dir); S3 sources need strata serve's S3 settings", uri)
+	}
+	return objstore.OpenDirReadOnly(loc.Dir)
+}
+
+func validSourceURI(v string) error {
+	_, err := objstore.ParseURI(v)
+	return err
+}
+
+func validSourceTopic(v string) error {
+	if v == "" {
+		return nil
+	}
+	return ValidateTopicName(v)
+}
+
+func validSourceTopicID(v string) error {
+	b, err := hex.DecodeString(v)
+	if err != nil || len(b) != 16 {
+		return errors.New("want 32 hex digits")
+	}
+	return nil
+}
+
+// readReplicas is the node's state for the read replicas it hosts.
+type readReplicas struct {
+	mu struct {
+		sync.Mutex
+		// sources are the source tiers, by URI, opened on first use and
+		// kept until the node closes.
+		sources map[string]*sourceTier
+		// seen is the newest manifest key each partition was seen at,
+		// and lag when that became visible here.
+		seen map[tp]seenManifest
+	}
+	lag        *prometheus.GaugeVec
+	pollErrors prometheus.Counter
+	metricOnce sync.Once
+}
+
+type seenManifest struct {
+	key string
+	// lag is -1 for the first manifest seen, which may have been written
+	// long before the replica was created: it says nothing of the lag.
+	lag time.Duration
+}
+
+// sourceTier is one source bucket: its store, read-only, and a tier of
+// its own over it (its own chunk cache and manifest pages).
+type sourceTier struct {
+	store objstore.Store
+	tier  *tier.Tier
+}
+
+// source returns the tier of the source uri, opening it the first time.
+func (n *Node) source(ctx context.Context, uri string) (*sourceTier, error) {
+	r := &n.readReplicas
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.mu.sources[uri]; s != nil {
+		return s, nil
+	}
+	st, err := n.cfg.ReadReplica.WithDefaults().Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	st = objstore.ReadOnly(st) // whatever Open gave: never a write there
+	sum := sha256.Sum256([]byte(uri))
+	t, err := tier.Open(tier.Config{
+		Store:              st,
+		CacheDir:           filepath.Join(n.cfg.DataDir, "read-replica-cache", hex.EncodeToString(sum[:8])),
+		ChunkBytes:         n.cfg.Tier.ChunkBytes,
+		MemoryBytes:        n.cfg.Tier.MemoryBytes,
+		CacheBytes:         n.cfg.Tier.CacheBytes,
+		ReadAhead:          n.cfg.Tier.ReadAhead,
+		ReadWorkers:        n.cfg.Tier.ReadWorkers,
+		ManifestCacheBytes: n.cfg.Tier.ManifestCacheBytes,
+		Logger:             n.log.With("component", "read-replica", "source", uri),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read replica source %s: %w", uri, err)
+	}
+	if r.mu.sources == nil {
+		r.mu.sources = make(map[string]*sourceTier)
+	}
+	s := &sourceTier{store: st, tier: t}
+	r.mu.sources[uri] = s
+	return s, nil
+}
+
+// closeSources closes the source tiers (Close, once the loops are done).
+func (n *Node) closeSources() {
+	r := &n.readReplicas
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.mu.sources {
+		s.tier.Close()
+	}
+	r.mu.sources = nil
+}
+
+// readReplicaOf returns what partition index of a topic with configs
+// serves, nil unless the topic is a read replica.
+func readReplicaOf(configs map[string]string, index int32) *partition.ReadReplica {
+	uri := configs[ReadReplicaSourceKey]
+	if uri == "" {
+		return nil
+	}
+	id, _ := hex.DecodeString(configs[ReadReplicaTopicIDKey])
+	rr := &partition.ReadReplica{URI: uri, Name: format.TopicPartition{Topic: configs[ReadReplicaTopicKey], Partition: index}}
+	copy(rr.Name.TopicID[:], id)
+	return rr
+}
+
+// IsReadReplica reports whether a topic with these configs is a read
+// replica.
+func IsReadReplica(configs map[string]string) bool { return configs[ReadReplicaSourceKey] != "" }
+
+// prepareReadReplica checks a read replica's creation against its source
+// bucket, before anything is created: the source opens, holds the topic,
+// and has the partition count asked for (-1 takes the source's). It
+// completes c's configs with the source topic's name and id.
+func (n *Node) prepareReadReplica(ctx context.Context, c *TopicCreate) error {
+	uri, ok := c.Configs[ReadReplicaSourceKey]
+	if !ok {
+		for _, k := range readReplicaKeys[1:] {
+			if _, set := c.Configs[k]; set {
+				return fmt.Errorf("%w: %s is for read replicas: set %s too", kerr.InvalidConfig, k, ReadReplicaSourceKey)
+			}
+		}
+		return nil
+	}
+	if err := validSourceURI(uri); err != nil {
+		return fmt.Errorf("%w: %s: %v", kerr.InvalidConfig, ReadReplicaSourceKey, err)
+	}
+	name := c.Configs[ReadReplicaTopicKey]
+	if name == "" {
+		name = c.Name
+	}
+	if err := ValidateTopicName(name); err != nil {
+		return fmt.Errorf("%w: %s: %v", kerr.InvalidConfig, ReadReplicaTopicKey, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	src, err := n.source(ctx, uri)
+	if err != nil {
+		return fmt.Errorf("%w: read replica source %s: %v", kerr.InvalidConfig, uri, err)
+	}
+	id, count, err := findSourceTopic(ctx, src.store, name)
+	if err != nil {
+		return fmt.Errorf("%w: read replica source %s: %v", kerr.InvalidConfig, uri, err)
+	}
+	// The id is the broker's to set; a creation forwarded to the
+	// controller carries the one its first broker found, which must
+	// still be the source's.
+	if want, set := c.Configs[ReadReplicaTopicIDKey]; set && want != hex.EncodeToString(id[:]) {
+		return fmt.Errorf("%w: %s=%s, but topic %q in %s has id %x", kerr.InvalidConfig, ReadReplicaTopicIDKey, want, name, uri, id)
+	}
+	switch {
+	case c.Partitions == -1:
+		c.Partitions = count
+	case c.Partitions != count:
+		return fmt.Errorf("%w: topic %q has %d partition(s) in %s; a read replica has the same (leave the partition count out)", kerr.InvalidConfig, name, count, uri)
+	}
+	c.Configs = maps.Clone(c.Configs)
+	c.Configs[ReadReplicaTopicKey] = name
+	c.Configs[ReadReplicaTopicIDKey] = hex.EncodeToString(id[:])
+	return nil
+}
+
+// maxSourcePartitions bounds the probe for a source topic's partitions.
+const maxSourcePartitions = 1 << 16
+
+// findSourceTopic finds topic name in a source bucket: its id and
+// partition count, from the bucket's newest metadata checkpoint when it
+// lists the topic, else from the manifests (docs/bucket-format.md §1:
+// the incarnation with the newest manifest of partition 0, and the
+// partitions counted up to the first without a manifest).
+func findSourceTopic(ctx context.Context, st objstore.Store, name string) (id [16]byte, partitions int32, err error) {
+	if c, _, err := tier.LatestCheckpoint(ctx, st); err == nil {
+		for _, t := range c.Topics {
+			if t.Name == name && !t.Internal && len(t.Partitions) > 0 {
+				return t.TopicID(), int32(len(t.Partitions)), nil
+			}
+		}
+	} else if ctx.Err() != nil {
+		return id, 0, err
+	}
+	// No checkpoint, or one without the topic (written before it was
+	// created, or by a version that writes none): the manifests tell.
+	p0 := format.TopicPartition{Topic: name}
+	var newest time.Time
+	found := false
+	err = st.List(ctx, p0.HashPrefix()+"/"+name+"-", func(a objstore.Attrs) error {
+		k, err := format.ParseManifestKey(a.Key)
+		if err != nil || k.Topic != name || k.Partition != 0 {
+			return nil
+		}
+		if !found || a.LastModified.After(newest) {
+			id, newest, found = k.TopicID, a.LastModified, true
+		}
+		return nil
+	})
+	if err != nil {
+		return id, 0, fmt.Errorf("list the bucket: %w", err)
+	}
+	if !found {
+		return id, 0, fmt.Errorf("the bucket holds no topic %q (no manifest of its partition 0)", name)
+	}
+	for partitions = 1; partitions < maxSourcePartitions; partitions++ {
+		ok, err := hasManifest(ctx, st, format.TopicPartition{Topic: name, TopicID: id, Partition: partitions})
+		if err != nil {
+			return id, 0, err
+		}
+		if !ok {
+			break
+		}
+	}
+	return id, partitions, nil
+}
+
+var errFound = errors.New("found")
+
+// hasManifest reports whether the bucket holds a manifest of tp.
+func hasManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (bool, error) {
+	err := st.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
+		if _, err := format.ParseManifestKey(a.Key); err == nil {
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	return false, nil
+}
+
+// CheckReadReplicaConfigs refuses a config change that would make a
+// topic a read replica, stop it being one, or change its source: after
+// are the topic's configs as the change leaves them, before as they are.
+func CheckReadReplicaConfigs(after, before map[string]string) error {
+	for _, k := range readReplicaKeys {
+		if after[k] != before[k] {
+			if before[ReadReplicaSourceKey] == "" {
+				return fmt.Errorf("%w: %s: only a new topic can be a read replica (strata topic create --read-replica-of)", kerr.InvalidConfig, k)
+			}
+			return fmt.Errorf("%w: %s: a read replica's source is fixed at its creation; delete the topic and create it again to change it", kerr.InvalidConfig, k)
+		}
+	}
+	return nil
+}
+
+// CheckCreatePartitions refuses new partitions for a read replica, whose
+// partitions are its source's.
+func CheckCreatePartitions(t *meta.Topic) error {
+	if IsReadReplica(t.Configs) {
+		return fmt.Errorf("%w: topic %q is a read replica of %s: its partitions are the source's", kerr.PolicyViolation, t.Name, t.Configs[ReadReplicaSourceKey])
+	}
+	return nil
+}
+
+// readReplicaLoop polls the sources of the read replicas this node hosts
+// at start and every poll interval after, until the node closes.
+func (n *Node) readReplicaLoop() {
+	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
+	defer tick.Stop()
+	// At once first: the read replicas opened at start-up answer with a
+	// retriable error until their source's manifest is read.
+	n.PollReadReplicas(n.Partitions())
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+			n.PollReadReplicas(n.Partitions())
+		}
+	}
+}
+
+// sourcePollers bounds the manifests read at once by a poll pass.
+const sourcePollers = 16
+
+// PollReadReplicas reads the newest manifest of the sources of the read
+// replicas among ps, sourcePollers at a time, and returns once all are
+// read (or failed: the next pass tries again).
+func (n *Node) PollReadReplicas(ps []*partition.Partition) {
+	sem := make(chan struct{}, sourcePollers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, p := range ps {
+		if p.ReadReplicaOf() == nil {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-n.ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			n.pollReadReplica(p)
+		})
+	}
+}
+
+// pollReadReplica polls one partition's source and records how long its
+// newest manifest took to become visible here: from the source's write
+// of it to this poll.
+func (n *Node) pollReadReplica(p *partition.Partition) {
+	rr := p.ReadReplicaOf()
+	ctx, cancel := context.WithTimeout(p.UploadContext(), time.Minute)
+	defer cancel()
+	r := &n.readReplicas
+	r.metricOnce.Do(n.registerReadReplicaMetrics)
+	fail := func(err error) {
+		if p.Dropped() {
+			return
+		}
+		if r.pollErrors != nil {
+			r.pollErrors.Inc()
+		}
+		n.log.Warn("read replica: poll of the source failed; the replica serves what it had", "topic", p.Topic(), "partition", p.Index(), "source", rr.URI, "err", err)
+	}
+	src, err := n.source(ctx, rr.URI)
+	if err != nil {
+		fail(err)
+		return
+	}
+	m, err := p.PollSource(ctx, src.tier)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if m == nil {
+		return
+	}
+	key := m.Key()
+	k := tp{p.Topic(), p.Index()}
+	r.mu.Lock()
+	prev, known := r.mu.seen[k]
+	r.mu.Unlock()
+	if known && prev.key == key {
+		return
+	}
+	seenAt := time.Now()
+	a, err := src.store.Stat(ctx, key)
+	if err != nil {
+		return // collected meanwhile: the next manifest tells
+	}
+	lag := max(seenAt.Sub(a.LastModified), 0)
+	if !known {
+		lag = -1
+	}
+	r.mu.Lock()
+	if r.mu.seen == nil {
+		r.mu.seen = make(map[tp]seenManifest)
+	}
+	r.mu.seen[k] = seenManifest{key: key, lag: lag}
+	topicLag := lag
+	for other, s := range r.mu.seen {
+		if other.topic == k.topic {
+			topicLag = max(topicLag, s.lag)
+		}
+	}
+	r.mu.Unlock()
+	if topicLag >= 0 && r.lag != nil {
+		r.lag.WithLabelValues(p.Topic()).Set(topicLag.Seconds())
+	}
+}
+
+// registerReadReplicaMetrics registers the read replicas' series, once.
+func (n *Node) registerReadReplicaMetrics() {
+	r := &n.readReplicas
+	r.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_read_replica_lag_seconds",
+		Help: "Per read-replica topic, the largest delay over its partitions between the source writing its newest manifest and this node serving it (the poll interval's share of a record's upload-to-visibility lag).",
+	}, []string{"topic"})
+	r.pollErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "strata_read_replica_poll_errors_total",
+		Help: "Failed polls of read replicas' source manifests.",
+	})
+	if reg := n.cfg.Metrics.Registerer; reg != nil {
+		for _, c := range []prometheus.Collector{r.lag, r.pollErrors} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					n.log.Warn("read replica metrics", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// ReadReplicaLag is the lag of the newest manifest of topic's source
+// that this node saw change, as the lag series reports it; false before
+// one changed.
+func (n *Node) ReadReplicaLag(topic string) (time.Duration, bool) {
+	r := &n.readReplicas
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lag time.Duration
+	ok := false
+	for k, s := range r.mu.seen {
+		if k.topic == topic && s.lag >= 0 {
+			lag, ok = max(lag, s.lag), true
+		}
+	}
+	return lag, ok
+}

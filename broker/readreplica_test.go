@@ -1,0 +1,474 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/node"
+	"strata/tier"
+	"strata/tier/objstore"
+)
+
+// replicaPoll is the read replicas' poll interval in these tests.
+const replicaPoll = 100 * time.Millisecond
+
+// readReplicaPair starts a source cluster (one tiered node whose bucket is
+// the directory srcBucket, everything uploaded within ~100 ms) and a
+// replica cluster (one tiered node with a bucket of its own) that polls
+// sources every replicaPoll.
+func readReplicaPair(t *testing.T, srcMutate ...func(*Config)) (src, rep *Broker, srcBucket string) {
+	t.Helper()
+	srcBucket = filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = tieredBroker(t, "", srcStore, append([]func(*Config){func(c *Config) {
+		c.Tier.IdleUpload = 50 * time.Millisecond
+	}}, srcMutate...)...)
+	rep = tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = replicaPoll
+	})
+	return src, rep, srcBucket
+}
+
+// uploadedEnd is where the source bucket's manifest of topic-partition
+// ends, as a reader of the bucket sees it.
+func uploadedEnd(t *testing.T, b *Broker, topic string, partition int32) int64 {
+	t.Helper()
+	p := b.partition(topic, partition)
+	m, ok, err := tier.ReadManifest(context.Background(), b.cfg.Tier.Store, p.BucketName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return 0
+	}
+	return m.EndOffset()
+}
+
+// consumeRange reads [from, to) of every partition of topic, in order.
+func consumeRange(t *testing.T, b *Broker, topic string, to map[int32]int64) map[int32][]*kgo.Record {
+	t.Helper()
+	offsets := map[int32]kgo.Offset{}
+	for p := range to {
+		offsets[p] = kgo.NewOffset().AtStart()
+	}
+	cl := testClient(t, b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := map[int32][]*kgo.Record{}
+	done := func() bool {
+		for p, end := range to {
+			if n := len(got[p]); end > 0 && (n == 0 || got[p][n-1].Offset < end-1) {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consume %s: timed out with %d/%d records", topic, len(got), len(to))
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("consume %s-%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset < to[r.Partition] {
+				got[r.Partition] = append(got[r.Partition], r)
+			}
+		})
+	}
+	return got
+}
+
+func sameRecord(a, b *kgo.Record) error {
+	switch {
+	case a.Offset != b.Offset:
+		return fmt.Errorf("offset %d vs %d", a.Offset, b.Offset)
+	case !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value):
+		return fmt.Errorf("offset %d: key or value differ", a.Offset)
+	case !a.Timestamp.Equal(b.Timestamp):
+		return fmt.Errorf("offset %d: timestamp %v vs %v", a.Offset, a.Timestamp, b.Timestamp)
+	case len(a.Headers) != len(b.Headers):
+		return fmt.Errorf("offset %d: %d vs %d headers", a.Offset, len(a.Headers), len(b.Headers))
+	case a.LeaderEpoch != b.LeaderEpoch:
+		return fmt.Errorf("offset %d: batch leader epoch %d vs %d", a.Offset, a.LeaderEpoch, b.LeaderEpoch)
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return fmt.Errorf("offset %d: header %d differs", a.Offset, i)
+		}
+	}
+	return nil
+}
+
+// produceWithHeaders writes n records round-robin over topic's partitions.
+func produceWithHeaders(t *testing.T, b *Broker, topic string, from, n int) {
+	t.Helper()
+	cl := testClient(t, b, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.ProducerBatchMaxBytes(4<<10))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rs []*kgo.Record
+	for i := from; i < from+n; i++ {
+		v := make([]byte, 200)
+		fillValue(v, uint64(i))
+		rs = append(rs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: v,
+			Headers: []kgo.RecordHeader{{Key: "i", Value: fmt.Appendf(nil, "%d", i)}}})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// waitAllUploaded waits until every partition of topic on b has its
+// whole log end in the bucket, and returns those ends.
+func waitAllUploaded(t *testing.T, b *Broker, topic string, partitions int32) map[int32]int64 {
+	t.Helper()
+	ends := map[int32]int64{}
+	waitFor(t, 30*time.Second, topic+" uploaded", func() bool {
+		for p := int32(0); p < partitions; p++ {
+			end := b.partition(topic, p).Log().EndOffset()
+			if uploadedEnd(t, b, topic, p) < end {
+				return false
+			}
+			ends[p] = end
+		}
+		return true
+	})
+	return ends
+}
+
+// TestReadReplicaServesTheSourceBucket is issue 23's read-replica
+// promise: a second cluster serves the first cluster's topic from its
+// bucket with the same offsets and bytes, refuses produce and every other
+// write, and shows new records within the poll interval plus one upload
+// interval of their upload; consumer groups work on it as on any topic.
+func TestReadReplicaServesTheSourceBucket(t *testing.T) {
+	src, rep, srcBucket := readReplicaPair(t)
+	const partitions = 2
+	createTopic(t, testAdmin(t, src), "events", partitions, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("16384"),
+	})
+	produceWithHeaders(t, src, "events", 0, 1000)
+	ends := waitAllUploaded(t, src, "events", partitions)
+
+	uri := "file://" + srcBucket
+	adm := testAdmin(t, rep)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri}, "events")
+	if err != nil {
+		t.Fatalf("create read replica: %v %s", err, resp.ErrMessage)
+	}
+	if resp.NumPartitions != partitions {
+		t.Fatalf("replica has %d partitions, source %d", resp.NumPartitions, partitions)
+	}
+
+	// Same offsets, bytes, timestamps, headers and batch epochs.
+	want := consumeRange(t, src, "events", ends)
+	got := consumeRange(t, rep, "events", ends)
+	for p := int32(0); p < partitions; p++ {
+		if len(got[p]) != len(want[p]) || len(got[p]) == 0 {
+			t.Fatalf("partition %d: %d records on the replica, %d on the source", p, len(got[p]), len(want[p]))
+		}
+		for i := range want[p] {
+			if err := sameRecord(want[p][i], got[p][i]); err != nil {
+				t.Fatalf("partition %d: %v", p, err)
+			}
+		}
+	}
+	repCl := testClient(t, rep)
+	if e, l := listOffset(t, repCl, "events", -2), listOffset(t, repCl, "events", -1); e != 0 || l != ends[0] {
+		t.Fatalf("replica partition 0: earliest %d latest %d, want 0 and %d", e, l, ends[0])
+	}
+	ts := want[0][len(want[0])/2].Timestamp.UnixMilli()
+	if off := listOffset(t, repCl, "events", ts); off > want[0][len(want[0])/2].Offset {
+		t.Fatalf("timestamp lookup on the replica: %d, past the record at %d", off, want[0][len(want[0])/2].Offset)
+	}
+
+	// Produce is refused with POLICY_VIOLATION, and so is every write.
+	prod := testClient(t, rep, kgo.DefaultProduceTopic("events"), kgo.RecordRetries(1))
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.PolicyViolation) {
+		t.Fatalf("produce to the replica: %v, want POLICY_VIOLATION", err)
+	}
+	if dr, err := adm.DeleteRecords(ctx, kadm.Offsets{"events": {0: {At: 10}}}); err != nil || !errors.Is(dr["events"][0].Err, kerr.PolicyViolation) {
+		t.Fatalf("delete records on the replica: %v %v", err, dr)
+	}
+	if cp, err := adm.CreatePartitions(ctx, 1, "events"); err != nil || !errors.Is(cp["events"].Err, kerr.PolicyViolation) {
+		t.Fatalf("create partitions on the replica: %v %+v", err, cp)
+	}
+	other := "file:///elsewhere"
+	ac, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: node.ReadReplicaSourceKey, Value: &other}}, "events")
+	if err != nil || !errors.Is(ac[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("change the replica's source: %v %+v", err, ac)
+	}
+
+	// A consumer group on the replica commits in the replica cluster.
+	grp := testClient(t, rep, kgo.ConsumeTopics("events"), kgo.ConsumerGroup("replica-readers"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	var read int
+	for read < 10 {
+		fs := grp.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("group consumer read nothing")
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatal(err) })
+		read += fs.NumRecords()
+	}
+	if err := grp.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit on the replica: %v", err)
+	}
+	offs, err := adm.FetchOffsets(ctx, "replica-readers")
+	if err != nil || len(offs) == 0 {
+		t.Fatalf("fetch offsets on the replica: %v %v", err, offs)
+	}
+
+	// The lag: new records at the source, from their upload to their
+	// visibility on the replica.
+	for round := range 3 {
+		before := listOffset(t, repCl, "events", -1)
+		produceWithHeaders(t, src, "events", 1000+100*round, 100)
+		var uploaded time.Time
+		waitFor(t, 30*time.Second, "new records uploaded at the source", func() bool {
+			if uploadedEnd(t, src, "events", 0) > before {
+				uploaded = time.Now()
+				return true
+			}
+			return false
+		})
+		waitFor(t, 30*time.Second, "new records on the replica", func() bool {
+			return listOffset(t, repCl, "events", -1) > before
+		})
+		visible := time.Since(uploaded)
+		lag, _ := rep.node.ReadReplicaLag("events")
+		t.Logf("read replica lag, dir store, poll interval %s: upload to visibility %s (test's view, 10-20 ms resolution); strata_read_replica_lag_seconds %.3f s",
+			replicaPoll, visible.Round(time.Millisecond), lag.Seconds())
+		if visible > replicaPoll+2*time.Second {
+			t.Errorf("new records took %s to show on the replica, poll interval %s", visible, replicaPoll)
+		}
+	}
+	if _, ok := rep.node.ReadReplicaLag("events"); !ok {
+		t.Error("no lag measured")
+	}
+}
+
+// TestReadReplicaFollowsSourceRetention: as retention at the source
+// deletes old segments (objects included), the replica's log start moves
+// with the source's, a fetch below it is OFFSET_OUT_OF_RANGE and nothing
+// else, and a consumer from offset 0 resets to the new start and reads
+// on without an error.
+func TestReadReplicaFollowsSourceRetention(t *testing.T) {
+	src, rep, srcBucket := readReplicaPair(t, func(c *Config) {
+		shortOrphanGrace(c, time.Nanosecond)
+		c.Tier.CollectInterval = 50 * time.Millisecond
+	})
+	createTopic(t, testAdmin(t, src), "aging", 1, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("16384"),
+	})
+	produceWithHeaders(t, src, "aging", 0, 1500)
+	end := waitAllUploaded(t, src, "aging", 1)[0]
+	uri := "file://" + srcBucket
+	createTopic(t, testAdmin(t, rep), "aging", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+	repCl := testClient(t, rep)
+	if e := listOffset(t, repCl, "aging", -2); e != 0 {
+		t.Fatalf("replica's earliest offset %d before retention", e)
+	}
+
+	// Retention at the source: the bucket keeps ~64 KiB.
+	adm := testAdmin(t, src)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("65536")}}, "aging"); err != nil {
+		t.Fatal(err)
+	}
+	var start int64
+	waitFor(t, 30*time.Second, "the replica's log start to follow the source's retention", func() bool {
+		start = listOffset(t, repCl, "aging", -2)
+		return start > 0
+	})
+	// Wait for the source's collector to delete the dropped objects, so
+	// that the replica's reads meet missing objects too.
+	p := src.partition("aging", 0)
+	waitFor(t, 30*time.Second, "dropped objects collected", func() bool {
+		m, _ := src.tier.Manifest(context.Background(), p.BucketName())
+		objects := 0
+		src.cfg.Tier.Store.List(context.Background(), p.BucketName().SegmentsPrefix(), func(objstore.Attrs) error { objects++; return nil })
+		return objects == int(m.Totals().Segments)
+	})
+	t.Logf("source retention moved the replica's log start to %d (end %d)", start, end)
+
+	// Below the start: OFFSET_OUT_OF_RANGE, never another error.
+	for _, off := range []int64{0, start / 2, start - 1} {
+		req := kmsg.NewPtrFetchRequest()
+		req.Version = 11
+		req.MaxBytes = 1 << 20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = "aging"
+		topic, _ := rep.node.TopicByName("aging")
+		rt.TopicID = topic.ID // v13+, which the client sends
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = off, 1<<20, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, repCl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.OffsetOutOfRange.Code {
+			t.Fatalf("fetch at %d below the log start %d: %v, want OFFSET_OUT_OF_RANGE", off, start, kerr.ErrorForCode(code))
+		}
+	}
+	// A consumer from offset 0 resets to the start and reads to the end.
+	cons := testClient(t, rep, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"aging": {0: kgo.NewOffset().At(0)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	next := int64(-1)
+	for next < end {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read up to %d of %d", next, end)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("consume after the source's retention: %v", err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if next == -1 && r.Offset < start {
+				t.Fatalf("first record at %d, below the log start %d", r.Offset, start)
+			}
+			if next != -1 && r.Offset != next {
+				t.Fatalf("offset %d after %d", r.Offset, next-1)
+			}
+			next = r.Offset + 1
+		})
+	}
+}
+
+// TestReadReplicaBadSources: a source that does not exist, one without
+// the topic, and a partition count other than the source's are each
+// refused in one line with INVALID_CONFIG, and nothing is created.
+func TestReadReplicaBadSources(t *testing.T) {
+	src, rep, srcBucket := readReplicaPair(t)
+	createTopic(t, testAdmin(t, src), "present", 2, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "present", 0, 200)
+	waitAllUploaded(t, src, "present", 2)
+
+	adm := testAdmin(t, rep)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name, topic, uri string
+		partitions       int32
+		want             string
+	}{
+		{"missing bucket dir", "present", "file://" + filepath.Join(t.TempDir(), "nothing-here"), -1, "no bucket directory"},
+		{"relative dir", "present", "file://relative/bucket", -1, "absolute"},
+		{"no such topic", "absent", "file://" + srcBucket, -1, `no topic "absent"`},
+		{"partition count", "present", "file://" + srcBucket, 3, "has 2 partition(s)"},
+		{"s3 without settings", "present", "s3://bucket/prefix", -1, "directory stores only"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, _ := adm.CreateTopic(ctx, c.partitions, -1, map[string]*string{node.ReadReplicaSourceKey: &c.uri}, c.topic)
+			if !errors.Is(resp.Err, kerr.InvalidConfig) || !strings.Contains(resp.ErrMessage, c.want) || strings.Contains(resp.ErrMessage, "\n") {
+				t.Fatalf("got %v %q, want INVALID_CONFIG saying %q", resp.Err, resp.ErrMessage, c.want)
+			}
+			t.Logf("%s: %s", c.name, resp.ErrMessage)
+			topics, err := adm.ListTopics(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if topics.Has(c.topic) {
+				t.Fatalf("topic %s created despite the error", c.topic)
+			}
+		})
+	}
+	// The topic id is the broker's: one that is not the source's is refused.
+	uri := "file://" + srcBucket
+	wrong := strings.Repeat("ab", 16)
+	resp, _ := adm.CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri, node.ReadReplicaTopicIDKey: &wrong}, "present")
+	if !errors.Is(resp.Err, kerr.InvalidConfig) {
+		t.Fatalf("wrong source topic id: %v", resp.Err)
+	}
+	// A topic that is not a read replica cannot become one.
+	createTopic(t, adm, "plain", 1, nil)
+	ac, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: node.ReadReplicaSourceKey, Value: &uri}}, "plain")
+	if err != nil || !errors.Is(ac[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("make a topic a read replica: %v %+v", err, ac)
+	}
+}
+
+// TestReadReplicaMissingObjectRereadsManifest: a replica whose manifest is
+// stale (its poll interval is long) reads an object the source's
+// retention has since deleted: it reads the source's manifest again and
+// answers OFFSET_OUT_OF_RANGE with the new log start, not a storage
+// error and never a hole served as data.
+func TestReadReplicaMissingObjectRereadsManifest(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) {
+		c.Tier.IdleUpload = 50 * time.Millisecond
+		shortOrphanGrace(c, time.Nanosecond)
+		c.Tier.CollectInterval = 50 * time.Millisecond
+	})
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = time.Hour // only the creation's poll
+	})
+	createTopic(t, testAdmin(t, src), "stale", 1, map[string]*string{
+		"segment.bytes":         ptr("16384"),
+		"local.retention.bytes": ptr("16384"),
+	})
+	produceWithHeaders(t, src, "stale", 0, 1000)
+	waitAllUploaded(t, src, "stale", 1)
+	uri := "file://" + srcBucket
+	createTopic(t, testAdmin(t, rep), "stale", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := testAdmin(t, src).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: ptr("32768")}}, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	p := src.partition("stale", 0)
+	waitFor(t, 30*time.Second, "retention and collection at the source", func() bool {
+		m, _ := src.tier.Manifest(context.Background(), p.BucketName())
+		objects := 0
+		srcStore.List(context.Background(), p.BucketName().SegmentsPrefix(), func(objstore.Attrs) error { objects++; return nil })
+		return m.LogStartOffset > 0 && objects == int(m.Totals().Segments)
+	})
+	repCl := testClient(t, rep)
+	if e := listOffset(t, repCl, "stale", -2); e != 0 {
+		t.Fatalf("the replica's manifest is not stale: earliest %d", e)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxBytes = 1 << 20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "stale"
+	topic, _ := rep.node.TopicByName("stale")
+	rt.TopicID = topic.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = 0, 1<<20, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, repCl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Topics[0].Partitions[0]
+	if got.ErrorCode != kerr.OffsetOutOfRange.Code || len(got.RecordBatches) != 0 {
+		t.Fatalf("fetch at 0 after the source deleted it: %v, %d bytes; want OFFSET_OUT_OF_RANGE", kerr.ErrorForCode(got.ErrorCode), len(got.RecordBatches))
+	}
+	if e := listOffset(t, repCl, "stale", -2); e == 0 {
+		t.Fatal("the replica's log start did not move after it met a deleted object")
+	}
+}

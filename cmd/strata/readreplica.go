@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"strata/cmd/internal/config"
+	"strata/tier/objstore"
+)
+
+// sourceOpener opens the bucket a read replica's source URI names,
+// read-only: a directory (file:///dir) as it is, an S3 bucket
+// (s3://bucket/prefix) with the node's own S3 settings for whatever the
+// URI leaves out (endpoint, region, addressing style) and always the
+// node's credentials (STRATA_S3_ACCESS_KEY and STRATA_S3_SECRET_KEY, or
+// the AWS default chain): a URI never carries a key.
+func sourceOpener(node config.S3) func(ctx context.Context, uri string) (objstore.Store, error) {
+	return func(ctx context.Context, uri string) (objstore.Store, error) {
+		loc, err := objstore.ParseURI(uri)
+		if err != nil {
+			return nil, err
+		}
+		if loc.Dir != "" {
+			return objstore.OpenDirReadOnly(loc.Dir)
+		}
+		c := s3Config(node)
+		c.Bucket, c.Prefix = loc.S3.Bucket, loc.S3.Prefix
+		if loc.Endpoint {
+			c.Endpoint = loc.S3.Endpoint
+		}
+		if loc.Region {
+			c.Region = loc.S3.Region
+		}
+		if loc.PathStyle {
+			c.PathStyle = loc.S3.PathStyle
+		}
+		st, err := objstore.NewS3(ctx, c)
+		if err != nil {
+			if errors.Is(err, objstore.ErrNoCredentials) {
+				err = fmt.Errorf("set %s and %s, or give the AWS default chain credentials: %w", config.EnvS3AccessKey, config.EnvS3SecretKey, err)
+			}
+			return nil, err
+		}
+		return objstore.ReadOnly(objstore.WithRetry(st, s3Retry)), nil
+	}
+}

@@ -102,9 +102,11 @@ func openStore(ctx context.Context, c config.S3, dataDir, dir string, m *objstor
 	return st, where, nil
 }
 
-// openExistingStore opens the store for the inspection verbs, which must
-// not create an empty directory store where an operator mistyped a path
-// and then report that it holds nothing.
+// openExistingStore opens the store for the inspection verbs (tier,
+// bucket) read-only: they must not create an empty directory store where
+// an operator mistyped a path and then report that it holds nothing, nor
+// tidy the staging files of a bucket a running broker writes, and
+// read-only credentials must be enough for them.
 // It also returns where the store is, as openStore does.
 func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir string) (objstore.Store, string, error) {
 	if dataDir == "" {
@@ -123,8 +125,14 @@ func openExistingStore(ctx context.Context, c config.S3, t config.Tier, dataDir 
 		if abs, err := filepath.Abs(dir); err == nil {
 			dir = abs
 		}
+		st, err := objstore.OpenDirReadOnly(dir)
+		return st, dir, err
 	}
-	return openStore(ctx, c, dataDir, dir, nil)
+	st, where, err := openStore(ctx, c, dataDir, dir, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return objstore.ReadOnly(st), where, nil
 }
 
 // tierConfig is the broker's tier configuration for the settings c over

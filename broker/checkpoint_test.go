@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -69,12 +68,16 @@ func checkpointTopic(cp *format.Checkpoint, name string) (format.CheckpointTopic
 	return format.CheckpointTopic{}, false
 }
 
-// value reads a counter's or a gauge's value.
-func value(m prometheus.Metric) float64 {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		panic(err)
+// value reads a counter's or a gauge's value, through a registry of its
+// own.
+func value(m prometheus.Collector) float64 {
+	r := prometheus.NewRegistry()
+	r.MustRegister(m)
+	mfs, err := r.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+		panic(fmt.Sprintf("gather: %v, %d families", err, len(mfs)))
 	}
+	d := mfs[0].GetMetric()[0]
 	if c := d.GetCounter(); c != nil {
 		return c.GetValue()
 	}

@@ -164,6 +164,8 @@ type Node struct {
 	// (txns.go), nil before StartTxns.
 	groups *group.Coordinator
 	txns   *txns
+	// offsetsID is the offsets topic the coordinator loaded (groups.go).
+	offsetsID offsetsTopicID
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64

@@ -35,6 +35,7 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		MaintenanceInterval:      b.cfg.MaintenanceInterval,
 		FlushInterval:            b.cfg.FlushInterval,
 		Tier:                     b.cfg.Tier,
+		Restore:                  b.cfg.Restore,
 		Compactor:                b.cfg.Compactor,
 		Groups: group.Config{
 			Partitions:            b.cfg.OffsetsPartitions,

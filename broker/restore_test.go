@@ -332,3 +332,58 @@ func checkpointOfVersion(t testing.TB, c *format.Checkpoint, v int) []byte {
 	sum := crc32.Checksum(line, crc32.MakeTable(crc32.Castagnoli))
 	return fmt.Appendf(line, "crc32c:%08x\n", sum)
 }
+
+// TestRestoreAtStart: a fresh node started with Restore (serve --restore)
+// on another cluster's bucket adopts that cluster's id and restores its
+// topics by itself; without Restore it is refused with a hint, and with a
+// cluster id of its own that differs, refused in one line.
+func TestRestoreAtStart(t *testing.T) {
+	store := tierStores[0].open(t)
+	a := restoreBroker(t, "", store)
+	createTopic(t, testAdmin(t, a), "events", 2, map[string]*string{"remote.storage.enable": ptr("true"), "segment.bytes": ptr("65536")})
+	produceKeyed(t, a, "events", 500, 100)
+	commitOne(t, testAdmin(t, a), "g", "events", 1, 42, "m")
+	waitAllInBucket(t, a, "events", 2)
+	waitAllInBucket(t, a, offsetsTopic, 2)
+	before := readRestored(t, a, "events", 500)
+	idA, clusterID := a.meta.State().Topics["events"].ID, a.node.ClusterID()
+	writeCheckpoint(t, a, store)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	start := func(mutate func(*Config)) error {
+		cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(), OffsetsPartitions: 2,
+			Tier: TierConfig{Store: store, UploadInterval: 20 * time.Millisecond}}
+		mutate(&cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := Start(ctx, cfg)
+		if err == nil {
+			b.Close()
+		}
+		return err
+	}
+	if err := start(func(*Config) {}); err == nil || !strings.Contains(err.Error(), "--restore") {
+		t.Errorf("a fresh node on another cluster's bucket: %v, want a refusal hinting --restore", err)
+	}
+	if err := start(func(c *Config) { c.Restore, c.ClusterID = true, "someone-else" }); err == nil || !strings.Contains(err.Error(), "cluster.id is someone-else") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("--restore with another cluster.id: %v", err)
+	}
+
+	b := restoreBroker(t, "", store, func(c *Config) { c.Restore = true })
+	if got := b.node.ClusterID(); got != clusterID {
+		t.Fatalf("cluster id %s, want the bucket's %s", got, clusterID)
+	}
+	waitFor(t, 30*time.Second, "the restore at start", func() bool {
+		mt, ok := b.meta.State().Topics["events"]
+		return ok && mt.ID == idA
+	})
+	after := readRestored(t, b, "events", 500)
+	for p, recs := range before {
+		if fmt.Sprint(after[p]) != fmt.Sprint(recs) {
+			t.Fatalf("partition %d differs after the restore at start", p)
+		}
+	}
+	wantCommitted(t, testAdmin(t, b), "g", "events", 1, 42, "m")
+}

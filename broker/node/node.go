@@ -59,6 +59,9 @@ type Config struct {
 	MaintenanceInterval, FlushInterval time.Duration
 	// Tier configures tiered storage; a nil Store keeps everything local.
 	Tier TierConfig
+	// Restore restores the bucket's newest checkpoint into a cluster that
+	// has no topic of its own yet, on the controller (RestoreAtStart).
+	Restore bool
 	// Groups configures the group coordinator; Partitions is
 	// offsets.topic.num.partitions, and the node fills in the rest.
 	Groups group.Config

@@ -181,6 +181,9 @@ func (n *Node) Run() error {
 	if n.tier != nil {
 		n.cfg.Go(n.tierLoop)
 	}
+	if n.cfg.Restore {
+		n.cfg.Go(n.RestoreAtStart)
+	}
 	return n.startCompactor()
 }
 

@@ -463,3 +463,110 @@ func (n *Node) Restore(ctx context.Context, plan *RestorePlan, progress RestoreP
 	}
 	return nil
 }
+
+// AdoptBucketCluster is the cluster id a node started to restore from its
+// bucket (serve --restore) takes: the one the bucket's cluster object
+// names, else its newest checkpoint's, so that the restored cluster may
+// write to the bucket (which refuses another cluster's writes). configured
+// is cluster.id, "" when not set; one that differs is refused. The bucket
+// must hold a checkpoint: without one there is nothing to restore.
+func AdoptBucketCluster(ctx context.Context, tc TierConfig, configured string) (string, error) {
+	if tc.Store == nil {
+		return "", fmt.Errorf("%w: no object store is configured to restore from", ErrRestore)
+	}
+	where := tc.Where
+	if where == "" {
+		where = "the object store"
+	}
+	ck, _, err := tier.LatestCheckpoint(ctx, tc.Store)
+	if errors.Is(err, tier.ErrNoCheckpoint) {
+		return "", fmt.Errorf("%w: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, where)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: bucket %s: %w", ErrRestore, where, err)
+	}
+	id := ck.ClusterID
+	bc, ok, err := tier.BucketCluster(ctx, tc.Store)
+	if err != nil {
+		return "", fmt.Errorf("%w: bucket %s: %w", ErrRestore, where, err)
+	}
+	if ok {
+		id = bc.ClusterID
+	}
+	if configured != "" && configured != id {
+		return "", fmt.Errorf("%w: cluster.id is %s, but bucket %s belongs to cluster %s, which a restore adopts: drop cluster.id or set it to %s", ErrRestore, configured, where, id, id)
+	}
+	return id, nil
+}
+
+// RestoreAtStart restores, on the controller, every topic of the bucket's
+// newest checkpoint into a cluster that has no topic of its own yet (serve
+// --restore): a fresh cluster restores once, on its first start, and a
+// later start (or a node that is not the controller) finds the topics
+// there and does nothing. It waits, up to restoreAtStartWait, for as many
+// brokers to register as the checkpoint's replication factors need. It
+// runs until the restore is done or refused, or the node closes.
+func (n *Node) RestoreAtStart() {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	begun := time.Now()
+	for {
+		if hasOwnTopics(n.meta.State()) {
+			return
+		}
+		if n.meta.IsLeader() {
+			if done := n.restoreAtStartOnce(time.Since(begun) > restoreAtStartWait); done {
+				return
+			}
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// restoreAtStartWait bounds how long a restore at start waits for brokers
+// to register before it plans with those there are (and a topic whose
+// replication factor they cannot meet is refused).
+const restoreAtStartWait = time.Minute
+
+// restoreAtStartOnce plans and applies the restore; done is false when it
+// should be tried again (too few brokers yet, or a failure that may pass).
+func (n *Node) restoreAtStartOnce(waited bool) (done bool) {
+	ctx, cancel := context.WithTimeout(n.ctx, time.Hour)
+	defer cancel()
+	plan, err := n.PlanRestore(ctx, nil)
+	if err != nil {
+		n.log.Error("restore at start: nothing restored", "err", err)
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && n.ctx.Err() == nil
+	}
+	if refused := plan.Refused(); len(refused) > 0 {
+		if !waited && slices.ContainsFunc(refused, func(t TopicRestore) bool { return strings.HasPrefix(t.Reason, "replication factor") }) {
+			return false // brokers may still be registering
+		}
+		for _, t := range refused {
+			n.log.Error("restore at start refused: nothing restored", "checkpoint", plan.Checkpoint, "topic", t.Name, "reason", t.Reason)
+		}
+		return true
+	}
+	start := time.Now()
+	n.log.Info("restoring the cluster from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics))
+	if err := n.Restore(ctx, plan, nil); err != nil {
+		n.log.Error("restore at start failed; trying again", "err", err)
+		return false
+	}
+	n.log.Info("cluster restored from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics), "took", time.Since(start).Round(time.Millisecond))
+	return true
+}
+
+// hasOwnTopics reports whether st has a topic that is not internal.
+func hasOwnTopics(st *meta.State) bool {
+	for _, t := range st.Topics {
+		if !t.Internal {
+			return true
+		}
+	}
+	return false
+}

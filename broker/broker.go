@@ -167,6 +167,17 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if testHookStarting != nil {
 		testHookStarting(b.httpAddr)
 	}
+	if cfg.Restore {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		id, err := node.AdoptBucketCluster(actx, cfg.Tier, cfg.ClusterID)
+		cancel()
+		if err != nil {
+			b.closeListeners()
+			b.cancel()
+			return nil, err
+		}
+		cfg.ClusterID, b.cfg.ClusterID = id, id
+	}
 	mcfg := meta.Config{
 		NodeID:    cfg.NodeID,
 		Dir:       filepath.Join(cfg.DataDir, "meta"),

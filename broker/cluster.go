@@ -36,6 +36,7 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		FlushInterval:            b.cfg.FlushInterval,
 		Tier:                     b.cfg.Tier,
 		ReadReplica:              b.cfg.ReadReplica,
+		Restore:                  b.cfg.Restore,
 		Compactor:                b.cfg.Compactor,
 		Groups: group.Config{
 			Partitions:            b.cfg.OffsetsPartitions,

@@ -136,6 +136,13 @@ type Config struct {
 	// Gatherer is served on /metrics; nil uses the private registry.
 	Gatherer prometheus.Gatherer
 
+	// Restore makes a new cluster restore itself from its bucket
+	// (strata serve --restore): the node adopts the cluster id the bucket
+	// names, which must agree with ClusterID if that is set, and the
+	// controller restores every topic of the bucket's newest metadata
+	// checkpoint while the cluster has none of its own
+	// (node.RestoreAtStart). The bucket must hold a checkpoint.
+	Restore bool
 	// Tier configures tiered storage; a nil Tier.Store keeps everything
 	// local.
 	Tier TierConfig

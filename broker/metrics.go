@@ -206,11 +206,19 @@ type apiSeries struct {
 
 // observeRequest counts one request of a registered API and its latency.
 func (m *metrics) observeRequest(key int16, d time.Duration) {
+	if key < 0 || int(key) >= len(m.perAPI) {
+		// An extension's key (broker/extension), far above Kafka's and
+		// rare: looked up by label each time.
+		name := apiName(key)
+		m.requests.WithLabelValues(name).Inc()
+		m.requestLatency.WithLabelValues(name).Observe(d.Seconds())
+		return
+	}
 	s := m.perAPI[key].Load()
 	if s == nil {
 		// Racing first requests store equal values: the vectors hand out
 		// the same series for the same label.
-		name := kmsg.NameForKey(key)
+		name := apiName(key)
 		s = &apiSeries{m.requests.WithLabelValues(name), m.requestLatency.WithLabelValues(name)}
 		m.perAPI[key].Store(s)
 	}
@@ -235,7 +243,7 @@ func (m *metrics) countError(key kmsg.Key, code int16) {
 			name = "UNKNOWN_CODE"
 		}
 	}
-	m.errors.WithLabelValues(kmsg.NameForKey(int16(key)), strconv.Itoa(int(code)), name).Inc()
+	m.errors.WithLabelValues(apiName(int16(key)), strconv.Itoa(int(code)), name).Inc()
 }
 
 // countISRChange counts a committed ISR change of a partition this broker

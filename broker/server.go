@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/extension"
 	"strata/meta"
 )
 
@@ -170,7 +171,7 @@ func (b *Broker) serveConn(nc net.Conn) {
 			return
 		}
 		if err != nil {
-			b.log.Warn("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.kreq.Key()), "version", req.kreq.GetVersion(), "err", err)
+			b.log.Warn("closing connection", "remote", c.remote, "api", apiName(req.kreq.Key()), "version", req.kreq.GetVersion(), "err", err)
 			b.metrics.badRequests.Inc()
 			return
 		}
@@ -342,10 +343,13 @@ func decodeRequest(body []byte, c *conn) (*request, error) {
 	}
 	kreq := kmsg.RequestForKey(key)
 	if kreq == nil {
+		kreq = extension.RequestForKey(key) // Strata's own APIs
+	}
+	if kreq == nil {
 		return nil, fmt.Errorf("unknown api key %d", key)
 	}
 	if version < 0 {
-		return nil, fmt.Errorf("%s: negative version %d", kmsg.NameForKey(key), version)
+		return nil, fmt.Errorf("%s: negative version %d", apiName(key), version)
 	}
 	kreq.SetVersion(version)
 	req := &request{kreq: kreq, corr: corr, conn: c}
@@ -365,7 +369,7 @@ func decodeRequest(body []byte, c *conn) (*request, error) {
 		}
 	}
 	if err := kreq.ReadFrom(rd.Src); err != nil {
-		return nil, fmt.Errorf("decode %s v%d: %w", kmsg.NameForKey(key), version, err)
+		return nil, fmt.Errorf("decode %s v%d: %w", apiName(key), version, err)
 	}
 	return req, nil
 }
@@ -415,6 +419,15 @@ func register(key kmsg.Key, min, max int16, h handlerFunc) {
 	apis[int16(key)] = api{min: min, max: max, handle: h}
 }
 
+// apiName names an API key in logs, errors and metrics: Kafka's name, or
+// that of one of Strata's extensions (broker/extension).
+func apiName(key int16) string {
+	if name := extension.NameForKey(key); name != "" {
+		return name
+	}
+	return kmsg.NameForKey(key)
+}
+
 func (a api) serves(version int16) bool { return version >= a.min && version <= a.max }
 
 func supported(key, version int16) bool {
@@ -427,18 +440,18 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 	version := req.kreq.GetVersion()
 	a, ok := apis[key]
 	if !ok {
-		return nil, fmt.Errorf("unsupported api %s (key %d)", kmsg.NameForKey(key), key)
+		return nil, fmt.Errorf("unsupported api %s (key %d)", apiName(key), key)
 	}
 	if !a.serves(version) && key != int16(kmsg.ApiVersions) {
-		return nil, fmt.Errorf("unsupported version %d of %s (we serve %d-%d)", version, kmsg.NameForKey(key), a.min, a.max)
+		return nil, fmt.Errorf("unsupported version %d of %s (we serve %d-%d)", version, apiName(key), a.min, a.max)
 	}
 	start := time.Now()
 	defer func() {
 		// A bug in one handler must not take down the broker: answer by
 		// closing the connection and keep serving everyone else.
 		if r := recover(); r != nil {
-			b.log.Error("handler panic", "api", kmsg.NameForKey(key), "version", version, "panic", r)
-			resp, err = nil, fmt.Errorf("internal error handling %s", kmsg.NameForKey(key))
+			b.log.Error("handler panic", "api", apiName(key), "version", version, "panic", r)
+			resp, err = nil, fmt.Errorf("internal error handling %s", apiName(key))
 		}
 		b.metrics.observeRequest(key, time.Since(start))
 	}()

@@ -33,6 +33,7 @@ const (
 	kindControlledShutdown              // brokerEpochCmd
 	kindElectLeaders                    // electLeadersCmd
 	kindInitCluster                     // initClusterCmd
+	kindRestoreTopic                    // restoreTopicCmd (restore.go)
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -144,6 +145,7 @@ var applyTable = [...]applyFunc{
 	kindControlledShutdown:  applyControlledShutdown,
 	kindElectLeaders:        applyElectLeaders,
 	kindInitCluster:         applyInitCluster,
+	kindRestoreTopic:        applyRestoreTopic,
 }
 
 // applyCommand decodes data and dispatches it.
@@ -274,19 +276,31 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	if other, ok := s.byID[c.ID]; ok {
 		return nil, result{err: fmt.Errorf("%w: id %x belongs to %q", ErrTopicExists, c.ID, other.Name)}
 	}
+	t, err := s.newTopic(c)
+	if err != nil {
+		return nil, result{err: err}
+	}
+	next := s.clone()
+	next.putTopic(t)
+	return next, result{topic: t}
+}
+
+// newTopic builds the topic c creates: its partitions placed by c's
+// assignment, or spread over the brokers that may take replicas.
+func (s *State) newTopic(c createTopicCmd) (*Topic, error) {
 	if c.Partitions <= 0 {
-		return nil, result{err: fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)}
+		return nil, fmt.Errorf("%w: %d", ErrInvalidPartitions, c.Partitions)
 	}
 	var parts []Partition
 	if len(c.Assignment) > 0 {
 		var err error
 		if parts, err = s.assigned(c.Assignment, c.Partitions); err != nil {
-			return nil, result{err: err}
+			return nil, err
 		}
 	} else {
 		brokers := s.placementBrokers()
 		if c.ReplicationFactor <= 0 || int(c.ReplicationFactor) > len(brokers) {
-			return nil, result{err: fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))}
+			return nil, fmt.Errorf("%w: %d with %d brokers", ErrInvalidReplicationFactor, c.ReplicationFactor, len(brokers))
 		}
 		parts = assign(brokers, s.rackOf, c.ID, 0, c.Partitions, int(c.ReplicationFactor))
 	}
@@ -300,9 +314,7 @@ func applyCreateTopic(s *State, _ uint64, payload []byte) (*State, result) {
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
 	}
-	next := s.clone()
-	next.putTopic(t)
-	return next, result{topic: t}
+	return t, nil
 }
 
 // assigned builds the partitions of an explicit replica assignment: every

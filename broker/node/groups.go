@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -201,6 +203,7 @@ func (n *Node) SyncGroups(ctx context.Context) {
 	if !ok {
 		return
 	}
+	n.followOffsetsTopicID(t)
 	for _, p := range t.Partitions {
 		leads := n.LeadsOffsets(p.Index)
 		switch {
@@ -214,6 +217,36 @@ func (n *Node) SyncGroups(ctx context.Context) {
 			n.groups.Unload(p.Index)
 		}
 	}
+}
+
+// offsetsTopicID is the id of the __consumer_offsets whose partitions
+// the group coordinator loaded.
+type offsetsTopicID struct {
+	mu sync.Mutex
+	id [16]byte
+}
+
+// followOffsetsTopicID unloads every offsets partition the coordinator
+// holds when __consumer_offsets is no longer the topic it loaded them
+// from: a restore replaced it with the bucket's (restore.go). Its groups
+// are then loaded again from the new topic by SyncGroups; a load of the
+// old one still under way fails, and is retried.
+func (n *Node) followOffsetsTopicID(t *meta.Topic) {
+	n.offsetsID.mu.Lock()
+	defer n.offsetsID.mu.Unlock()
+	if n.offsetsID.id == t.ID {
+		return
+	}
+	if n.offsetsID.id != ([16]byte{}) {
+		for i := range n.cfg.Groups.Partitions {
+			n.groups.Unload(i)
+		}
+		for i := range int32(len(t.Partitions)) {
+			n.groups.Unload(i)
+		}
+		n.log.Info("offsets topic replaced: its groups are loaded again", "id", hex.EncodeToString(t.ID[:]))
+	}
+	n.offsetsID.id = t.ID
 }
 
 // LeadsOffsets reports whether, by the metadata, this node leads offsets

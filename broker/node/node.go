@@ -61,6 +61,9 @@ type Config struct {
 	Tier TierConfig
 	// ReadReplica configures the read replicas hosted here (readreplica.go).
 	ReadReplica ReadReplicaConfig
+	// Restore restores the bucket's newest checkpoint into a cluster that
+	// has no topic of its own yet, on the controller (RestoreAtStart).
+	Restore bool
 	// Groups configures the group coordinator; Partitions is
 	// offsets.topic.num.partitions, and the node fills in the rest.
 	Groups group.Config
@@ -169,6 +172,8 @@ type Node struct {
 	// (txns.go), nil before StartTxns.
 	groups *group.Coordinator
 	txns   *txns
+	// offsetsID is the offsets topic the coordinator loaded (groups.go).
+	offsetsID offsetsTopicID
 	// localBytes is the size of the hosted logs as of the last upload
 	// pass; produce reads it for disk backpressure.
 	localBytes atomic.Int64

@@ -182,6 +182,9 @@ func (n *Node) Run() error {
 		n.cfg.Go(n.tierLoop)
 	}
 	n.cfg.Go(n.readReplicaLoop)
+	if n.cfg.Restore {
+		n.cfg.Go(n.RestoreAtStart)
+	}
 	return n.startCompactor()
 }
 

@@ -147,8 +147,11 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 			Topic: key.topic, TopicID: w.id, Index: key.partition, LeaderEpoch: w.role.LeaderEpoch,
 			Log: l, Settings: s, LogEnd: n.cfg.Metrics.LogEnd(key.topic, key.partition),
 			// A topic created while the broker runs starts empty in the
-			// bucket too; an empty log found at start-up may be a lost one.
-			EmptyAtStart: !waitRemote && l.StartOffset() == l.EndOffset(),
+			// bucket too; an empty log found at start-up may be a lost one,
+			// and so may one that opens at a leader epoch above 0: its
+			// partition had leaders before (a topic restored from the
+			// bucket), whose history the bucket may hold.
+			EmptyAtStart: (!waitRemote || w.role.LeaderEpoch > 0) && l.StartOffset() == l.EndOffset(),
 			ReadReplica:  readReplicaOf(w.configs, key.partition),
 		})
 		n.mu.Lock()

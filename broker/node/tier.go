@@ -131,7 +131,7 @@ func (n *Node) OpenTier(ctx context.Context, id string) error {
 		if err != nil {
 			var foreign *tier.ForeignBucketError
 			if errors.As(err, &foreign) {
-				return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own",
+				return fmt.Errorf("bucket %s belongs to cluster %s, not to this node's cluster %s: each cluster needs a bucket or prefix of its own (to restore cluster %[2]s from it, start a fresh node with --restore)",
 					n.TierWhere(), foreign.Bucket, foreign.Cluster)
 			}
 			if ctx.Err() != nil {

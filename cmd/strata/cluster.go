@@ -31,6 +31,7 @@ func newClusterCmd(environ []string, stdout io.Writer) *cobra.Command {
 	cmd.AddCommand(
 		newClusterStatusCmd(a, stdout),
 		newClusterElectLeadersCmd(a, stdout),
+		newClusterRestoreCmd(a, stdout),
 	)
 	asGroup(cmd)
 	return cmd

@@ -142,6 +142,7 @@ set. See docs/operations.md for the file format.`,
 		Args: args(cobra.NoArgs),
 	}
 	flags := config.AddFlags(cmd.Flags())
+	restore := cmd.Flags().Bool("restore", false, "restore the cluster from the bucket's newest metadata checkpoint on first start, adopting the bucket's cluster id (docs/operations.md, Disaster recovery)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkFlagsAlone(flags); err != nil {
 			return cmd.FlagErrorFunc()(cmd, err)
@@ -155,6 +156,7 @@ set. See docs/operations.md for the file format.`,
 			log.Warn(w)
 		}
 		cfg := brokerConfig(c, log)
+		cfg.Restore = *restore
 		if err := cfg.WithDefaults().Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}

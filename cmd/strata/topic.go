@@ -31,6 +31,9 @@ const defaultBootstrap = "127.0.0.1:9092"
 type admin struct {
 	bootstrap string
 	timeout   time.Duration
+	// opts are more client options, for verbs that need them (cluster
+	// restore's extension API versions).
+	opts []kgo.Opt
 }
 
 func (a *admin) addFlags(cmd *cobra.Command, environ []string) {
@@ -62,11 +65,11 @@ func (a *admin) adminClient(cl *kgo.Client) *kadm.Client {
 // doClient is do for verbs that also send raw kmsg requests.
 func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Client) error) error {
 	seeds := a.seeds()
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("strata-cli"),
 		kgo.DialTimeout(min(a.timeout, 5*time.Second)),
-	)
+	}, a.opts...)...)
 	if err != nil {
 		return fmt.Errorf("--bootstrap %q: %w", a.bootstrap, err)
 	}

@@ -1,0 +1,572 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"strata/meta"
+	"strata/tier"
+	"strata/tier/format"
+	"strata/tier/objstore"
+)
+
+// Restoring a cluster from its bucket (docs/operations.md, "Disaster
+// recovery"): the newest metadata checkpoint names every topic (its id,
+// configs, partitions) and, per partition, the manifest version it was
+// taken against; the partitions' own manifests, read fresh since the
+// bucket may be ahead of the checkpoint, say where each partition's
+// history starts and ends. A restored topic is recreated with its id, so
+// its partitions find their objects (keys carry the id), and each
+// partition starts empty on local disk at the bucket's end, its history
+// served from the bucket: the path a leader whose local log was lost
+// already takes (partition.startAtBucketEnd). The internal topics come
+// back the same way, so the groups' committed offsets and the
+// transactions' state are read back by their coordinators.
+//
+// Planning reads and decides; Restore changes the metadata, one topic at
+// a time through the controller, and only when nothing is refused.
+
+// ErrRestore wraps every reason a restore is refused or fails.
+var ErrRestore = errors.New("restore")
+
+// RestoreAction is what a restore does with one topic.
+type RestoreAction string
+
+const (
+	// RestoreCreate: the topic does not exist here; it is created.
+	RestoreCreate RestoreAction = "create"
+	// RestoreReplace: an internal topic of this cluster, holding no
+	// data, is replaced by the bucket's (with the bucket's id).
+	RestoreReplace RestoreAction = "replace"
+	// RestorePresent: the topic exists here with the bucket's id; there
+	// is nothing to do.
+	RestorePresent RestoreAction = "present"
+	// RestoreRefused: the topic cannot be restored; Reason says why, and
+	// the restore as a whole is refused.
+	RestoreRefused RestoreAction = "refused"
+)
+
+// RestorePlan is what a restore would do, topic by topic.
+type RestorePlan struct {
+	// Checkpoint is the key of the checkpoint restored from; ClusterID,
+	// Index, WrittenMs and NextProducerID are its.
+	Checkpoint     string
+	ClusterID      string
+	Index          uint64
+	WrittenMs      int64
+	NextProducerID int64
+	Topics         []TopicRestore
+}
+
+// Refused returns the topics the restore refuses.
+func (p *RestorePlan) Refused() []TopicRestore {
+	var out []TopicRestore
+	for _, t := range p.Topics {
+		if t.Action == RestoreRefused {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// TopicRestore is one topic of a plan.
+type TopicRestore struct {
+	Name              string
+	ID                [16]byte
+	Internal          bool
+	ReplicationFactor int16
+	Configs           map[string]string
+	Action            RestoreAction
+	// Reason says why a topic is refused, or notes something of an
+	// accepted one (a topic that does not tier comes back empty).
+	Reason     string
+	Partitions []PartitionRestore
+	// replaceID is the id of the topic of the same name a replace
+	// deletes.
+	replaceID [16]byte
+}
+
+// Bytes is the size of the topic's objects in the bucket.
+func (t *TopicRestore) Bytes() int64 {
+	var n int64
+	for _, p := range t.Partitions {
+		n += p.Bytes
+	}
+	return n
+}
+
+// PartitionRestore is one partition of a planned topic.
+type PartitionRestore struct {
+	Partition int32
+	// Replicas are the checkpoint's; they are kept when every one of them
+	// is a live broker here, and otherwise the controller places the
+	// partition as for a new topic.
+	Replicas []int32
+	// LeaderEpoch is the epoch the partition starts at: above the
+	// checkpoint's, the newest manifest's, and the replaced topic's.
+	LeaderEpoch int32
+	// Manifest is the version of the manifest restored from ("" when the
+	// bucket has none); LogStart and End are its offsets, Bytes the size
+	// of the objects it lists.
+	Manifest      string
+	LogStart, End int64
+	Bytes         int64
+}
+
+// PlanRestore reads the bucket's newest checkpoint and the manifests of
+// the named topics (every topic of the checkpoint when topics is empty)
+// and decides what a restore would do with each. It changes nothing. An
+// error (wrapping ErrRestore) means no plan at all: no object store, no
+// checkpoint, or one this version cannot read.
+func (n *Node) PlanRestore(ctx context.Context, topics []string) (*RestorePlan, error) {
+	store := n.restoreStore()
+	if store == nil {
+		return nil, fmt.Errorf("%w: no object store is configured on node %d", ErrRestore, n.cfg.NodeID)
+	}
+	ck, key, err := tier.LatestCheckpoint(ctx, store)
+	if errors.Is(err, tier.ErrNoCheckpoint) {
+		return nil, fmt.Errorf("%w: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, n.TierWhere())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: bucket %s: %w", ErrRestore, n.TierWhere(), err)
+	}
+	plan := &RestorePlan{Checkpoint: key, ClusterID: ck.ClusterID, Index: ck.Index, WrittenMs: ck.WrittenMs, NextProducerID: ck.NextProducerID}
+	byName := make(map[string]*format.CheckpointTopic, len(ck.Topics))
+	for i := range ck.Topics {
+		byName[ck.Topics[i].Name] = &ck.Topics[i]
+	}
+	want := topics
+	if len(want) == 0 {
+		for _, t := range ck.Topics {
+			want = append(want, t.Name)
+		}
+	}
+	st := n.meta.State()
+	var reads []manifestRead
+	seen := map[string]bool{}
+	for _, name := range want {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		ct, ok := byName[name]
+		if !ok {
+			plan.Topics = append(plan.Topics, TopicRestore{Name: name, Action: RestoreRefused,
+				Reason: fmt.Sprintf("no topic %q in checkpoint %s", name, key)})
+			continue
+		}
+		tr := n.decideRestore(ctx, st, ct)
+		plan.Topics = append(plan.Topics, tr)
+	}
+	// The manifests of every partition to restore (or present), read side
+	// by side: a thousand partitions are a thousand GETs.
+	for i := range plan.Topics {
+		t := &plan.Topics[i]
+		if t.Action == RestoreRefused {
+			continue
+		}
+		for j := range t.Partitions {
+			reads = append(reads, manifestRead{topic: i, part: j})
+		}
+	}
+	n.readRestoreManifests(ctx, store, plan, byName, reads)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: reading the manifests: %w", ErrRestore, context.Cause(ctx))
+	}
+	return plan, nil
+}
+
+// restoreStore is the store a restore reads: the node's, whose reads pass
+// through whether or not the bucket is claimed yet.
+func (n *Node) restoreStore() objstore.Store {
+	if n.tierStore != nil {
+		return n.tierStore
+	}
+	return n.cfg.Tier.Store
+}
+
+// decideRestore decides ct's action from this cluster's metadata (and,
+// for an internal topic to replace, its data); the manifests come after.
+func (n *Node) decideRestore(ctx context.Context, st *meta.State, ct *format.CheckpointTopic) TopicRestore {
+	tr := TopicRestore{
+		Name: ct.Name, ID: ct.TopicID(), Internal: ct.Internal, ReplicationFactor: ct.ReplicationFactor,
+		Configs: maps.Clone(ct.Configs), Action: RestoreCreate,
+	}
+	if tr.Configs == nil {
+		tr.Configs = map[string]string{}
+	}
+	var replaced *meta.Topic
+	refuse := func(format string, args ...any) TopicRestore {
+		tr.Action, tr.Reason = RestoreRefused, fmt.Sprintf(format, args...)
+		return tr
+	}
+	if have, ok := st.Topics[ct.Name]; ok {
+		switch {
+		case have.ID == tr.ID:
+			tr.Action = RestorePresent
+		case !have.Internal || !ct.Internal:
+			return refuse("topic %s exists here with id %s, not the bucket's %s", ct.Name, format.HexID(have.ID), ct.ID)
+		default:
+			if why := n.internalData(ctx, have); why != "" {
+				return refuse("internal topic %s exists here with id %s and %s", ct.Name, format.HexID(have.ID), why)
+			}
+			tr.Action, tr.replaceID, replaced = RestoreReplace, have.ID, have
+		}
+	} else if other, ok := st.TopicByID(tr.ID); ok {
+		return refuse("the topic id %s belongs to topic %s here", ct.ID, other.Name)
+	}
+	if want := n.internalPartitions(ct.Name); want > 0 && tr.Action != RestorePresent && int(want) != len(ct.Partitions) {
+		return refuse("partition-count mismatch: %s has %d partitions in the bucket, and this cluster's coordinator is configured for %d", ct.Name, len(ct.Partitions), want)
+	}
+	if replaced != nil && len(replaced.Partitions) != len(ct.Partitions) {
+		return refuse("partition-count mismatch: %s has %d partitions here and %d in the bucket", ct.Name, len(replaced.Partitions), len(ct.Partitions))
+	}
+	if alive := eligibleBrokers(st); tr.Action != RestorePresent && int(ct.ReplicationFactor) > len(alive) {
+		return refuse("replication factor %d, but %d broker(s) are alive", ct.ReplicationFactor, len(alive))
+	}
+	if v, _ := n.TopicConfigValue(tr.Configs, "remote.storage.enable"); v != "true" && tr.Action != RestorePresent {
+		tr.Reason = "does not tier: only its metadata comes back, its partitions start empty at offset 0"
+	}
+	alive := eligibleBrokers(st)
+	for _, cp := range ct.Partitions {
+		pr := PartitionRestore{Partition: cp.Partition, LeaderEpoch: cp.LeaderEpoch + 1, Manifest: cp.Manifest, LogStart: cp.LogStart, End: cp.End}
+		if len(cp.Replicas) == int(ct.ReplicationFactor) && !slices.ContainsFunc(cp.Replicas, func(id int32) bool { return !slices.Contains(alive, id) }) {
+			pr.Replicas = slices.Clone(cp.Replicas)
+		}
+		if replaced != nil && int(cp.Partition) < len(replaced.Partitions) {
+			pr.LeaderEpoch = max(pr.LeaderEpoch, replaced.Partitions[cp.Partition].LeaderEpoch+1)
+		}
+		tr.Partitions = append(tr.Partitions, pr)
+	}
+	return tr
+}
+
+// internalPartitions is the partition count this node's coordinator of
+// an internal topic works with (it hashes group and transactional ids
+// over it), or 0 for another topic.
+func (n *Node) internalPartitions(name string) int32 {
+	switch name {
+	case OffsetsTopic:
+		if t, ok := n.TopicByName(OffsetsTopic); ok {
+			return int32(len(t.Partitions))
+		}
+		return n.cfg.Groups.Partitions
+	case TxnStateTopic:
+		if t, ok := n.TopicByName(TxnStateTopic); ok {
+			return int32(len(t.Partitions))
+		}
+		return n.cfg.Txns.Partitions
+	}
+	return 0
+}
+
+// internalData says what data an internal topic of this cluster holds,
+// "" for none: a record in a partition hosted here, or anything in the
+// bucket. Only such an empty topic may be replaced.
+func (n *Node) internalData(ctx context.Context, t *meta.Topic) string {
+	for _, mp := range t.Partitions {
+		if p := n.Partition(t.Name, mp.Index); p != nil && p.Log().EndOffset() > 0 {
+			return fmt.Sprintf("data (partition %d ends at offset %d)", mp.Index, p.Log().EndOffset())
+		}
+	}
+	store := n.restoreStore()
+	var mu sync.Mutex
+	var why string
+	forEachLimited(ctx, len(t.Partitions), func(i int) {
+		tp := format.TopicPartition{Topic: t.Name, TopicID: t.ID, Partition: int32(i)}
+		m, ok, err := tier.ReadManifest(ctx, store, tp)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case why != "":
+		case err != nil:
+			why = fmt.Sprintf("its bucket manifests could not be read (%v)", err)
+		case ok && m.EndOffset() > 0:
+			why = fmt.Sprintf("data in the bucket (partition %d ends at offset %d)", i, m.EndOffset())
+		}
+	})
+	return why
+}
+
+func eligibleBrokers(st *meta.State) []int32 {
+	var ids []int32
+	for id, b := range st.Brokers {
+		if !b.Fenced && !b.ShuttingDown {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+type manifestRead struct{ topic, part int }
+
+// readRestoreManifests reads, manifestLoaders at a time, the newest
+// manifest of each partition in reads at or after the version the
+// checkpoint names, and fills in its offsets, size and epoch. A partition
+// whose manifest cannot be read refuses its topic.
+func (n *Node) readRestoreManifests(ctx context.Context, store objstore.Store, plan *RestorePlan, byName map[string]*format.CheckpointTopic, reads []manifestRead) {
+	var mu sync.Mutex
+	forEachLimited(ctx, len(reads), func(i int) {
+		r := reads[i]
+		t := &plan.Topics[r.topic]
+		cp := byName[t.Name].Partitions[r.part]
+		tp := format.TopicPartition{Topic: t.Name, TopicID: t.ID, Partition: cp.Partition}
+		m, err := restoredManifest(ctx, store, tp, cp)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if t.Action != RestoreRefused {
+				t.Action, t.Reason = RestoreRefused, err.Error()
+			}
+			return
+		}
+		if m == nil {
+			return // nothing tiered: the checkpoint's zeros stand
+		}
+		p := &t.Partitions[r.part]
+		p.Manifest = format.ManifestVersionOf(format.ManifestKey{TopicPartition: tp, LeaderEpoch: m.LeaderEpoch, Seq: m.Seq})
+		p.LogStart, p.End, p.Bytes = m.LogStartOffset, m.EndOffset(), m.Totals().Bytes
+		p.LeaderEpoch = max(p.LeaderEpoch, m.LeaderEpoch+1)
+	})
+}
+
+// restoredManifest reads tp's newest manifest at or after the version cp
+// names: listing only the keys above it, since the manifests the orphan
+// grace keeps may be many. nil, with no error, when neither the
+// checkpoint nor the bucket knows one.
+func restoredManifest(ctx context.Context, store objstore.Store, tp format.TopicPartition, cp format.CheckpointPartition) (*format.Root, error) {
+	epoch, seq, ok := cp.ManifestVersion()
+	if !ok {
+		m, found, err := tier.ReadManifest(ctx, store, tp)
+		if err != nil || !found {
+			return nil, err
+		}
+		return m, nil
+	}
+	named := format.ManifestKey{TopicPartition: tp, LeaderEpoch: epoch, Seq: seq}.String()
+	newest := named
+	err := objstore.ListAfter(ctx, store, tp.ManifestsPrefix(), named, func(a objstore.Attrs) error {
+		if _, err := format.ParseManifestKey(a.Key); err == nil {
+			newest = a.Key
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	m, err := tier.GetManifest(ctx, store, newest)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, fmt.Errorf("manifest %s of %s-%d, which the checkpoint names, is gone and no newer one is there", cp.Manifest, tp.Topic, tp.Partition)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.TopicPartition != tp {
+		return nil, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+	}
+	return m, nil
+}
+
+// forEachLimited runs f(0..n-1), manifestLoaders at a time, and returns
+// once all have returned or ctx ended (those started still finish).
+func forEachLimited(ctx context.Context, n int, f func(i int)) {
+	sem := make(chan struct{}, manifestLoaders)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+}
+
+// RestoreProgress is told of each topic a restore has applied.
+type RestoreProgress func(t *TopicRestore, took time.Duration)
+
+// Restore applies plan through this node, which must be the controller:
+// each topic to create or replace is restored in the metadata (one
+// command per topic, each atomic), and the partitions this node hosts are
+// opened, at the bucket's end, before it returns. A plan with a refused
+// topic is refused as a whole, before anything changes. A restore cut
+// short (the controller lost its place) leaves the topics done so far:
+// planning again shows them present, and the rest is restored by running
+// it again.
+func (n *Node) Restore(ctx context.Context, plan *RestorePlan, progress RestoreProgress) error {
+	if refused := plan.Refused(); len(refused) > 0 {
+		why := make([]string, len(refused))
+		for i, t := range refused {
+			why[i] = t.Name + ": " + t.Reason
+		}
+		return fmt.Errorf("%w refused, nothing changed: %s", ErrRestore, strings.Join(why, "; "))
+	}
+	if !n.meta.IsLeader() {
+		return fmt.Errorf("%w: %w", ErrRestore, meta.ErrNotController)
+	}
+	done := 0
+	for i := range plan.Topics {
+		t := &plan.Topics[i]
+		if t.Action != RestoreCreate && t.Action != RestoreReplace {
+			continue
+		}
+		start := time.Now()
+		spec := meta.RestoreSpec{
+			Topic: meta.TopicSpec{
+				Name: t.Name, ID: t.ID, Internal: t.Internal, Partitions: int32(len(t.Partitions)),
+				ReplicationFactor: t.ReplicationFactor, Configs: maps.Clone(t.Configs),
+			},
+			MinProducerID: plan.NextProducerID,
+			Replace:       t.Action == RestoreReplace,
+			ReplaceID:     t.replaceID,
+		}
+		keep := true
+		for _, p := range t.Partitions {
+			spec.LeaderEpochs = append(spec.LeaderEpochs, p.LeaderEpoch)
+			spec.Topic.Assignment = append(spec.Topic.Assignment, p.Replicas)
+			keep = keep && p.Replicas != nil
+		}
+		if !keep {
+			spec.Topic.Assignment = nil
+		}
+		if _, err := n.meta.RestoreTopic(ctx, spec); err != nil {
+			return fmt.Errorf("%w: topic %s (%d of %d topics done): %w", ErrRestore, t.Name, done, len(plan.Topics), err)
+		}
+		// Its partitions here open at the bucket's end before the next
+		// topic: a long restore shows its progress topic by topic.
+		if err := n.Reconcile(); err != nil {
+			n.log.Error("open restored partitions", "topic", t.Name, "err", err)
+		}
+		done++
+		n.log.Info("topic restored from the bucket", "topic", t.Name, "id", format.HexID(t.ID), "action", string(t.Action),
+			"partitions", len(t.Partitions), "bytes", t.Bytes(), "took", time.Since(start).Round(time.Millisecond))
+		if progress != nil {
+			progress(t, time.Since(start))
+		}
+	}
+	if done > 0 && n.groups != nil {
+		// The coordinators read the restored offsets and transaction
+		// state back now rather than at the reconcile loop's next turn.
+		n.SyncGroups(ctx)
+		n.SyncTxns(ctx)
+	}
+	return nil
+}
+
+// AdoptBucketCluster is the cluster id a node started to restore from its
+// bucket (serve --restore) takes: the one the bucket's cluster object
+// names, else its newest checkpoint's, so that the restored cluster may
+// write to the bucket (which refuses another cluster's writes). configured
+// is cluster.id, "" when not set; one that differs is refused. The bucket
+// must hold a checkpoint: without one there is nothing to restore.
+func AdoptBucketCluster(ctx context.Context, tc TierConfig, configured string) (string, error) {
+	if tc.Store == nil {
+		return "", fmt.Errorf("%w: no object store is configured to restore from", ErrRestore)
+	}
+	where := tc.Where
+	if where == "" {
+		where = "the object store"
+	}
+	ck, _, err := tier.LatestCheckpoint(ctx, tc.Store)
+	if errors.Is(err, tier.ErrNoCheckpoint) {
+		return "", fmt.Errorf("%w: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, where)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: bucket %s: %w", ErrRestore, where, err)
+	}
+	id := ck.ClusterID
+	bc, ok, err := tier.BucketCluster(ctx, tc.Store)
+	if err != nil {
+		return "", fmt.Errorf("%w: bucket %s: %w", ErrRestore, where, err)
+	}
+	if ok {
+		id = bc.ClusterID
+	}
+	if configured != "" && configured != id {
+		return "", fmt.Errorf("%w: cluster.id is %s, but bucket %s belongs to cluster %s, which a restore adopts: drop cluster.id or set it to %s", ErrRestore, configured, where, id, id)
+	}
+	return id, nil
+}
+
+// RestoreAtStart restores, on the controller, every topic of the bucket's
+// newest checkpoint into a cluster that has no topic of its own yet (serve
+// --restore): a fresh cluster restores once, on its first start, and a
+// later start (or a node that is not the controller) finds the topics
+// there and does nothing. It waits, up to restoreAtStartWait, for as many
+// brokers to register as the checkpoint's replication factors need. It
+// runs until the restore is done or refused, or the node closes.
+func (n *Node) RestoreAtStart() {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	begun := time.Now()
+	for {
+		if hasOwnTopics(n.meta.State()) {
+			return
+		}
+		if n.meta.IsLeader() {
+			if done := n.restoreAtStartOnce(time.Since(begun) > restoreAtStartWait); done {
+				return
+			}
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// restoreAtStartWait bounds how long a restore at start waits for brokers
+// to register before it plans with those there are (and a topic whose
+// replication factor they cannot meet is refused).
+const restoreAtStartWait = time.Minute
+
+// restoreAtStartOnce plans and applies the restore; done is false when it
+// should be tried again (too few brokers yet, or a failure that may pass).
+func (n *Node) restoreAtStartOnce(waited bool) (done bool) {
+	ctx, cancel := context.WithTimeout(n.ctx, time.Hour)
+	defer cancel()
+	plan, err := n.PlanRestore(ctx, nil)
+	if err != nil {
+		n.log.Error("restore at start: nothing restored", "err", err)
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && n.ctx.Err() == nil
+	}
+	if refused := plan.Refused(); len(refused) > 0 {
+		if !waited && slices.ContainsFunc(refused, func(t TopicRestore) bool { return strings.HasPrefix(t.Reason, "replication factor") }) {
+			return false // brokers may still be registering
+		}
+		for _, t := range refused {
+			n.log.Error("restore at start refused: nothing restored", "checkpoint", plan.Checkpoint, "topic", t.Name, "reason", t.Reason)
+		}
+		return true
+	}
+	start := time.Now()
+	n.log.Info("restoring the cluster from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics))
+	if err := n.Restore(ctx, plan, nil); err != nil {
+		n.log.Error("restore at start failed; trying again", "err", err)
+		return false
+	}
+	n.log.Info("cluster restored from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics), "took", time.Since(start).Round(time.Millisecond))
+	return true
+}
+
+// hasOwnTopics reports whether st has a topic that is not internal.
+func hasOwnTopics(st *meta.State) bool {
+	for _, t := range st.Topics {
+		if !t.Internal {
+			return true
+		}
+	}
+	return false
+}

@@ -28,9 +28,9 @@ const (
 	disasterRecords                 = 200_000
 )
 
-// archive is what the first cluster acknowledged before it was lost: what
+// lostCluster is what the first cluster acknowledged before it was lost: what
 // the restored cluster must serve again.
-type archive struct {
+type lostCluster struct {
 	ids     map[string][16]byte
 	configs map[string]map[string]string
 	events  map[string][]sentRecord // the history check() judges
@@ -101,13 +101,13 @@ func TestDisasterRestore(t *testing.T) {
 	}
 	t.Logf("cluster restore took %s:\n%s%s", time.Since(start).Round(time.Millisecond), stdout, stderr)
 
-	checkRestored(t, c, a)
+	checkDisasterRestored(t, c, a)
 }
 
 // writeArchive fills the first cluster and returns what it acknowledged.
-func writeArchive(t *testing.T, c *cluster) *archive {
+func writeArchive(t *testing.T, c *cluster) *lostCluster {
 	t.Helper()
-	a := &archive{ids: map[string][16]byte{}, configs: map[string]map[string]string{}, latest: map[string]string{}, groups: map[string]map[int32]int64{}}
+	a := &lostCluster{ids: map[string][16]byte{}, configs: map[string]map[string]string{}, latest: map[string]string{}, groups: map[string]map[int32]int64{}}
 	topicConfigs := map[string]map[string]*string{
 		eventsTopic:  tieredConfigs(256<<10, "min.insync.replicas", "2", "retention.ms", "-1"),
 		compactTopic: tieredConfigs(64<<10, "cleanup.policy", "compact"),
@@ -226,7 +226,7 @@ func writeArchive(t *testing.T, c *cluster) *archive {
 // waitArchived waits until the bucket holds everything the cluster
 // acknowledged, groups' offsets included, and a metadata checkpoint that
 // names every topic.
-func waitArchived(t *testing.T, c *cluster, a *archive) {
+func waitArchived(t *testing.T, c *cluster, a *lostCluster) {
 	t.Helper()
 	adm := kadm.NewClient(c.client())
 	b := openBucket(t, c.bucketDir)
@@ -287,9 +287,9 @@ func (c *cluster) topicIDs() map[string][16]byte {
 	return out
 }
 
-// checkRestored checks the restored cluster against what the lost one
+// checkDisasterRestored checks the restored cluster against what the lost one
 // acknowledged.
-func checkRestored(t *testing.T, c *cluster, a *archive) {
+func checkDisasterRestored(t *testing.T, c *cluster, a *lostCluster) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

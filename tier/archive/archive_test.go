@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,9 +53,7 @@ func batch(t testing.TB, pid int64, seq int32, attrs int16, codec kgo.Compressio
 		kr.Length = int32(len(kr.AppendTo(nil)) - 1)
 		raw = kr.AppendTo(raw)
 	}
-	if c, err := kgo.DefaultCompressor(codec); err != nil {
-		t.Fatal(err)
-	} else if c != nil {
+	if c := compressor(t, codec); c != nil {
 		var buf bytes.Buffer
 		out, used := c.Compress(&buf, raw)
 		raw = append([]byte(nil), out...)
@@ -65,6 +64,23 @@ func batch(t testing.TB, pid int64, seq int32, attrs int16, codec kgo.Compressio
 	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return b
+}
+
+// compressors are built once per codec: a zstd encoder is costly to set
+// up, the more so under the race detector.
+var compressors sync.Map // kgo.CompressionCodec -> kgo.Compressor
+
+func compressor(t testing.TB, codec kgo.CompressionCodec) kgo.Compressor {
+	if v, ok := compressors.Load(codec); ok {
+		c, _ := v.(kgo.Compressor) // nil for no compression
+		return c
+	}
+	c, err := kgo.DefaultCompressor(codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compressors.Store(codec, c)
+	return c
 }
 
 var tp = format.TopicPartition{Topic: "orders", TopicID: [16]byte{0xab, 1}, Partition: 0}
@@ -116,7 +132,15 @@ func writeBucket(t testing.TB, n int, segBytes int64) *bucket {
 	if b.st, err = objstore.NewDir(b.dir); err != nil {
 		t.Fatal(err)
 	}
-	codecs := []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()}
+	codecs := []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.ZstdCompression()}
+	codecOf := func(bi int) kgo.CompressionCodec {
+		// lz4 now and then only: its reader takes a 4 MiB block per
+		// batch, which the race detector makes very slow.
+		if bi%40 == 3 {
+			return kgo.Lz4Compression()
+		}
+		return codecs[bi%len(codecs)]
+	}
 	var (
 		seq     int32
 		inTxn   int // batches written in the open transaction
@@ -145,7 +169,7 @@ func writeBucket(t testing.TB, n int, segBytes int64) *bucket {
 		if txn {
 			pid, attrs = 7, 0x10
 		}
-		if _, err := l.Append(batch(t, pid, seq, attrs, codecs[bi%len(codecs)], recs...), 0); err != nil {
+		if _, err := l.Append(batch(t, pid, seq, attrs, codecOf(bi), recs...), 0); err != nil {
 			t.Fatal(err)
 		}
 		if txn {
@@ -182,6 +206,15 @@ func writeBucket(t testing.TB, n int, segBytes int64) *bucket {
 	}
 	upload(t, l, b.st, tp)
 	return b
+}
+
+// records is how many records the bigger tests write: fewer under
+// -short, which CI runs with the race detector.
+func records() int {
+	if testing.Short() {
+		return 1200
+	}
+	return 3000
 }
 
 // expect returns the records a reader of isolation iso gets, by offset.
@@ -261,7 +294,7 @@ func openPartition(t *testing.T, st objstore.Store) (*Archive, Partition) {
 // aborted transactions' records and read_uncommitted keeps them; control
 // records never show.
 func TestRecordsInOrderAndIsolation(t *testing.T) {
-	b := writeBucket(t, 3000, 16<<10)
+	b := writeBucket(t, records(), 16<<10)
 	a, p := openPartition(t, b.st)
 	if p.Segments < 5 {
 		t.Fatalf("%d segments: the test needs several", p.Segments)
@@ -466,7 +499,7 @@ func TestJSON(t *testing.T) {
 // An export interrupted after a chunk, with a partial line written after
 // its last state, resumes to exactly what an uninterrupted export writes.
 func TestExportResumes(t *testing.T) {
-	b := writeBucket(t, 3000, 16<<10)
+	b := writeBucket(t, records(), 16<<10)
 	a, p := openPartition(t, b.st)
 	ctx := context.Background()
 	full := t.TempDir()

@@ -42,6 +42,10 @@ func ParseIsolation(s string) (Isolation, error) {
 	return 0, fmt.Errorf("isolation %q: want read_committed or read_uncommitted", s)
 }
 
+// decompressor is franz-go's, shared: it pools its codecs' decoders,
+// which are costly to set up (zstd's above all).
+var decompressor = kgo.DefaultDecompressor()
+
 // Range bounds a read. The zero Range reads everything the bucket holds.
 type Range struct {
 	// From is the first offset to read (clamped to the log start).
@@ -119,7 +123,6 @@ func (a *Archive) Records(ctx context.Context, p Partition, o ReadOptions, fn fu
 			return err
 		}
 	}
-	dec := kgo.DefaultDecompressor()
 	var (
 		active  []segment.AbortedTxn
 		next    int // aborts[next:] begin after the runs so far
@@ -147,7 +150,7 @@ func (a *Archive) Records(ctx context.Context, p Partition, o ReadOptions, fn fu
 		rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = p.End, to, p.LogStart
 		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			Offset: from, IsolationLevel: iso, Topic: p.Topic, Partition: p.Partition,
-		}, &rp, dec, nil)
+		}, &rp, decompressor, nil)
 		if fp.Err != nil {
 			return fmt.Errorf("%w: segment %s: offsets %d-%d: %v", ErrCorrupt, r.seg.Key, r.first, r.last, fp.Err)
 		}

@@ -69,7 +69,10 @@ func (b *Broker) handleRestore(req *request) (kmsg.Response, error) {
 		for i, t := range refused {
 			why[i] = t.Name + ": " + t.Reason
 		}
-		return fail(fmt.Errorf("%w: %w refused, nothing changed: %s", kerr.InvalidRequest, node.ErrRestore, strings.Join(why, "; ")))
+		b.metrics.countError(kmsg.Key(extension.RestoreKey), kerr.InvalidRequest.Code)
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		resp.ErrorMessage = fmt.Sprintf("%v refused, nothing changed: %s", node.ErrRestore, strings.Join(why, "; "))
+		return resp, nil
 	}
 	if r.DryRun {
 		return resp, nil

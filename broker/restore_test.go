@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/broker/extension"
+	"strata/broker/node"
 	"strata/tier"
 	"strata/tier/format"
 	"strata/tier/objstore"
@@ -53,7 +54,7 @@ func writeCheckpoint(t testing.TB, b *Broker, store objstore.Store) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := b.meta.State()
-	c := &format.Checkpoint{ClusterID: st.ClusterID, Index: st.Index, WrittenMs: time.Now().UnixMilli(), WrittenBy: b.cfg.NodeID, NextProducerID: st.NextProducerID}
+	c := &format.Checkpoint{ClusterID: st.ClusterID, History: st.HistoryID, Index: st.Index, WrittenMs: time.Now().UnixMilli(), WrittenBy: b.cfg.NodeID, NextProducerID: st.NextProducerID}
 	for _, name := range st.SortedTopicNames() {
 		mt := st.Topics[name]
 		ct := format.CheckpointTopic{Name: name, ID: format.HexID(mt.ID), Internal: mt.Internal, ReplicationFactor: int16(len(mt.Partitions[0].Replicas)), Configs: mt.Configs}
@@ -282,7 +283,7 @@ func TestRestoreRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	future := checkpointOfVersion(t, good, 99)
-	key := format.CheckpointKey{Index: good.Index + 1, WrittenMs: good.WrittenMs}.String()
+	key := format.CheckpointKey{History: good.History, Index: good.Index + 1, WrittenMs: good.WrittenMs}.String()
 	if err := store.Put(ctx, key, bytes.NewReader(future), int64(len(future))); err != nil {
 		t.Fatal(err)
 	}
@@ -386,4 +387,63 @@ func TestRestoreAtStart(t *testing.T) {
 		}
 	}
 	wantCommitted(t, testAdmin(t, b), "g", "events", 1, 42, "m")
+}
+
+// TestRestoreReplansAnInternalTopicMadeMeanwhile: a plan made before the
+// cluster created its own offsets topic (the controller does as it
+// starts) says create; applied after, the restore replaces the new,
+// empty topic with the bucket's instead of failing on a topic that
+// exists, and the group's commits are back.
+func TestRestoreReplansAnInternalTopicMadeMeanwhile(t *testing.T) {
+	store := tierStores[0].open(t)
+	dirA := t.TempDir()
+	a := restoreBroker(t, dirA, store)
+	adm := testAdmin(t, a)
+	createTopic(t, adm, "orders", 1, map[string]*string{"remote.storage.enable": ptr("true")})
+	produceKeyed(t, a, "orders", 10, 10)
+	commitOne(t, adm, "billing", "orders", 0, 7, "")
+	waitAllInBucket(t, a, "orders", 1)
+	waitAllInBucket(t, a, offsetsTopic, 2)
+	clusterID := a.node.ClusterID()
+	offsetsA := a.meta.State().Topics[offsetsTopic].ID
+	writeCheckpoint(t, a, store)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := restoreBroker(t, t.TempDir(), store, func(c *Config) { c.ClusterID = clusterID })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	plan, err := b.node.PlanRestore(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i := range plan.Topics {
+		if pt := &plan.Topics[i]; pt.Name == offsetsTopic {
+			if pt.Action != node.RestoreReplace {
+				t.Fatalf("%s planned %s, want replace (the broker made its own at start)", offsetsTopic, pt.Action)
+			}
+			// As planned before the broker made its own.
+			pt.Action = node.RestoreCreate
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the plan has no %s: %+v", offsetsTopic, plan.Topics)
+	}
+	if err := b.node.Restore(ctx, plan, nil); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got := b.meta.State().Topics[offsetsTopic].ID; got != offsetsA {
+		t.Fatalf("%s has id %x after the restore, want the bucket's %x", offsetsTopic, got, offsetsA)
+	}
+	waitFor(t, 30*time.Second, "the group's commit back", func() bool {
+		resp, err := testAdmin(t, b).FetchOffsets(ctx, "billing")
+		if err != nil {
+			return false
+		}
+		o, ok := resp.Lookup("orders", 0)
+		return ok && o.At == 7
+	})
 }

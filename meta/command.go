@@ -91,6 +91,9 @@ type alterConfigsCmd struct {
 // initClusterCmd names the cluster, if nothing named it before.
 type initClusterCmd struct {
 	ID string
+	// HistoryID is State.HistoryID; absent from the commands of clusters
+	// named before it existed.
+	HistoryID string `json:",omitempty"`
 }
 
 type allocateProducerIDsCmd struct {
@@ -169,9 +172,10 @@ func decodePayload(payload []byte, v any) error {
 
 func applyBarrier(*State, uint64, []byte) (*State, result) { return nil, result{} }
 
-// applyInitCluster sets the cluster id once: the first such command wins,
-// so two controllers of successive terms that both proposed one agree on
-// the first.
+// applyInitCluster sets the cluster id and the history id once: the
+// first such command wins, so two controllers of successive terms that
+// both proposed one agree on the first. A cluster named before history
+// ids existed takes the first one proposed for its cluster id.
 func applyInitCluster(s *State, _ uint64, payload []byte) (*State, result) {
 	var c initClusterCmd
 	if err := decodePayload(payload, &c); err != nil {
@@ -180,11 +184,19 @@ func applyInitCluster(s *State, _ uint64, payload []byte) (*State, result) {
 	if c.ID == "" {
 		return nil, result{err: fmt.Errorf("%w: empty cluster id", errBadCommand)}
 	}
+	if c.HistoryID != "" && !validHistoryID(c.HistoryID) {
+		return nil, result{err: fmt.Errorf("%w: history id %q", errBadCommand, c.HistoryID)}
+	}
 	if s.ClusterID != "" {
-		return nil, result{}
+		if s.HistoryID != "" || c.HistoryID == "" || c.ID != s.ClusterID {
+			return nil, result{}
+		}
+		next := s.clone()
+		next.HistoryID = c.HistoryID
+		return next, result{}
 	}
 	next := s.clone()
-	next.ClusterID = c.ID
+	next.ClusterID, next.HistoryID = c.ID, c.HistoryID
 	return next, result{}
 }
 

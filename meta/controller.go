@@ -277,7 +277,10 @@ func (s *Store) controlLoop(ctx context.Context) {
 // or one made before clusters had ids) its id, once. Brokers wait for it
 // before they touch the bucket (see State.ClusterID).
 func (s *Store) nameCluster(ctx context.Context) {
-	if s.State().ClusterID != "" {
+	if st := s.State(); st.ClusterID != "" {
+		if st.HistoryID == "" {
+			s.pickHistoryID(ctx, st.ClusterID)
+		}
 		return
 	}
 	if s.ctl.holdNaming != nil {
@@ -291,7 +294,7 @@ func (s *Store) nameCluster(ctx context.Context) {
 	if id == "" {
 		id = NewClusterID()
 	}
-	if _, err := s.propose(ctx, kindInitCluster, initClusterCmd{ID: id}); err != nil {
+	if _, err := s.propose(ctx, kindInitCluster, initClusterCmd{ID: id, HistoryID: NewIncarnation()}); err != nil {
 		if ctx.Err() == nil {
 			s.ctl.log.Warn("name the cluster", "err", err)
 		}
@@ -302,6 +305,27 @@ func (s *Store) nameCluster(ctx context.Context) {
 	if s.State().ClusterID == id {
 		s.ctl.log.Info("cluster named", "cluster_id", id)
 	}
+}
+
+// pickHistoryID gives a cluster named before history ids existed its
+// own (State.HistoryID).
+func (s *Store) pickHistoryID(ctx context.Context, clusterID string) {
+	if _, err := s.propose(ctx, kindInitCluster, initClusterCmd{ID: clusterID, HistoryID: NewIncarnation()}); err != nil && ctx.Err() == nil {
+		s.ctl.log.Warn("pick the metadata history id", "err", err)
+	}
+}
+
+// validHistoryID reports whether s is 32 lowercase hex digits.
+func validHistoryID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // NewClusterID returns a random cluster id spelled as Kafka spells its

@@ -131,6 +131,8 @@ type snapshotV1 struct {
 	// ClusterID is absent from snapshots taken before clusters had ids;
 	// the next controller then names the cluster.
 	ClusterID string `json:",omitempty"`
+	// HistoryID is absent from snapshots taken before it existed.
+	HistoryID string `json:",omitempty"`
 	Brokers   []Broker
 	Topics    []*Topic
 }
@@ -148,7 +150,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 func encodeSnapshot(w io.Writer, s *State) error {
-	snap := snapshotV1{Format: snapshotFormat, Index: s.Index, NextProducerID: s.NextProducerID, ClusterID: s.ClusterID}
+	snap := snapshotV1{Format: snapshotFormat, Index: s.Index, NextProducerID: s.NextProducerID, ClusterID: s.ClusterID, HistoryID: s.HistoryID}
 	for _, id := range s.sortedBrokerIDs() {
 		snap.Brokers = append(snap.Brokers, s.Brokers[id])
 	}
@@ -183,6 +185,10 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 	}
 	s.NextProducerID = snap.NextProducerID
 	s.ClusterID = snap.ClusterID
+	if snap.HistoryID != "" && !validHistoryID(snap.HistoryID) {
+		return nil, fmt.Errorf("meta: snapshot: history id %q", snap.HistoryID)
+	}
+	s.HistoryID = snap.HistoryID
 	for _, b := range snap.Brokers {
 		if _, dup := s.Brokers[b.ID]; dup {
 			return nil, fmt.Errorf("meta: snapshot: broker %d twice", b.ID)

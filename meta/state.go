@@ -107,6 +107,15 @@ type State struct {
 	// Metadata reports and what ties a bucket to its cluster. Empty
 	// until that first command is applied.
 	ClusterID string
+	// HistoryID names this metadata history: 32 random hex digits the
+	// first controller picks with the cluster id. A cluster started
+	// afresh over the same bucket, even under the same cluster id (a
+	// restore after the quorum was lost), has another, which is how its
+	// metadata checkpoints are told apart from those of the history it
+	// restores (docs/bucket-format.md §12). Empty until picked; a cluster
+	// named before history ids existed gets one from its next
+	// controller.
+	HistoryID string
 
 	byID map[[16]byte]*Topic
 }
@@ -167,6 +176,7 @@ func (s *State) clone() *State {
 		Index:          s.Index,
 		NextProducerID: s.NextProducerID,
 		ClusterID:      s.ClusterID,
+		HistoryID:      s.HistoryID,
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),

@@ -2,10 +2,13 @@ package tier
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"strata/tier/format"
@@ -27,15 +30,16 @@ func WriteCheckpoint(ctx context.Context, st objstore.Store, c *format.Checkpoin
 	if err != nil {
 		return "", err
 	}
-	key := format.CheckpointKey{Index: c.Index, WrittenMs: c.WrittenMs}.String()
+	key := format.CheckpointKey{History: c.History, Index: c.Index, WrittenMs: c.WrittenMs}.String()
 	if err := st.Create(ctx, key, bytes.NewReader(b), int64(len(b))); err != nil && !errors.Is(err, objstore.ErrExists) {
 		return "", fmt.Errorf("write checkpoint %s: %w", key, err)
 	}
 	return key, nil
 }
 
-// Checkpoints lists the bucket's checkpoint keys, oldest first. Objects
-// under the prefix that are not checkpoints are skipped.
+// Checkpoints lists the bucket's checkpoint keys in key order: by
+// history, and within each history oldest first. Objects under the prefix
+// that are not checkpoints are skipped.
 func Checkpoints(ctx context.Context, st objstore.Store) ([]objstore.Attrs, error) {
 	var out []objstore.Attrs
 	err := st.List(ctx, format.CheckpointsPrefix(), func(a objstore.Attrs) error {
@@ -68,11 +72,25 @@ func ReadCheckpoint(ctx context.Context, st objstore.Store, key string) (*format
 	return c, nil
 }
 
-// LatestCheckpoint reads the bucket's newest checkpoint (the largest key),
-// or returns ErrNoCheckpoint. A newest checkpoint that does not parse is
-// an error, not a reason to fall back silently to an older one: the
-// caller reports it, and the operator decides.
+// LatestCheckpoint reads the checkpoint that stands for the bucket's
+// archive: NewestCheckpoint with no history set aside.
 func LatestCheckpoint(ctx context.Context, st objstore.Store) (*format.Checkpoint, string, error) {
+	return NewestCheckpoint(ctx, st, "")
+}
+
+// NewestCheckpoint reads the newest checkpoint of the histories other
+// than except (the running cluster's own, for a restore), or returns
+// ErrNoCheckpoint. Of each history only its newest checkpoint counts, and
+// of those the most recently written that names a topic of users' own
+// wins: a cluster started afresh over the bucket and lost again before it
+// restored anything wrote checkpoints of nothing but its internal topics,
+// which must not stand for the archive. When only except's history is
+// there its newest checkpoint is returned.
+//
+// A chosen checkpoint that does not parse is an error, not a reason to
+// fall back silently to an older one: the caller reports it, and the
+// operator decides.
+func NewestCheckpoint(ctx context.Context, st objstore.Store, except string) (*format.Checkpoint, string, error) {
 	all, err := Checkpoints(ctx, st)
 	if err != nil {
 		return nil, "", err
@@ -80,30 +98,70 @@ func LatestCheckpoint(ctx context.Context, st objstore.Store) (*format.Checkpoin
 	if len(all) == 0 {
 		return nil, "", ErrNoCheckpoint
 	}
-	key := all[len(all)-1].Key
-	c, err := ReadCheckpoint(ctx, st, key)
-	return c, key, err
+	var heads, own []format.CheckpointKey // each history's newest
+	for i, a := range all {
+		k, _ := format.ParseCheckpointKey(a.Key)
+		if i+1 < len(all) {
+			if next, _ := format.ParseCheckpointKey(all[i+1].Key); next.History == k.History {
+				continue
+			}
+		}
+		if k.History == except {
+			own = append(own, k)
+		} else {
+			heads = append(heads, k)
+		}
+	}
+	if len(heads) == 0 {
+		heads = own
+	}
+	slices.SortFunc(heads, func(a, b format.CheckpointKey) int { return cmp.Compare(b.WrittenMs, a.WrittenMs) })
+	var first *format.Checkpoint
+	var firstKey string
+	for _, k := range heads {
+		c, err := ReadCheckpoint(ctx, st, k.String())
+		if err != nil {
+			return nil, "", err
+		}
+		if first == nil {
+			first, firstKey = c, k.String()
+		}
+		for _, t := range c.Topics {
+			if !t.Internal {
+				return c, k.String(), nil
+			}
+		}
+	}
+	return first, firstKey, nil
 }
 
 // PruneCheckpoints deletes the checkpoints written before cutoff, always
-// keeping the newest keep of them (at least one), and returns how many it
-// deleted.
+// keeping the newest keep (at least one) of each history, and returns how
+// many it deleted. Another history's newest checkpoints are the archive a
+// restore reads, so every history keeps its own.
 func PruneCheckpoints(ctx context.Context, st objstore.Store, cutoff time.Time, keep int) (int, error) {
 	all, err := Checkpoints(ctx, st)
 	if err != nil {
 		return 0, err
 	}
 	keep = max(keep, 1)
-	n := 0
-	for _, a := range all[:max(len(all)-keep, 0)] {
+	byHistory := map[string][]format.CheckpointKey{}
+	for _, a := range all {
 		k, _ := format.ParseCheckpointKey(a.Key)
-		if k.WrittenMs >= cutoff.UnixMilli() {
-			break // keys sort by index first; a later one is no older in practice, and keeping it is safe
+		byHistory[k.History] = append(byHistory[k.History], k)
+	}
+	n := 0
+	for _, h := range slices.Sorted(maps.Keys(byHistory)) {
+		keys := byHistory[h]
+		for _, k := range keys[:max(len(keys)-keep, 0)] {
+			if k.WrittenMs >= cutoff.UnixMilli() {
+				break // keys sort by index first; a later one is no older in practice, and keeping it is safe
+			}
+			if err := st.Delete(ctx, k.String()); err != nil {
+				return n, fmt.Errorf("delete checkpoint %s: %w", k, err)
+			}
+			n++
 		}
-		if err := st.Delete(ctx, a.Key); err != nil {
-			return n, fmt.Errorf("delete checkpoint %s: %w", a.Key, err)
-		}
-		n++
 	}
 	return n, nil
 }

@@ -155,7 +155,9 @@ func (c *checkpointer) round(full bool) error {
 	ctx, cancel := context.WithTimeout(n.ctx, checkpointRoundTimeout)
 	defer cancel()
 	st := n.meta.State()
-	if st.ClusterID == "" {
+	if st.ClusterID == "" || st.HistoryID == "" {
+		// A cluster named before history ids existed gets one from
+		// its controller at once (meta.State.HistoryID).
 		return tier.ErrClusterUnnamed
 	}
 	if err := c.readManifests(ctx, st, full); err != nil {
@@ -188,6 +190,7 @@ func (c *checkpointer) checkpoint(st *meta.State) *format.Checkpoint {
 	n := c.n
 	cp := &format.Checkpoint{
 		ClusterID:      st.ClusterID,
+		History:        st.HistoryID,
 		Index:          st.Index,
 		WrittenMs:      time.Now().UnixMilli(),
 		WrittenBy:      n.cfg.NodeID,

@@ -129,7 +129,9 @@ func (n *Node) PlanRestore(ctx context.Context, topics []string) (*RestorePlan, 
 	if store == nil {
 		return nil, fmt.Errorf("%w: no object store is configured on node %d", ErrRestore, n.cfg.NodeID)
 	}
-	ck, key, err := tier.LatestCheckpoint(ctx, store)
+	// The cluster's own checkpoints are set aside: its history is not
+	// the one to restore (see tier.NewestCheckpoint).
+	ck, key, err := tier.NewestCheckpoint(ctx, store, n.meta.State().HistoryID)
 	if errors.Is(err, tier.ErrNoCheckpoint) {
 		return nil, fmt.Errorf("%w: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, n.TierWhere())
 	}
@@ -422,25 +424,14 @@ func (n *Node) Restore(ctx context.Context, plan *RestorePlan, progress RestoreP
 			continue
 		}
 		start := time.Now()
-		spec := meta.RestoreSpec{
-			Topic: meta.TopicSpec{
-				Name: t.Name, ID: t.ID, Internal: t.Internal, Partitions: int32(len(t.Partitions)),
-				ReplicationFactor: t.ReplicationFactor, Configs: maps.Clone(t.Configs),
-			},
-			MinProducerID: plan.NextProducerID,
-			Replace:       t.Action == RestoreReplace,
-			ReplaceID:     t.replaceID,
+		_, err := n.meta.RestoreTopic(ctx, n.restoreSpec(plan, t))
+		if errors.Is(err, meta.ErrTopicExists) && t.Action == RestoreCreate && n.replan(ctx, t) {
+			// The cluster made the topic itself since the plan (the
+			// controller creates the internal topics as it starts): an
+			// empty one is replaced, as if planned so.
+			_, err = n.meta.RestoreTopic(ctx, n.restoreSpec(plan, t))
 		}
-		keep := true
-		for _, p := range t.Partitions {
-			spec.LeaderEpochs = append(spec.LeaderEpochs, p.LeaderEpoch)
-			spec.Topic.Assignment = append(spec.Topic.Assignment, p.Replicas)
-			keep = keep && p.Replicas != nil
-		}
-		if !keep {
-			spec.Topic.Assignment = nil
-		}
-		if _, err := n.meta.RestoreTopic(ctx, spec); err != nil {
+		if err != nil {
 			return fmt.Errorf("%w: topic %s (%d of %d topics done): %w", ErrRestore, t.Name, done, len(plan.Topics), err)
 		}
 		// Its partitions here open at the bucket's end before the next
@@ -462,6 +453,47 @@ func (n *Node) Restore(ctx context.Context, plan *RestorePlan, progress RestoreP
 		n.SyncTxns(ctx)
 	}
 	return nil
+}
+
+// restoreSpec is the metadata command of t, a topic of plan.
+func (n *Node) restoreSpec(plan *RestorePlan, t *TopicRestore) meta.RestoreSpec {
+	spec := meta.RestoreSpec{
+		Topic: meta.TopicSpec{
+			Name: t.Name, ID: t.ID, Internal: t.Internal, Partitions: int32(len(t.Partitions)),
+			ReplicationFactor: t.ReplicationFactor, Configs: maps.Clone(t.Configs),
+		},
+		MinProducerID: plan.NextProducerID,
+		Replace:       t.Action == RestoreReplace,
+		ReplaceID:     t.replaceID,
+	}
+	keep := true
+	for _, p := range t.Partitions {
+		spec.LeaderEpochs = append(spec.LeaderEpochs, p.LeaderEpoch)
+		spec.Topic.Assignment = append(spec.Topic.Assignment, p.Replicas)
+		keep = keep && p.Replicas != nil
+	}
+	if !keep {
+		spec.Topic.Assignment = nil
+	}
+	return spec
+}
+
+// replan turns t, planned as a create, into the replacement of the
+// internal topic of its name this cluster made since the plan, when that
+// one is empty and as many partitions; it reports whether it did.
+func (n *Node) replan(ctx context.Context, t *TopicRestore) bool {
+	have, ok := n.meta.State().Topics[t.Name]
+	if !ok || !have.Internal || !t.Internal || have.ID == t.ID || len(have.Partitions) != len(t.Partitions) {
+		return false
+	}
+	if why := n.internalData(ctx, have); why != "" {
+		return false
+	}
+	t.Action, t.replaceID = RestoreReplace, have.ID
+	for i := range t.Partitions {
+		t.Partitions[i].LeaderEpoch = max(t.Partitions[i].LeaderEpoch, have.Partitions[i].LeaderEpoch+1)
+	}
+	return true
 }
 
 // AdoptBucketCluster is the cluster id a node started to restore from its

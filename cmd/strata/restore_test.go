@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"strata/meta"
 	"strata/tier"
 	"strata/tier/format"
 	"strata/tier/objstore"
@@ -74,7 +75,7 @@ func writeBucketCheckpoint(t *testing.T, bucketDir, clusterID string, topics []f
 			}
 		}
 	}
-	c := &format.Checkpoint{ClusterID: clusterID, Index: 1000, WrittenMs: time.Now().UnixMilli(), NextProducerID: 1000, Topics: topics}
+	c := &format.Checkpoint{ClusterID: clusterID, History: meta.NewIncarnation(), Index: 1000, WrittenMs: time.Now().UnixMilli(), NextProducerID: 1000, Topics: topics}
 	if _, err := tier.WriteCheckpoint(ctx, st, c); err != nil {
 		t.Fatal(err)
 	}

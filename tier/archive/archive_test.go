@@ -414,7 +414,7 @@ func TestTopics(t *testing.T) {
 	if _, err := a.FindTopic(ctx, "nope", ""); !errors.Is(err, ErrNoTopic) {
 		t.Fatalf("FindTopic of a missing topic: %v", err)
 	}
-	cp := &format.Checkpoint{Version: 1, ClusterID: "c", Index: 5, WrittenMs: time.Now().UnixMilli(), Topics: []format.CheckpointTopic{
+	cp := &format.Checkpoint{Version: 1, ClusterID: "c", History: "0123456789abcdef0123456789abcdef", Index: 5, WrittenMs: time.Now().UnixMilli(), Topics: []format.CheckpointTopic{
 		{Name: "orders", ID: format.HexID(tp.TopicID), ReplicationFactor: 1, Configs: map[string]string{}, Partitions: []format.CheckpointPartition{{Partition: 0, Replicas: []int32{1}}}},
 	}}
 	key, err := tier.WriteCheckpoint(ctx, b.st, cp)

@@ -16,14 +16,20 @@ import (
 // the partitions' own objects, to serve the bucket's history again after
 // every broker and the metadata quorum are lost.
 //
-//	metadata/checkpoints/<index>-<written>.checkpoint
+//	metadata/checkpoints/<history>/<index>-<written>.checkpoint
 //
+// <history> names the metadata history (raft log) the state belongs to,
+// 32 lowercase hex digits its first controller picked: a cluster started
+// afresh over the same bucket to restore it has another, so its
+// checkpoints never mix with, or prune, those of the history it restores.
 // <index> is the raft index of the metadata state the checkpoint holds and
 // <written> the writer's clock in Unix milliseconds, both zero-padded to
-// 20 digits, so the newest checkpoint is the lexically largest key. States
-// are points of one linear history, so a higher index is always a later
-// state, whoever wrote it: a deposed controller's late write cannot sort
-// above a newer state, which is the fencing manifests get from epochs.
+// 20 digits, so a history's newest checkpoint is its lexically largest
+// key. The states of one history are points of one linear log, so a
+// higher index is always a later state, whoever wrote it: a deposed
+// controller's late write cannot sort above a newer state, which is the
+// fencing manifests get from epochs. Between histories only the written
+// time orders them.
 const (
 	checkpointsPrefix = "metadata/checkpoints/"
 	checkpointExt     = ".checkpoint"
@@ -39,6 +45,8 @@ func CheckpointsPrefix() string { return checkpointsPrefix }
 
 // CheckpointKey names one checkpoint.
 type CheckpointKey struct {
+	// History is the metadata history's id (Checkpoint.History).
+	History string
 	// Index is the raft index of the metadata state.
 	Index uint64
 	// WrittenMs is when it was written, Unix milliseconds.
@@ -47,7 +55,7 @@ type CheckpointKey struct {
 
 // String returns the object key.
 func (k CheckpointKey) String() string {
-	return fmt.Sprintf("%s%0*d-%0*d%s", checkpointsPrefix, offsetDigits, k.Index, offsetDigits, k.WrittenMs, checkpointExt)
+	return fmt.Sprintf("%s%s/%0*d-%0*d%s", checkpointsPrefix, k.History, offsetDigits, k.Index, offsetDigits, k.WrittenMs, checkpointExt)
 }
 
 // ParseCheckpointKey parses a key String produced; anything else under
@@ -58,8 +66,9 @@ func ParseCheckpointKey(key string) (CheckpointKey, error) {
 		return CheckpointKey{}, fmt.Errorf("%w: %q is not under %s", errKey, key, checkpointsPrefix)
 	}
 	rest, ok = strings.CutSuffix(rest, checkpointExt)
+	history, rest, ok1 := strings.Cut(rest, "/")
 	idx, ms, ok2 := strings.Cut(rest, "-")
-	if !ok || !ok2 || len(idx) != offsetDigits || len(ms) != offsetDigits {
+	if !ok || !ok1 || !validHistory(history) || !ok2 || len(idx) != offsetDigits || len(ms) != offsetDigits {
 		return CheckpointKey{}, fmt.Errorf("%w: %q is not a checkpoint key", errKey, key)
 	}
 	i, ok := parseDigits(idx)
@@ -67,13 +76,23 @@ func ParseCheckpointKey(key string) (CheckpointKey, error) {
 	if !ok || !ok2 {
 		return CheckpointKey{}, fmt.Errorf("%w: %q is not a checkpoint key", errKey, key)
 	}
-	return CheckpointKey{Index: uint64(i), WrittenMs: m}, nil
+	return CheckpointKey{History: history, Index: uint64(i), WrittenMs: m}, nil
+}
+
+// validHistory reports whether h is a history id: 32 lowercase hex
+// digits.
+func validHistory(h string) bool {
+	_, ok := parseHex(h) // lowercase only
+	return ok
 }
 
 // Checkpoint is the cluster's metadata at one raft index.
 type Checkpoint struct {
 	Version   int    `json:"version"`
 	ClusterID string `json:"cluster_id"`
+	// History names the metadata history the state belongs to; it
+	// matches the key's.
+	History string `json:"history"`
 	// Index is the raft index of the state; it matches the key's.
 	Index     uint64 `json:"index"`
 	WrittenMs int64  `json:"written_ms"`
@@ -201,6 +220,9 @@ func ParseCheckpoint(b []byte) (*Checkpoint, error) {
 func (c *Checkpoint) validate() error {
 	if c.ClusterID == "" {
 		return fmt.Errorf("%w: no cluster_id", ErrCheckpoint)
+	}
+	if !validHistory(c.History) {
+		return fmt.Errorf("%w: history %q is not 32 lowercase hex digits", ErrCheckpoint, c.History)
 	}
 	if c.NextProducerID < 0 {
 		return fmt.Errorf("%w: negative next_producer_id", ErrCheckpoint)

@@ -10,9 +10,11 @@ import (
 	"testing"
 )
 
+const testHistory = "5d41402abc4b2a76b9719d911017c592"
+
 func testCheckpoint() *Checkpoint {
 	return &Checkpoint{
-		ClusterID: "Qpf_INRvSWqY8QWSqDtxRQ", Index: 42, WrittenMs: 1796216529360, WrittenBy: 1,
+		ClusterID: "Qpf_INRvSWqY8QWSqDtxRQ", History: testHistory, Index: 42, WrittenMs: 1796216529360, WrittenBy: 1,
 		NextProducerID: 3000,
 		Topics: []CheckpointTopic{{
 			Name: "orders", ID: "0123456789abcdef0123456789abcdef", ReplicationFactor: 3,
@@ -80,6 +82,8 @@ func TestCheckpointRejects(t *testing.T) {
 		{"flipped byte", bytes.Replace(good, []byte("orders"), []byte("ordert"), 1), "checksum mismatch"},
 		{"future version", reencode(func(c *Checkpoint) { c.Version = 2 }), "format version 2"},
 		{"no cluster", reencode(func(c *Checkpoint) { c.ClusterID = "" }), "no cluster_id"},
+		{"no history", reencode(func(c *Checkpoint) { c.History = "" }), "history"},
+		{"bad history", reencode(func(c *Checkpoint) { c.History = "5D41402ABC4B2A76B9719D911017C592" }), "history"},
 		{"bad topic name", reencode(func(c *Checkpoint) { c.Topics[0].Name = "a/b" }), "illegal character"},
 		{"bad id", reencode(func(c *Checkpoint) { c.Topics[0].ID = "xyz" }), "has id"},
 		{"zero rf", reencode(func(c *Checkpoint) { c.Topics[0].ReplicationFactor = 0 }), "replication factor 0"},
@@ -98,21 +102,24 @@ func TestCheckpointRejects(t *testing.T) {
 }
 
 func TestCheckpointKey(t *testing.T) {
-	k := CheckpointKey{Index: 1234, WrittenMs: 1796216529360}
+	k := CheckpointKey{History: testHistory, Index: 1234, WrittenMs: 1796216529360}
 	s := k.String()
-	if s != "metadata/checkpoints/00000000000000001234-00000001796216529360.checkpoint" {
+	if s != "metadata/checkpoints/"+testHistory+"/00000000000000001234-00000001796216529360.checkpoint" {
 		t.Fatalf("key %q", s)
 	}
 	got, err := ParseCheckpointKey(s)
 	if err != nil || got != k {
 		t.Fatalf("ParseCheckpointKey(%q) = %+v, %v", s, got, err)
 	}
-	later := CheckpointKey{Index: 1235, WrittenMs: 1}
+	later := CheckpointKey{History: testHistory, Index: 1235, WrittenMs: 1}
 	if !(later.String() > s) {
 		t.Fatal("a later index does not sort above")
 	}
 	for _, bad := range []string{"metadata/checkpoints/1-2.checkpoint", "metadata/checkpoints/x", "cluster.json",
-		"metadata/checkpoints/00000000000000001234-00000001796216529360.json"} {
+		"metadata/checkpoints/" + testHistory + "/00000000000000001234-00000001796216529360.json",
+		"metadata/checkpoints/00000000000000001234-00000001796216529360.checkpoint",
+		"metadata/checkpoints/5D41402ABC4B2A76B9719D911017C592/00000000000000001234-00000001796216529360.checkpoint",
+		"metadata/checkpoints/5d41402abc/00000000000000001234-00000001796216529360.checkpoint"} {
 		if _, err := ParseCheckpointKey(bad); err == nil {
 			t.Errorf("ParseCheckpointKey(%q) accepted", bad)
 		}

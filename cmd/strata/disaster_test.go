@@ -111,7 +111,7 @@ func writeArchive(t *testing.T, c *cluster) *lostCluster {
 	topicConfigs := map[string]map[string]*string{
 		eventsTopic:  tieredConfigs(256<<10, "min.insync.replicas", "2", "retention.ms", "-1"),
 		compactTopic: tieredConfigs(64<<10, "cleanup.policy", "compact"),
-		txnTopic:     tieredConfigs(64<<10),
+		txnTopic:     tieredConfigs(64 << 10),
 	}
 	parts := map[string]int32{eventsTopic: eventsPartitions, compactTopic: compactPartitions, txnTopic: txnPartitions}
 	for _, topic := range slices.Sorted(maps.Keys(topicConfigs)) {

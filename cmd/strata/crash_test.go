@@ -58,9 +58,22 @@ func readAll(t *testing.T, bootstrap, topic string) map[int32][]*kgo.Record {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, bootstrap))
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	// A partition that answers with an error (its leader still loading it)
+	// is asked again, never taken for an empty one.
+	var ends kadm.ListedOffsets
+	var err error
+	for {
+		ends, err = adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("end offsets of %s: %v", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })

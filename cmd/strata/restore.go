@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,15 +71,16 @@ func runRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, 
 	}
 	if resp.ErrorCode != 0 {
 		if resp.Plan != nil {
-			n := 0
+			// One line, as every failure: the table above has a row per
+			// refused topic with its reason too.
+			var why []string
 			for _, t := range resp.Plan.Topics {
 				if t.Action == "refused" {
-					fmt.Fprintf(stderr, "refused: %s: %s\n", t.Name, t.Reason)
-					n++
+					why = append(why, t.Name+": "+t.Reason)
 				}
 			}
-			if n > 0 {
-				return fmt.Errorf("restore refused: %d topic(s) cannot be restored; nothing changed", n)
+			if len(why) > 0 {
+				return fmt.Errorf("restore refused, nothing changed: %s", strings.Join(why, "; "))
 			}
 		}
 		return restoreError(resp)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -237,4 +239,78 @@ func checkRestored(t *testing.T, bootstrap string, before map[int32][]*kgo.Recor
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestClusterRestoreRefusals (issue 23, bad input): `strata cluster
+// restore` against a bucket whose archive names a topic the running
+// cluster has with other data, or whose newest checkpoint is of a format
+// version from the future, fails with one line saying why, and changes
+// nothing.
+func TestClusterRestoreRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two nodes")
+	}
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	quick := []string{"--bucket-dir", bucket, "--listen", "127.0.0.1:0", "--http-listen", "off", "--tier-idle-upload", "200ms", "--tier-upload-interval", "100ms"}
+
+	// Cluster A leaves orders in the bucket, and a checkpoint naming it.
+	a := startNode(t, nil, append([]string{"dev", "--data-dir", t.TempDir()}, quick...)...)
+	mustCreate(t, a.bootstrap, "orders", 1, map[string]*string{"remote.storage.enable": ptrTo("true")})
+	produceN(t, a.bootstrap, "orders", 0, 20)
+	clusterID := clusterIDOf(t, a.bootstrap)
+	store, err := objstore.NewDir(bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cp, _, err := tier.LatestCheckpoint(context.Background(), store)
+		if err == nil && strings.Contains(fmt.Sprint(cp.Topics), "orders") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint names orders within 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.stop(t)
+
+	// Cluster B, on the bucket under A's id, has an orders of its own,
+	// with records.
+	b := startNode(t, nil, append([]string{"serve", "--data-dir", t.TempDir(), "--cluster-id", clusterID, "--offsets-partitions", "3"}, quick...)...)
+	defer b.stop(t)
+	mustCreate(t, b.bootstrap, "orders", 1, nil)
+	produceN(t, b.bootstrap, "orders", 0, 5)
+	code, stdout, stderr := runCLI(t, nil, "cluster", "restore", "--bootstrap", b.bootstrap)
+	if code != 1 {
+		t.Fatalf("restore over a topic with other data: exit %d\n%s%s", code, stdout, stderr)
+	}
+	assertOneLineError(t, stderr, "orders", "exists here with id")
+	if n := len(readAll(t, b.bootstrap, "orders")[0]); n != 5 {
+		t.Errorf("after the refused restore orders holds %d records, want its own 5", n)
+	}
+
+	// A checkpoint of a format version from the future, newest in the
+	// bucket: refused, naming the version.
+	cp, _, err := tier.LatestCheckpoint(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.History, cp.WrittenMs = meta.NewIncarnation(), time.Now().UnixMilli()
+	body, err := format.EncodeCheckpoint(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := bytes.Cut(body, []byte("\n"))
+	line = append(bytes.Replace(line, []byte(`"version":1`), []byte(`"version":99`), 1), '\n')
+	body = fmt.Appendf(line, "crc32c:%08x\n", crc32.Checksum(line, crc32.MakeTable(crc32.Castagnoli)))
+	key := format.CheckpointKey{History: cp.History, Index: cp.Index, WrittenMs: cp.WrittenMs}.String()
+	if err := store.Put(context.Background(), key, bytes.NewReader(body), int64(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, nil, "cluster", "restore", "--bootstrap", b.bootstrap, "--dry-run")
+	if code != 1 {
+		t.Fatalf("restore from a checkpoint of version 99: exit %d\n%s%s", code, stdout, stderr)
+	}
+	assertOneLineError(t, stderr, "format version 99")
 }

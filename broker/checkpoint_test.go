@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,4 +312,55 @@ func TestMetadataCheckpointAfterControllerFailover(t *testing.T) {
 	if _, ok := checkpointTopic(cp, "before"); !ok {
 		t.Error("the new controller's checkpoint lost the first topic")
 	}
+}
+
+// listFailingStore refuses to list any key containing refused: a
+// partition whose manifests cannot be read.
+type listFailingStore struct {
+	objstore.Store
+	refused string
+}
+
+func (s listFailingStore) List(ctx context.Context, prefix string, fn func(objstore.Attrs) error) error {
+	if strings.Contains(prefix, s.refused) {
+		return fmt.Errorf("list %s: access denied", prefix)
+	}
+	return s.Store.List(ctx, prefix, fn)
+}
+
+func (s listFailingStore) ListAfter(ctx context.Context, prefix, startAfter string, fn func(objstore.Attrs) error) error {
+	if strings.Contains(prefix, s.refused) {
+		return fmt.Errorf("list %s: access denied", prefix)
+	}
+	return objstore.ListAfter(ctx, s.Store, prefix, startAfter, fn)
+}
+
+// TestMetadataCheckpointDespiteAnUnreadableManifest: one partition whose
+// manifests cannot be read does not keep the rest of the metadata out of
+// the bucket: the checkpoint is written, that partition without a
+// manifest version (a restore then looks for its newest), and the round
+// counts as failed.
+func TestMetadataCheckpointDespiteAnUnreadableManifest(t *testing.T) {
+	dir, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := listFailingStore{Store: dir, refused: "/broken-"}
+	b := tieredBroker(t, "", store, func(c *Config) {
+		c.Tier.CheckpointInterval, c.Tier.CheckpointDebounce, c.Tier.CheckpointRetention = time.Hour, 50*time.Millisecond, time.Hour
+	})
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "broken", 1, nil)
+	createTopic(t, adm, "fine", 1, nil)
+	cp := waitCheckpoint(t, dir, 10*time.Second, "a checkpoint naming both topics", func(cp *format.Checkpoint) bool {
+		_, ok1 := checkpointTopic(cp, "broken")
+		_, ok2 := checkpointTopic(cp, "fine")
+		return ok1 && ok2
+	})
+	if ct, _ := checkpointTopic(cp, "broken"); ct.Partitions[0].Manifest != "" {
+		t.Errorf("the unreadable partition names manifest %q", ct.Partitions[0].Manifest)
+	}
+	waitFor(t, 5*time.Second, "the round counted as failed", func() bool {
+		return value(b.metrics.checkpointFailures) > 0
+	})
 }

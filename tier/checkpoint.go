@@ -126,13 +126,34 @@ func NewestCheckpoint(ctx context.Context, st objstore.Store, except string) (*f
 		if first == nil {
 			first, firstKey = c, k.String()
 		}
-		for _, t := range c.Topics {
-			if !t.Internal {
-				return c, k.String(), nil
-			}
+		if c.NamesUserTopic() {
+			return c, k.String(), nil
 		}
 	}
 	return first, firstKey, nil
+}
+
+// HistoryCheckpoint reads the newest checkpoint of history, or returns
+// ErrNoCheckpoint when it has none.
+func HistoryCheckpoint(ctx context.Context, st objstore.Store, history string) (*format.Checkpoint, string, error) {
+	if history == "" {
+		return nil, "", ErrNoCheckpoint
+	}
+	var newest string
+	err := st.List(ctx, format.CheckpointsPrefix()+history+"/", func(a objstore.Attrs) error {
+		if k, err := format.ParseCheckpointKey(a.Key); err == nil && k.History == history {
+			newest = a.Key // in key order: the last is the newest
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list checkpoints of history %s: %w", history, err)
+	}
+	if newest == "" {
+		return nil, "", ErrNoCheckpoint
+	}
+	c, err := ReadCheckpoint(ctx, st, newest)
+	return c, newest, err
 }
 
 // PruneCheckpoints deletes the checkpoints written before cutoff, always

@@ -150,7 +150,7 @@ func (n *Node) checkpointLoop() {
 // round takes one checkpoint of the metadata as it is now and writes it
 // unless it holds what the last one written holds; full reads every
 // tiered partition's manifest again, else only those never read.
-func (c *checkpointer) round(full bool) error {
+func (c *checkpointer) round(full bool) (err error) {
 	n := c.n
 	ctx, cancel := context.WithTimeout(n.ctx, checkpointRoundTimeout)
 	defer cancel()
@@ -160,8 +160,17 @@ func (c *checkpointer) round(full bool) error {
 		// its controller at once (meta.State.HistoryID).
 		return tier.ErrClusterUnnamed
 	}
-	if err := c.readManifests(ctx, st, full); err != nil {
-		return err
+	var unread *unreadError
+	if rerr := c.readManifests(ctx, st, full); errors.As(rerr, &unread) && ctx.Err() == nil {
+		// Written all the same, and the round counted as failed so that
+		// the next comes soon and reads them again.
+		defer func() {
+			if err == nil {
+				err = unread
+			}
+		}()
+	} else if rerr != nil {
+		return rerr
 	}
 	cp := c.checkpoint(st)
 	same, err := sameCheckpoint(cp)
@@ -303,10 +312,27 @@ func (c *checkpointer) readManifests(ctx context.Context, st *meta.State, full b
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return fmt.Errorf("%d of %d manifests unread: %w", len(errs), len(todo), errs[0])
+		return &unreadError{unread: len(errs), of: len(todo), err: errs[0]}
 	}
 	return nil
 }
+
+// unreadError says some manifests of a round could not be read: their
+// partitions keep the versions last read (or none), which a restore takes
+// as where to start looking for the newest (restoredManifest), so the
+// checkpoint is still written. One partition whose manifest cannot be
+// read (a corrupt object, a prefix the credentials may not list) must not
+// keep every new topic and config out of the bucket.
+type unreadError struct {
+	unread, of int
+	err        error
+}
+
+func (e *unreadError) Error() string {
+	return fmt.Sprintf("%d of %d manifests unread, their last known versions kept: %v", e.unread, e.of, e.err)
+}
+
+func (e *unreadError) Unwrap() error { return e.err }
 
 // newestManifest reads tp's newest manifest version. Versions sort as
 // their keys do, so it lists from prev's key on when prev found one: a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -237,6 +238,10 @@ func (n *Node) decideRestore(ctx context.Context, st *meta.State, ct *format.Che
 	}
 	alive := eligibleBrokers(st)
 	for _, cp := range ct.Partitions {
+		if cp.LeaderEpoch == math.MaxInt32 {
+			// Its epoch cannot go above every old one.
+			return refuse("partition %d is at leader epoch %d, the largest there is", cp.Partition, cp.LeaderEpoch)
+		}
 		pr := PartitionRestore{Partition: cp.Partition, LeaderEpoch: cp.LeaderEpoch + 1, Manifest: cp.Manifest, LogStart: cp.LogStart, End: cp.End}
 		if len(cp.Replicas) == int(ct.ReplicationFactor) && !slices.ContainsFunc(cp.Replicas, func(id int32) bool { return !slices.Contains(alive, id) }) {
 			pr.Replicas = slices.Clone(cp.Replicas)
@@ -331,6 +336,10 @@ func (n *Node) readRestoreManifests(ctx context.Context, store objstore.Store, p
 		}
 		if m == nil {
 			return // nothing tiered: the checkpoint's zeros stand
+		}
+		if m.LeaderEpoch == math.MaxInt32 {
+			t.Action, t.Reason = RestoreRefused, fmt.Sprintf("partition %d's manifest is at leader epoch %d, the largest there is", cp.Partition, m.LeaderEpoch)
+			return
 		}
 		p := &t.Partitions[r.part]
 		p.Manifest = format.ManifestVersionOf(format.ManifestKey{TopicPartition: tp, LeaderEpoch: m.LeaderEpoch, Seq: m.Seq})
@@ -542,13 +551,21 @@ func (n *Node) RestoreAtStart() {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	begun := time.Now()
+	var retryAt time.Time
+	backoff := time.Second
 	for {
 		if hasOwnTopics(n.meta.State()) {
 			return
 		}
-		if n.meta.IsLeader() {
-			if done := n.restoreAtStartOnce(time.Since(begun) > restoreAtStartWait); done {
+		if n.meta.IsLeader() && !time.Now().Before(retryAt) {
+			done, failed := n.restoreAtStartOnce(time.Since(begun) > restoreAtStartWait)
+			if done {
 				return
+			}
+			if failed {
+				// The store may be down for a while: ask it less often.
+				retryAt = time.Now().Add(backoff)
+				backoff = min(2*backoff, 30*time.Second)
 			}
 		}
 		select {
@@ -565,32 +582,50 @@ func (n *Node) RestoreAtStart() {
 const restoreAtStartWait = time.Minute
 
 // restoreAtStartOnce plans and applies the restore; done is false when it
-// should be tried again (too few brokers yet, or a failure that may pass).
-func (n *Node) restoreAtStartOnce(waited bool) (done bool) {
+// should be tried again: too few brokers yet, or a failure that may pass
+// (failed: a store that did not answer, a restore cut short).
+func (n *Node) restoreAtStartOnce(waited bool) (done, failed bool) {
 	ctx, cancel := context.WithTimeout(n.ctx, time.Hour)
 	defer cancel()
+	if store := n.restoreStore(); store != nil {
+		// A cluster that has had topics of its own and deleted them all
+		// is not a fresh one: --restore left on in its start-up must not
+		// bring an old history's topics back over its own.
+		own, _, err := tier.HistoryCheckpoint(ctx, store, n.meta.State().HistoryID)
+		if err == nil && own.NamesUserTopic() {
+			n.log.Info("restore at start: this cluster has had topics of its own; nothing restored", "history", own.History)
+			return true, false
+		}
+	}
 	plan, err := n.PlanRestore(ctx, nil)
 	if err != nil {
-		n.log.Error("restore at start: nothing restored", "err", err)
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && n.ctx.Err() == nil
+		if n.ctx.Err() != nil {
+			return true, false
+		}
+		if errors.Is(err, tier.ErrNoCheckpoint) || errors.Is(err, format.ErrCheckpoint) {
+			n.log.Error("restore at start: nothing restored", "err", err)
+			return true, false
+		}
+		n.log.Warn("restore at start: the bucket could not be read; trying again", "err", err)
+		return false, true
 	}
 	if refused := plan.Refused(); len(refused) > 0 {
 		if !waited && slices.ContainsFunc(refused, func(t TopicRestore) bool { return strings.HasPrefix(t.Reason, "replication factor") }) {
-			return false // brokers may still be registering
+			return false, false // brokers may still be registering
 		}
 		for _, t := range refused {
 			n.log.Error("restore at start refused: nothing restored", "checkpoint", plan.Checkpoint, "topic", t.Name, "reason", t.Reason)
 		}
-		return true
+		return true, false
 	}
 	start := time.Now()
 	n.log.Info("restoring the cluster from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics))
 	if err := n.Restore(ctx, plan, nil); err != nil {
 		n.log.Error("restore at start failed; trying again", "err", err)
-		return false
+		return false, true
 	}
 	n.log.Info("cluster restored from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics), "took", time.Since(start).Round(time.Millisecond))
-	return true
+	return true, false
 }
 
 // hasOwnTopics reports whether st has a topic that is not internal.

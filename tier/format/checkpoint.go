@@ -105,6 +105,16 @@ type Checkpoint struct {
 	Topics         []CheckpointTopic `json:"topics"`
 }
 
+// NamesUserTopic reports whether c names a topic that is not internal.
+func (c *Checkpoint) NamesUserTopic() bool {
+	for _, t := range c.Topics {
+		if !t.Internal {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckpointTopic is one topic of a checkpoint.
 type CheckpointTopic struct {
 	Name string `json:"name"`

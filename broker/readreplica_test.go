@@ -472,3 +472,129 @@ func TestReadReplicaMissingObjectRereadsManifest(t *testing.T) {
 		t.Fatal("the replica's log start did not move after it met a deleted object")
 	}
 }
+
+// TestReadReplicaRefusesTransactions: a transactional producer that
+// writes to a read replica fails at once with POLICY_VIOLATION from
+// AddPartitionsToTxn, before the coordinator records the partition, so
+// the transactional id goes on working (were the partition added, the
+// abort's markers would be refused forever).
+// In a request with other partitions, those are OPERATION_NOT_ATTEMPTED.
+func TestReadReplicaRefusesTransactions(t *testing.T) {
+	src, rep, srcBucket := readReplicaPair(t)
+	createTopic(t, testAdmin(t, src), "ledger", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "ledger", 0, 200)
+	waitAllUploaded(t, src, "ledger", 1)
+	uri := "file://" + srcBucket
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "ledger", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+	createTopic(t, adm, "local", 1, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := testClient(t, rep, kgo.TransactionalID("writes-to-replica"), kgo.RecordRetries(3))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := cl.ProduceSync(ctx, &kgo.Record{Topic: "ledger", Value: []byte("no")}).FirstErr()
+	if !errors.Is(err, kerr.PolicyViolation) {
+		t.Fatalf("transactional produce to the replica: %v, want POLICY_VIOLATION", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the transactional producer took %s to fail", took)
+	}
+	// franz-go takes the refusal as fatal to its producer id; a new
+	// client with the same transactional id is not stuck behind markers
+	// that cannot be written: its transaction on a local topic commits.
+	cl.Close()
+	raw := testClient(t, rep)
+	initPID := func(id string) *kmsg.InitProducerIDResponse {
+		t.Helper()
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID, req.TransactionTimeoutMillis = &id, 60000
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatalf("init producer id %s: %v", id, err)
+			}
+			if resp.ErrorCode == 0 {
+				return resp
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("init producer id %s: still %v after 15 s", id, kerr.ErrorForCode(resp.ErrorCode))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	initPID("writes-to-replica")
+	cl = testClient(t, rep, kgo.TransactionalID("writes-to-replica"))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "local", Value: []byte("yes")}).FirstErr(); err != nil {
+		t.Fatalf("transactional produce to a local topic after the refusal: %v", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit after the refusal: %v", err)
+	}
+
+	// The wire: both forms of the request, a replica partition beside a
+	// local one.
+	txnID := "raw-adds"
+	ip := initPID(txnID)
+	want := map[string]int16{"ledger": kerr.PolicyViolation.Code, "local": kerr.OperationNotAttempted.Code}
+	for _, version := range []int16{3, 4} {
+		req := kmsg.NewPtrAddPartitionsToTxnRequest()
+		req.Version = version
+		var codes map[string]int16
+		if version < 4 {
+			req.TransactionalID, req.ProducerID, req.ProducerEpoch = txnID, ip.ProducerID, ip.ProducerEpoch
+			for _, topic := range []string{"local", "ledger"} {
+				rt := kmsg.NewAddPartitionsToTxnRequestTopic()
+				rt.Topic, rt.Partitions = topic, []int32{0}
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = map[string]int16{}
+			for _, rt := range resp.Topics {
+				codes[rt.Topic] = rt.Partitions[0].ErrorCode
+			}
+		} else {
+			tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
+			tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch = txnID, ip.ProducerID, ip.ProducerEpoch
+			for _, topic := range []string{"local", "ledger"} {
+				rt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+				rt.Topic, rt.Partitions = topic, []int32{0}
+				tx.Topics = append(tx.Topics, rt)
+			}
+			req.Transactions = append(req.Transactions, tx)
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = map[string]int16{}
+			for _, rt := range resp.Transactions[0].Topics {
+				codes[rt.Topic] = rt.Partitions[0].ErrorCode
+			}
+		}
+		for topic, code := range want {
+			if codes[topic] != code {
+				t.Errorf("v%d: %s: %v, want %v", version, topic, kerr.ErrorForCode(codes[topic]), kerr.ErrorForCode(code))
+			}
+		}
+	}
+	// Nothing was added: the transaction is not ongoing.
+	dt := kmsg.NewPtrDescribeTransactionsRequest()
+	dt.TransactionalIDs = []string{txnID}
+	desc, err := dt.RequestWith(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := desc.TransactionStates[0]; len(s.Topics) != 0 || s.State == "Ongoing" {
+		t.Fatalf("the refused adds left the transaction %s with %+v", s.State, s.Topics)
+	}
+}

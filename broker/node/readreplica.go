@@ -341,6 +341,18 @@ func CheckCreatePartitions(t *meta.Topic) error {
 	return nil
 }
 
+// CheckTxnWrite refuses a read-replica partition to a transaction
+// (AddPartitionsToTxn): the produce would be refused anyway, and the
+// transaction's markers, which the coordinator writes to every partition
+// of the transaction, would be refused forever, leaving the transactional
+// id stuck. Refusing the add makes the producer fail at once.
+func CheckTxnWrite(t *meta.Topic) error {
+	if IsReadReplica(t.Configs) {
+		return fmt.Errorf("%w: topic %q is a read replica of %s: it takes no transactional writes", kerr.PolicyViolation, t.Name, t.Configs[ReadReplicaSourceKey])
+	}
+	return nil
+}
+
 // readReplicaLoop polls the sources of the read replicas this node hosts
 // at start and every poll interval after, until the node closes.
 func (n *Node) readReplicaLoop() {

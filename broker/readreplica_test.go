@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -596,5 +597,92 @@ func TestReadReplicaRefusesTransactions(t *testing.T) {
 	}
 	if s := desc.TransactionStates[0]; len(s.Topics) != 0 || s.State == "Ongoing" {
 		t.Fatalf("the refused adds left the transaction %s with %+v", s.State, s.Topics)
+	}
+}
+
+// copyBucket copies every object of from into a new directory bucket,
+// leaving out the metadata checkpoints: the bucket of a cluster that
+// writes none (an older version's).
+func copyBucket(t *testing.T, from objstore.Store) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "no-checkpoint-bucket")
+	to, err := objstore.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = from.List(ctx, "", func(a objstore.Attrs) error {
+		if strings.HasPrefix(a.Key, "metadata/") {
+			return nil
+		}
+		r, err := from.GetRange(ctx, a.Key, 0, -1)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		return to.Put(ctx, a.Key, bytes.NewReader(b), int64(len(b)))
+	})
+	if err != nil {
+		t.Fatalf("copy the bucket: %v", err)
+	}
+	return dir
+}
+
+// TestReadReplicaFindsPartitionsWithoutCheckpoint: from a bucket without
+// a metadata checkpoint, a read replica finds its source topic's
+// partitions from the objects, counting past a partition in the middle
+// that never uploaded (which it serves empty) instead of stopping there.
+func TestReadReplicaFindsPartitionsWithoutCheckpoint(t *testing.T) {
+	src, rep, _ := readReplicaPair(t)
+	const partitions = 3
+	createTopic(t, testAdmin(t, src), "sparse", partitions, map[string]*string{"segment.bytes": ptr("16384")})
+	// Partitions 0 and 2 only: 1 never uploads.
+	cl := testClient(t, src, kgo.DefaultProduceTopic("sparse"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rs []*kgo.Record
+	for i := range 400 {
+		rs = append(rs, &kgo.Record{Partition: int32(i%2) * 2, Key: fmt.Appendf(nil, "k%d", i), Value: make([]byte, 100)})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ends := waitAllUploaded(t, src, "sparse", partitions)
+	if ends[1] != 0 || ends[0] == 0 || ends[2] == 0 {
+		t.Fatalf("source ends %v", ends)
+	}
+	bucket := copyBucket(t, src.cfg.Tier.Store)
+
+	uri := "file://" + bucket
+	adm := testAdmin(t, rep)
+	resp, err := adm.CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri}, "sparse")
+	if err != nil {
+		t.Fatalf("create read replica: %v %s", err, resp.ErrMessage)
+	}
+	if resp.NumPartitions != partitions {
+		t.Fatalf("replica has %d partitions, source %d", resp.NumPartitions, partitions)
+	}
+	want := consumeRange(t, src, "sparse", ends)
+	got := consumeRange(t, rep, "sparse", ends)
+	for p := range int32(partitions) {
+		if len(got[p]) != len(want[p]) {
+			t.Fatalf("partition %d: %d records on the replica, %d on the source", p, len(got[p]), len(want[p]))
+		}
+		for i := range want[p] {
+			if err := sameRecord(want[p][i], got[p][i]); err != nil {
+				t.Fatalf("partition %d: %v", p, err)
+			}
+		}
+	}
+	lo, err := adm.ListEndOffsets(ctx, "sparse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := lo.Lookup("sparse", 1); o.Err != nil || o.Offset != 0 {
+		t.Fatalf("the partition that never uploaded: end %d %v, want 0", o.Offset, o.Err)
 	}
 }

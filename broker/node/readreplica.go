@@ -247,14 +247,13 @@ func (n *Node) prepareReadReplica(ctx context.Context, c *TopicCreate) error {
 	return nil
 }
 
-// maxSourcePartitions bounds the probe for a source topic's partitions.
-const maxSourcePartitions = 1 << 16
-
 // findSourceTopic finds topic name in a source bucket: its id and
 // partition count, from the bucket's newest metadata checkpoint when it
-// lists the topic, else from the manifests (docs/bucket-format.md §1:
-// the incarnation with the newest manifest of partition 0, and the
-// partitions counted up to the first without a manifest).
+// lists the topic, else from the objects (tier.ProbeTopic: a partition
+// that never uploaded between two that did is counted, not taken for the
+// end; partitions past the last that uploaded are not known). Of several
+// incarnations (a topic deleted and created again under the name, the
+// old one's objects not collected yet), the one with the newest manifest.
 func findSourceTopic(ctx context.Context, st objstore.Store, name string) (id [16]byte, partitions int32, err error) {
 	if c, _, err := tier.LatestCheckpoint(ctx, st); err == nil {
 		for _, t := range c.Topics {
@@ -266,55 +265,46 @@ func findSourceTopic(ctx context.Context, st objstore.Store, name string) (id [1
 		return id, 0, err
 	}
 	// No checkpoint, or one without the topic (written before it was
-	// created, or by a version that writes none): the manifests tell.
-	p0 := format.TopicPartition{Topic: name}
-	var newest time.Time
-	found := false
-	err = st.List(ctx, p0.HashPrefix()+"/"+name+"-", func(a objstore.Attrs) error {
-		k, err := format.ParseManifestKey(a.Key)
-		if err != nil || k.Topic != name || k.Partition != 0 {
-			return nil
-		}
-		if !found || a.LastModified.After(newest) {
-			id, newest, found = k.TopicID, a.LastModified, true
-		}
-		return nil
-	})
+	// created, or by a version that writes none): the objects tell.
+	found, err := tier.ProbeTopic(ctx, st, name)
 	if err != nil {
-		return id, 0, fmt.Errorf("list the bucket: %w", err)
+		return id, 0, err
 	}
-	if !found {
-		return id, 0, fmt.Errorf("the bucket holds no topic %q (no manifest of its partition 0)", name)
+	var newest time.Time
+	picked := false
+	for x, parts := range found {
+		if len(found) > 1 {
+			at, err := lastManifestWrite(ctx, st, format.TopicPartition{Topic: name, TopicID: x, Partition: parts[0]})
+			if err != nil {
+				return id, 0, err
+			}
+			if picked && !at.After(newest) {
+				continue
+			}
+			newest = at
+		}
+		id, partitions, picked = x, parts[len(parts)-1]+1, true
 	}
-	for partitions = 1; partitions < maxSourcePartitions; partitions++ {
-		ok, err := hasManifest(ctx, st, format.TopicPartition{Topic: name, TopicID: id, Partition: partitions})
-		if err != nil {
-			return id, 0, err
-		}
-		if !ok {
-			break
-		}
+	if !picked {
+		return id, 0, fmt.Errorf("the bucket holds no topic %q (no objects of its partitions 0 to %d)", name, tier.ProbeGap-1)
 	}
 	return id, partitions, nil
 }
 
-var errFound = errors.New("found")
-
-// hasManifest reports whether the bucket holds a manifest of tp.
-func hasManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (bool, error) {
+// lastManifestWrite returns when the newest manifest of tp was written; zero
+// without one.
+func lastManifestWrite(ctx context.Context, st objstore.Store, tp format.TopicPartition) (time.Time, error) {
+	var newest time.Time
 	err := st.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			return errFound
+		if _, err := format.ParseManifestKey(a.Key); err == nil && a.LastModified.After(newest) {
+			newest = a.LastModified
 		}
 		return nil
 	})
-	if errors.Is(err, errFound) {
-		return true, nil
-	}
 	if err != nil {
-		return false, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+		return time.Time{}, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	return false, nil
+	return newest, nil
 }
 
 // CheckReadReplicaConfigs refuses a config change that would make a

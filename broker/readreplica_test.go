@@ -686,3 +686,56 @@ func TestReadReplicaFindsPartitionsWithoutCheckpoint(t *testing.T) {
 		t.Fatalf("the partition that never uploaded: end %d %v, want 0", o.Offset, o.Err)
 	}
 }
+
+// TestReadReplicaLagSeriesGoesWithTheTopic: strata_read_replica_lag_seconds
+// has a series for a read replica once its source has uploaded since its
+// creation, keeps it while the source is quiet, and loses it when the
+// replica topic is deleted.
+func TestReadReplicaLagSeriesGoesWithTheTopic(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) { c.Tier.IdleUpload = 50 * time.Millisecond })
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = replicaPoll
+		c.HTTPListen = "127.0.0.1:0"
+	})
+	createTopic(t, testAdmin(t, src), "gauged", 2, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "gauged", 0, 200)
+	waitAllUploaded(t, src, "gauged", 2)
+	uri := "file://" + srcBucket
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "gauged", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+
+	const series = `strata_read_replica_lag_seconds{topic="gauged"}`
+	produceWithHeaders(t, src, "gauged", 200, 200)
+	waitFor(t, 30*time.Second, "the lag series", func() bool {
+		_, ok := scrapeSeries(t, rep)[series]
+		return ok
+	})
+	// The source is quiet now: the series holds its value, poll after poll.
+	waitAllUploaded(t, src, "gauged", 2)
+	time.Sleep(3 * replicaPoll)
+	v := scrapeSeries(t, rep)[series]
+	time.Sleep(3 * replicaPoll)
+	if now, ok := scrapeSeries(t, rep)[series]; !ok || now != v {
+		t.Fatalf("the lag series moved from %v to %v (present %v) while the source was quiet", v, now, ok)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopic(ctx, "gauged"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lag series to go with the topic", func() bool {
+		_, ok := scrapeSeries(t, rep)[series]
+		return !ok
+	})
+	// It stays gone: no poll in flight at the deletion brings it back.
+	time.Sleep(3 * replicaPoll)
+	if _, ok := scrapeSeries(t, rep)[series]; ok {
+		t.Fatal("the lag series came back after the topic was deleted")
+	}
+}

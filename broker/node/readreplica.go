@@ -436,6 +436,12 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 		lag = -1
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Under the lock, as forgetReadReplica: a poll that ends after its
+	// partition was dropped leaves no series behind.
+	if p.Dropped() {
+		return
+	}
 	if r.mu.seen == nil {
 		r.mu.seen = make(map[tp]seenManifest)
 	}
@@ -446,9 +452,31 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 			topicLag = max(topicLag, s.lag)
 		}
 	}
-	r.mu.Unlock()
 	if topicLag >= 0 && r.lag != nil {
 		r.lag.WithLabelValues(p.Topic()).Set(topicLag.Seconds())
+	}
+}
+
+// forgetReadReplica forgets what the polls of a dropped partition saw
+// (reconcile, after Stop), and the topic's lag series once none of its
+// partitions is left: a deleted read replica leaves no series, and one
+// created again under the same name starts afresh.
+func (n *Node) forgetReadReplica(p *partition.Partition) {
+	if p.ReadReplicaOf() == nil {
+		return
+	}
+	r := &n.readReplicas
+	r.metricOnce.Do(n.registerReadReplicaMetrics)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.mu.seen, tp{p.Topic(), p.Index()})
+	for k := range r.mu.seen {
+		if k.topic == p.Topic() {
+			return
+		}
+	}
+	if r.lag != nil {
+		r.lag.DeleteLabelValues(p.Topic())
 	}
 }
 

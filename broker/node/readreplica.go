@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,7 +56,19 @@ type ReadReplicaConfig struct {
 	// read-only: cmd gives S3 sources the node's endpoint and credentials.
 	// Nil opens directory stores only.
 	Open func(ctx context.Context, uri string) (objstore.Store, error)
+	// Notify, when set, follows the objects a source creates
+	// (objstore.ListenMinIO, for a MinIO source and
+	// read_replica.notifications on): a partition polls as soon as its
+	// source writes a manifest, besides every PollInterval. It returns
+	// when ctx ends (nil) or it fails; polling goes on meanwhile and a
+	// failed listen is tried again after NotifyRetry, unless its error is
+	// errors.ErrUnsupported (a source without notifications).
+	Notify func(ctx context.Context, uri string, fn func(key string)) error
 }
+
+// NotifyRetry is how long a read replica's source whose notifications
+// failed is followed by polling alone before they are tried again.
+var NotifyRetry = time.Minute
 
 // WithDefaults fills in the defaults of the fields left zero.
 func (c ReadReplicaConfig) WithDefaults() ReadReplicaConfig {
@@ -115,6 +128,15 @@ type readReplicas struct {
 	lag        *prometheus.GaugeVec
 	pollErrors prometheus.Counter
 	metricOnce sync.Once
+	// wake asks readReplicaLoop to start the listeners of new read
+	// replicas now (wakeCh).
+	wake     chan struct{}
+	wakeOnce sync.Once
+}
+
+func (r *readReplicas) wakeCh() chan struct{} {
+	r.wakeOnce.Do(func() { r.wake = make(chan struct{}, 1) })
+	return r.wake
 }
 
 type seenManifest struct {
@@ -344,19 +366,140 @@ func CheckTxnWrite(t *meta.Topic) error {
 }
 
 // readReplicaLoop polls the sources of the read replicas this node hosts
-// at start and every poll interval after, until the node closes.
+// at start and every poll interval after, until the node closes; with
+// notifications configured it also keeps one listener per source.
 func (n *Node) readReplicaLoop() {
 	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
 	defer tick.Stop()
+	ls := n.newListeners()
+	defer ls.stop()
 	// At once first: the read replicas opened at start-up answer with a
 	// retriable error until their source's manifest is read.
-	n.PollReadReplicas(n.Partitions())
+	ps := n.Partitions()
+	ls.sync(ps)
+	n.pollReadReplicas(ps)
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
+		case e := <-ls.ended:
+			ls.failed(e)
+		case <-n.readReplicas.wakeCh():
+			ls.sync(n.Partitions())
 		case <-tick.C:
-			n.PollReadReplicas(n.Partitions())
+			ps := n.Partitions()
+			ls.sync(ps)
+			n.pollReadReplicas(ps)
+		}
+	}
+}
+
+// listeners are the notification listeners of readReplicaLoop, one per
+// source URI that a hosted read replica names. Only the loop touches
+// them; each listener's goroutine reports its end on ended.
+type listeners struct {
+	n       *Node
+	notify  func(ctx context.Context, uri string, fn func(key string)) error
+	running map[string]context.CancelFunc
+	retryAt map[string]time.Time
+	ended   chan listenEnd
+	wg      sync.WaitGroup
+}
+
+type listenEnd struct {
+	uri string
+	err error
+}
+
+func (n *Node) newListeners() *listeners {
+	return &listeners{n: n, notify: n.cfg.ReadReplica.Notify, running: map[string]context.CancelFunc{},
+		retryAt: map[string]time.Time{}, ended: make(chan listenEnd)}
+}
+
+// sync starts a listener for each source of ps without one (unless it
+// failed less than NotifyRetry ago) and stops those no partition names.
+func (l *listeners) sync(ps []*partition.Partition) {
+	if l.notify == nil {
+		return
+	}
+	uris := map[string]bool{}
+	for _, p := range ps {
+		if rr := p.ReadReplicaOf(); rr != nil && !p.Dropped() {
+			uris[rr.URI] = true
+		}
+	}
+	for uri, cancel := range l.running {
+		if !uris[uri] {
+			cancel()
+			delete(l.running, uri)
+		}
+	}
+	for uri := range l.retryAt {
+		if !uris[uri] {
+			delete(l.retryAt, uri)
+		}
+	}
+	for uri := range uris {
+		if l.running[uri] != nil || time.Now().Before(l.retryAt[uri]) {
+			continue
+		}
+		ctx, cancel := context.WithCancel(l.n.ctx)
+		l.running[uri] = cancel
+		l.wg.Go(func() {
+			err := l.notify(ctx, uri, func(key string) { l.n.sourceWrote(uri, key) })
+			if ctx.Err() != nil {
+				return // stopped: nobody waits for the end
+			}
+			if err == nil {
+				err = errors.New("the listen ended")
+			}
+			select {
+			case l.ended <- listenEnd{uri, err}:
+			case <-ctx.Done():
+			}
+		})
+		l.n.log.Info("read replica: following the source by bucket notifications, and polling", "source", uri)
+	}
+}
+
+// failed records a listener's failure: its source is polled alone until
+// NotifyRetry has passed.
+func (l *listeners) failed(e listenEnd) {
+	if cancel := l.running[e.uri]; cancel != nil {
+		cancel()
+		delete(l.running, e.uri)
+	}
+	if errors.Is(e.err, errors.ErrUnsupported) {
+		// A source that has none (a directory): not a failure, and not
+		// worth trying again while it is hosted.
+		l.retryAt[e.uri] = time.Now().Add(100 * 365 * 24 * time.Hour)
+		l.n.log.Info("read replica: the source has no bucket notifications; polling it", "source", e.uri, "err", e.err)
+		return
+	}
+	l.retryAt[e.uri] = time.Now().Add(NotifyRetry)
+	l.n.log.Warn("read replica: bucket notifications of the source failed; polling it alone, trying them again later",
+		"source", e.uri, "retry_in", NotifyRetry, "err", e.err)
+}
+
+// stop ends every listener and waits for them.
+func (l *listeners) stop() {
+	for _, cancel := range l.running {
+		cancel()
+	}
+	l.wg.Wait()
+}
+
+// sourceWrote is a listener's report of an object the source uri
+// created: a manifest makes the read-replica partitions it is of poll at
+// once.
+func (n *Node) sourceWrote(uri, key string) {
+	k, err := format.ParseManifestKey(key)
+	if err != nil {
+		return
+	}
+	for _, p := range n.Partitions() {
+		if rr := p.ReadReplicaOf(); rr != nil && rr.URI == uri && rr.Name == k.TopicPartition {
+			n.pollReadReplica(p)
 		}
 	}
 }
@@ -366,8 +509,20 @@ const sourcePollers = 16
 
 // PollReadReplicas reads the newest manifest of the sources of the read
 // replicas among ps, sourcePollers at a time, and returns once all are
-// read (or failed: the next pass tries again).
+// read (or failed: the next pass tries again). New read replicas (the
+// reconcile's) get their source's notifications at once, not at the
+// loop's next tick.
 func (n *Node) PollReadReplicas(ps []*partition.Partition) {
+	if n.cfg.ReadReplica.Notify != nil && slices.ContainsFunc(ps, func(p *partition.Partition) bool { return p.ReadReplicaOf() != nil }) {
+		select {
+		case n.readReplicas.wakeCh() <- struct{}{}:
+		default:
+		}
+	}
+	n.pollReadReplicas(ps)
+}
+
+func (n *Node) pollReadReplicas(ps []*partition.Partition) {
 	sem := make(chan struct{}, sourcePollers)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -20,7 +20,9 @@ import (
 // instead of being answered CONCURRENT_TRANSACTIONS at once, which its
 // client would retry only 20 ms later. A partition that does not exist gets
 // UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
-// in Kafka; a coordinator error applies to every partition.
+// in Kafka; a coordinator error applies to every partition. So does a
+// partition of a read replica, which takes no writes: POLICY_VIOLATION
+// (node.CheckTxnWrite), before the coordinator records anything.
 //
 // From v4 the request batches transactional ids and is sent by brokers: a
 // partition leader asks, before appending a transactional batch, whether
@@ -70,7 +72,7 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 	out.TransactionalID = rt.TransactionalID
 	var parts []txn.TopicPartition
 	codes := make(map[txn.TopicPartition]int16)
-	unknown := false
+	refused := false
 	for _, t := range rt.Topics {
 		mt, ok := b.node.TopicByName(t.Topic)
 		for _, p := range t.Partitions {
@@ -78,7 +80,10 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 			parts = append(parts, tp)
 			if !ok || p < 0 || int(p) >= len(mt.Partitions) {
 				codes[tp] = kerr.UnknownTopicOrPartition.Code
-				unknown = true
+				refused = true
+			} else if err := node.CheckTxnWrite(mt); err != nil {
+				codes[tp] = errorCode(err)
+				refused = true
 			}
 		}
 	}
@@ -90,7 +95,7 @@ func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransactio
 		}
 	}
 	switch {
-	case unknown:
+	case refused:
 		setAll(kerr.OperationNotAttempted.Code)
 	case b.txns == nil:
 		setAll(kerr.CoordinatorNotAvailable.Code)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -470,5 +471,271 @@ func TestReadReplicaMissingObjectRereadsManifest(t *testing.T) {
 	}
 	if e := listOffset(t, repCl, "stale", -2); e == 0 {
 		t.Fatal("the replica's log start did not move after it met a deleted object")
+	}
+}
+
+// TestReadReplicaRefusesTransactions: a transactional producer that
+// writes to a read replica fails at once with POLICY_VIOLATION from
+// AddPartitionsToTxn, before the coordinator records the partition, so
+// the transactional id goes on working (were the partition added, the
+// abort's markers would be refused forever).
+// In a request with other partitions, those are OPERATION_NOT_ATTEMPTED.
+func TestReadReplicaRefusesTransactions(t *testing.T) {
+	src, rep, srcBucket := readReplicaPair(t)
+	createTopic(t, testAdmin(t, src), "ledger", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "ledger", 0, 200)
+	waitAllUploaded(t, src, "ledger", 1)
+	uri := "file://" + srcBucket
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "ledger", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+	createTopic(t, adm, "local", 1, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := testClient(t, rep, kgo.TransactionalID("writes-to-replica"), kgo.RecordRetries(3))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := cl.ProduceSync(ctx, &kgo.Record{Topic: "ledger", Value: []byte("no")}).FirstErr()
+	if !errors.Is(err, kerr.PolicyViolation) {
+		t.Fatalf("transactional produce to the replica: %v, want POLICY_VIOLATION", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the transactional producer took %s to fail", took)
+	}
+	// franz-go takes the refusal as fatal to its producer id; a new
+	// client with the same transactional id is not stuck behind markers
+	// that cannot be written: its transaction on a local topic commits.
+	cl.Close()
+	raw := testClient(t, rep)
+	initPID := func(id string) *kmsg.InitProducerIDResponse {
+		t.Helper()
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID, req.TransactionTimeoutMillis = &id, 60000
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatalf("init producer id %s: %v", id, err)
+			}
+			if resp.ErrorCode == 0 {
+				return resp
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("init producer id %s: still %v after 15 s", id, kerr.ErrorForCode(resp.ErrorCode))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	initPID("writes-to-replica")
+	cl = testClient(t, rep, kgo.TransactionalID("writes-to-replica"))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "local", Value: []byte("yes")}).FirstErr(); err != nil {
+		t.Fatalf("transactional produce to a local topic after the refusal: %v", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit after the refusal: %v", err)
+	}
+
+	// The wire: both forms of the request, a replica partition beside a
+	// local one.
+	txnID := "raw-adds"
+	ip := initPID(txnID)
+	want := map[string]int16{"ledger": kerr.PolicyViolation.Code, "local": kerr.OperationNotAttempted.Code}
+	for _, version := range []int16{3, 4} {
+		req := kmsg.NewPtrAddPartitionsToTxnRequest()
+		req.Version = version
+		var codes map[string]int16
+		if version < 4 {
+			req.TransactionalID, req.ProducerID, req.ProducerEpoch = txnID, ip.ProducerID, ip.ProducerEpoch
+			for _, topic := range []string{"local", "ledger"} {
+				rt := kmsg.NewAddPartitionsToTxnRequestTopic()
+				rt.Topic, rt.Partitions = topic, []int32{0}
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = map[string]int16{}
+			for _, rt := range resp.Topics {
+				codes[rt.Topic] = rt.Partitions[0].ErrorCode
+			}
+		} else {
+			tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
+			tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch = txnID, ip.ProducerID, ip.ProducerEpoch
+			for _, topic := range []string{"local", "ledger"} {
+				rt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+				rt.Topic, rt.Partitions = topic, []int32{0}
+				tx.Topics = append(tx.Topics, rt)
+			}
+			req.Transactions = append(req.Transactions, tx)
+			resp, err := req.RequestWith(ctx, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = map[string]int16{}
+			for _, rt := range resp.Transactions[0].Topics {
+				codes[rt.Topic] = rt.Partitions[0].ErrorCode
+			}
+		}
+		for topic, code := range want {
+			if codes[topic] != code {
+				t.Errorf("v%d: %s: %v, want %v", version, topic, kerr.ErrorForCode(codes[topic]), kerr.ErrorForCode(code))
+			}
+		}
+	}
+	// Nothing was added: the transaction is not ongoing.
+	dt := kmsg.NewPtrDescribeTransactionsRequest()
+	dt.TransactionalIDs = []string{txnID}
+	desc, err := dt.RequestWith(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := desc.TransactionStates[0]; len(s.Topics) != 0 || s.State == "Ongoing" {
+		t.Fatalf("the refused adds left the transaction %s with %+v", s.State, s.Topics)
+	}
+}
+
+// copyBucket copies every object of from into a new directory bucket,
+// leaving out the metadata checkpoints: the bucket of a cluster that
+// writes none (an older version's).
+func copyBucket(t *testing.T, from objstore.Store) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "no-checkpoint-bucket")
+	to, err := objstore.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = from.List(ctx, "", func(a objstore.Attrs) error {
+		if strings.HasPrefix(a.Key, "metadata/") {
+			return nil
+		}
+		r, err := from.GetRange(ctx, a.Key, 0, -1)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		return to.Put(ctx, a.Key, bytes.NewReader(b), int64(len(b)))
+	})
+	if err != nil {
+		t.Fatalf("copy the bucket: %v", err)
+	}
+	return dir
+}
+
+// TestReadReplicaFindsPartitionsWithoutCheckpoint: from a bucket without
+// a metadata checkpoint, a read replica finds its source topic's
+// partitions from the objects, counting past a partition in the middle
+// that never uploaded (which it serves empty) instead of stopping there.
+func TestReadReplicaFindsPartitionsWithoutCheckpoint(t *testing.T) {
+	src, rep, _ := readReplicaPair(t)
+	const partitions = 3
+	createTopic(t, testAdmin(t, src), "sparse", partitions, map[string]*string{"segment.bytes": ptr("16384")})
+	// Partitions 0 and 2 only: 1 never uploads.
+	cl := testClient(t, src, kgo.DefaultProduceTopic("sparse"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rs []*kgo.Record
+	for i := range 400 {
+		rs = append(rs, &kgo.Record{Partition: int32(i%2) * 2, Key: fmt.Appendf(nil, "k%d", i), Value: make([]byte, 100)})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ends := waitAllUploaded(t, src, "sparse", partitions)
+	if ends[1] != 0 || ends[0] == 0 || ends[2] == 0 {
+		t.Fatalf("source ends %v", ends)
+	}
+	bucket := copyBucket(t, src.cfg.Tier.Store)
+
+	uri := "file://" + bucket
+	adm := testAdmin(t, rep)
+	resp, err := adm.CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri}, "sparse")
+	if err != nil {
+		t.Fatalf("create read replica: %v %s", err, resp.ErrMessage)
+	}
+	if resp.NumPartitions != partitions {
+		t.Fatalf("replica has %d partitions, source %d", resp.NumPartitions, partitions)
+	}
+	want := consumeRange(t, src, "sparse", ends)
+	got := consumeRange(t, rep, "sparse", ends)
+	for p := range int32(partitions) {
+		if len(got[p]) != len(want[p]) {
+			t.Fatalf("partition %d: %d records on the replica, %d on the source", p, len(got[p]), len(want[p]))
+		}
+		for i := range want[p] {
+			if err := sameRecord(want[p][i], got[p][i]); err != nil {
+				t.Fatalf("partition %d: %v", p, err)
+			}
+		}
+	}
+	lo, err := adm.ListEndOffsets(ctx, "sparse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := lo.Lookup("sparse", 1); o.Err != nil || o.Offset != 0 {
+		t.Fatalf("the partition that never uploaded: end %d %v, want 0", o.Offset, o.Err)
+	}
+}
+
+// TestReadReplicaLagSeriesGoesWithTheTopic: strata_read_replica_lag_seconds
+// has a series for a read replica once its source has uploaded since its
+// creation, keeps it while the source is quiet, and loses it when the
+// replica topic is deleted.
+func TestReadReplicaLagSeriesGoesWithTheTopic(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) { c.Tier.IdleUpload = 50 * time.Millisecond })
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = replicaPoll
+		c.HTTPListen = "127.0.0.1:0"
+	})
+	createTopic(t, testAdmin(t, src), "gauged", 2, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "gauged", 0, 200)
+	waitAllUploaded(t, src, "gauged", 2)
+	uri := "file://" + srcBucket
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "gauged", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+
+	const series = `strata_read_replica_lag_seconds{topic="gauged"}`
+	produceWithHeaders(t, src, "gauged", 200, 200)
+	waitFor(t, 30*time.Second, "the lag series", func() bool {
+		_, ok := scrapeSeries(t, rep)[series]
+		return ok
+	})
+	// The source is quiet now: the series holds its value, poll after poll.
+	waitAllUploaded(t, src, "gauged", 2)
+	time.Sleep(3 * replicaPoll)
+	v := scrapeSeries(t, rep)[series]
+	time.Sleep(3 * replicaPoll)
+	if now, ok := scrapeSeries(t, rep)[series]; !ok || now != v {
+		t.Fatalf("the lag series moved from %v to %v (present %v) while the source was quiet", v, now, ok)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopic(ctx, "gauged"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lag series to go with the topic", func() bool {
+		_, ok := scrapeSeries(t, rep)[series]
+		return !ok
+	})
+	// It stays gone: no poll in flight at the deletion brings it back.
+	time.Sleep(3 * replicaPoll)
+	if _, ok := scrapeSeries(t, rep)[series]; ok {
+		t.Fatal("the lag series came back after the topic was deleted")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,7 +56,19 @@ type ReadReplicaConfig struct {
 	// read-only: cmd gives S3 sources the node's endpoint and credentials.
 	// Nil opens directory stores only.
 	Open func(ctx context.Context, uri string) (objstore.Store, error)
+	// Notify, when set, follows the objects a source creates
+	// (objstore.ListenMinIO, for a MinIO source and
+	// read_replica.notifications on): a partition polls as soon as its
+	// source writes a manifest, besides every PollInterval. It returns
+	// when ctx ends (nil) or it fails; polling goes on meanwhile and a
+	// failed listen is tried again after NotifyRetry, unless its error is
+	// errors.ErrUnsupported (a source without notifications).
+	Notify func(ctx context.Context, uri string, fn func(key string)) error
 }
+
+// NotifyRetry is how long a read replica's source whose notifications
+// failed is followed by polling alone before they are tried again.
+var NotifyRetry = time.Minute
 
 // WithDefaults fills in the defaults of the fields left zero.
 func (c ReadReplicaConfig) WithDefaults() ReadReplicaConfig {
@@ -115,6 +128,15 @@ type readReplicas struct {
 	lag        *prometheus.GaugeVec
 	pollErrors prometheus.Counter
 	metricOnce sync.Once
+	// wake asks readReplicaLoop to start the listeners of new read
+	// replicas now (wakeCh).
+	wake     chan struct{}
+	wakeOnce sync.Once
+}
+
+func (r *readReplicas) wakeCh() chan struct{} {
+	r.wakeOnce.Do(func() { r.wake = make(chan struct{}, 1) })
+	return r.wake
 }
 
 type seenManifest struct {
@@ -247,14 +269,13 @@ func (n *Node) prepareReadReplica(ctx context.Context, c *TopicCreate) error {
 	return nil
 }
 
-// maxSourcePartitions bounds the probe for a source topic's partitions.
-const maxSourcePartitions = 1 << 16
-
 // findSourceTopic finds topic name in a source bucket: its id and
 // partition count, from the bucket's newest metadata checkpoint when it
-// lists the topic, else from the manifests (docs/bucket-format.md §1:
-// the incarnation with the newest manifest of partition 0, and the
-// partitions counted up to the first without a manifest).
+// lists the topic, else from the objects (tier.ProbeTopic: a partition
+// that never uploaded between two that did is counted, not taken for the
+// end; partitions past the last that uploaded are not known). Of several
+// incarnations (a topic deleted and created again under the name, the
+// old one's objects not collected yet), the one with the newest manifest.
 func findSourceTopic(ctx context.Context, st objstore.Store, name string) (id [16]byte, partitions int32, err error) {
 	if c, _, err := tier.LatestCheckpoint(ctx, st); err == nil {
 		for _, t := range c.Topics {
@@ -266,55 +287,46 @@ func findSourceTopic(ctx context.Context, st objstore.Store, name string) (id [1
 		return id, 0, err
 	}
 	// No checkpoint, or one without the topic (written before it was
-	// created, or by a version that writes none): the manifests tell.
-	p0 := format.TopicPartition{Topic: name}
-	var newest time.Time
-	found := false
-	err = st.List(ctx, p0.HashPrefix()+"/"+name+"-", func(a objstore.Attrs) error {
-		k, err := format.ParseManifestKey(a.Key)
-		if err != nil || k.Topic != name || k.Partition != 0 {
-			return nil
-		}
-		if !found || a.LastModified.After(newest) {
-			id, newest, found = k.TopicID, a.LastModified, true
-		}
-		return nil
-	})
+	// created, or by a version that writes none): the objects tell.
+	found, err := tier.ProbeTopic(ctx, st, name)
 	if err != nil {
-		return id, 0, fmt.Errorf("list the bucket: %w", err)
+		return id, 0, err
 	}
-	if !found {
-		return id, 0, fmt.Errorf("the bucket holds no topic %q (no manifest of its partition 0)", name)
+	var newest time.Time
+	picked := false
+	for x, parts := range found {
+		if len(found) > 1 {
+			at, err := lastManifestWrite(ctx, st, format.TopicPartition{Topic: name, TopicID: x, Partition: parts[0]})
+			if err != nil {
+				return id, 0, err
+			}
+			if picked && !at.After(newest) {
+				continue
+			}
+			newest = at
+		}
+		id, partitions, picked = x, parts[len(parts)-1]+1, true
 	}
-	for partitions = 1; partitions < maxSourcePartitions; partitions++ {
-		ok, err := hasManifest(ctx, st, format.TopicPartition{Topic: name, TopicID: id, Partition: partitions})
-		if err != nil {
-			return id, 0, err
-		}
-		if !ok {
-			break
-		}
+	if !picked {
+		return id, 0, fmt.Errorf("the bucket holds no topic %q (no objects of its partitions 0 to %d)", name, tier.ProbeGap-1)
 	}
 	return id, partitions, nil
 }
 
-var errFound = errors.New("found")
-
-// hasManifest reports whether the bucket holds a manifest of tp.
-func hasManifest(ctx context.Context, st objstore.Store, tp format.TopicPartition) (bool, error) {
+// lastManifestWrite returns when the newest manifest of tp was written; zero
+// without one.
+func lastManifestWrite(ctx context.Context, st objstore.Store, tp format.TopicPartition) (time.Time, error) {
+	var newest time.Time
 	err := st.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			return errFound
+		if _, err := format.ParseManifestKey(a.Key); err == nil && a.LastModified.After(newest) {
+			newest = a.LastModified
 		}
 		return nil
 	})
-	if errors.Is(err, errFound) {
-		return true, nil
-	}
 	if err != nil {
-		return false, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+		return time.Time{}, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	return false, nil
+	return newest, nil
 }
 
 // CheckReadReplicaConfigs refuses a config change that would make a
@@ -341,20 +353,153 @@ func CheckCreatePartitions(t *meta.Topic) error {
 	return nil
 }
 
+// CheckTxnWrite refuses a read-replica partition to a transaction
+// (AddPartitionsToTxn): the produce would be refused anyway, and the
+// transaction's markers, which the coordinator writes to every partition
+// of the transaction, would be refused forever, leaving the transactional
+// id stuck. Refusing the add makes the producer fail at once.
+func CheckTxnWrite(t *meta.Topic) error {
+	if IsReadReplica(t.Configs) {
+		return fmt.Errorf("%w: topic %q is a read replica of %s: it takes no transactional writes", kerr.PolicyViolation, t.Name, t.Configs[ReadReplicaSourceKey])
+	}
+	return nil
+}
+
 // readReplicaLoop polls the sources of the read replicas this node hosts
-// at start and every poll interval after, until the node closes.
+// at start and every poll interval after, until the node closes; with
+// notifications configured it also keeps one listener per source.
 func (n *Node) readReplicaLoop() {
 	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
 	defer tick.Stop()
+	ls := n.newListeners()
+	defer ls.stop()
 	// At once first: the read replicas opened at start-up answer with a
 	// retriable error until their source's manifest is read.
-	n.PollReadReplicas(n.Partitions())
+	ps := n.Partitions()
+	ls.sync(ps)
+	n.pollReadReplicas(ps)
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
+		case e := <-ls.ended:
+			ls.failed(e)
+		case <-n.readReplicas.wakeCh():
+			ls.sync(n.Partitions())
 		case <-tick.C:
-			n.PollReadReplicas(n.Partitions())
+			ps := n.Partitions()
+			ls.sync(ps)
+			n.pollReadReplicas(ps)
+		}
+	}
+}
+
+// listeners are the notification listeners of readReplicaLoop, one per
+// source URI that a hosted read replica names. Only the loop touches
+// them; each listener's goroutine reports its end on ended.
+type listeners struct {
+	n       *Node
+	notify  func(ctx context.Context, uri string, fn func(key string)) error
+	running map[string]context.CancelFunc
+	retryAt map[string]time.Time
+	ended   chan listenEnd
+	wg      sync.WaitGroup
+}
+
+type listenEnd struct {
+	uri string
+	err error
+}
+
+func (n *Node) newListeners() *listeners {
+	return &listeners{n: n, notify: n.cfg.ReadReplica.Notify, running: map[string]context.CancelFunc{},
+		retryAt: map[string]time.Time{}, ended: make(chan listenEnd)}
+}
+
+// sync starts a listener for each source of ps without one (unless it
+// failed less than NotifyRetry ago) and stops those no partition names.
+func (l *listeners) sync(ps []*partition.Partition) {
+	if l.notify == nil {
+		return
+	}
+	uris := map[string]bool{}
+	for _, p := range ps {
+		if rr := p.ReadReplicaOf(); rr != nil && !p.Dropped() {
+			uris[rr.URI] = true
+		}
+	}
+	for uri, cancel := range l.running {
+		if !uris[uri] {
+			cancel()
+			delete(l.running, uri)
+		}
+	}
+	for uri := range l.retryAt {
+		if !uris[uri] {
+			delete(l.retryAt, uri)
+		}
+	}
+	for uri := range uris {
+		if l.running[uri] != nil || time.Now().Before(l.retryAt[uri]) {
+			continue
+		}
+		ctx, cancel := context.WithCancel(l.n.ctx)
+		l.running[uri] = cancel
+		l.wg.Go(func() {
+			err := l.notify(ctx, uri, func(key string) { l.n.sourceWrote(uri, key) })
+			if ctx.Err() != nil {
+				return // stopped: nobody waits for the end
+			}
+			if err == nil {
+				err = errors.New("the listen ended")
+			}
+			select {
+			case l.ended <- listenEnd{uri, err}:
+			case <-ctx.Done():
+			}
+		})
+		l.n.log.Info("read replica: following the source by bucket notifications, and polling", "source", uri)
+	}
+}
+
+// failed records a listener's failure: its source is polled alone until
+// NotifyRetry has passed.
+func (l *listeners) failed(e listenEnd) {
+	if cancel := l.running[e.uri]; cancel != nil {
+		cancel()
+		delete(l.running, e.uri)
+	}
+	if errors.Is(e.err, errors.ErrUnsupported) {
+		// A source that has none (a directory): not a failure, and not
+		// worth trying again while it is hosted.
+		l.retryAt[e.uri] = time.Now().Add(100 * 365 * 24 * time.Hour)
+		l.n.log.Info("read replica: the source has no bucket notifications; polling it", "source", e.uri, "err", e.err)
+		return
+	}
+	l.retryAt[e.uri] = time.Now().Add(NotifyRetry)
+	l.n.log.Warn("read replica: bucket notifications of the source failed; polling it alone, trying them again later",
+		"source", e.uri, "retry_in", NotifyRetry, "err", e.err)
+}
+
+// stop ends every listener and waits for them.
+func (l *listeners) stop() {
+	for _, cancel := range l.running {
+		cancel()
+	}
+	l.wg.Wait()
+}
+
+// sourceWrote is a listener's report of an object the source uri
+// created: a manifest makes the read-replica partitions it is of poll at
+// once.
+func (n *Node) sourceWrote(uri, key string) {
+	k, err := format.ParseManifestKey(key)
+	if err != nil {
+		return
+	}
+	for _, p := range n.Partitions() {
+		if rr := p.ReadReplicaOf(); rr != nil && rr.URI == uri && rr.Name == k.TopicPartition {
+			n.pollReadReplica(p)
 		}
 	}
 }
@@ -364,8 +509,20 @@ const sourcePollers = 16
 
 // PollReadReplicas reads the newest manifest of the sources of the read
 // replicas among ps, sourcePollers at a time, and returns once all are
-// read (or failed: the next pass tries again).
+// read (or failed: the next pass tries again). New read replicas (the
+// reconcile's) get their source's notifications at once, not at the
+// loop's next tick.
 func (n *Node) PollReadReplicas(ps []*partition.Partition) {
+	if n.cfg.ReadReplica.Notify != nil && slices.ContainsFunc(ps, func(p *partition.Partition) bool { return p.ReadReplicaOf() != nil }) {
+		select {
+		case n.readReplicas.wakeCh() <- struct{}{}:
+		default:
+		}
+	}
+	n.pollReadReplicas(ps)
+}
+
+func (n *Node) pollReadReplicas(ps []*partition.Partition) {
 	sem := make(chan struct{}, sourcePollers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -434,6 +591,12 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 		lag = -1
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Under the lock, as forgetReadReplica: a poll that ends after its
+	// partition was dropped leaves no series behind.
+	if p.Dropped() {
+		return
+	}
 	if r.mu.seen == nil {
 		r.mu.seen = make(map[tp]seenManifest)
 	}
@@ -444,9 +607,31 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 			topicLag = max(topicLag, s.lag)
 		}
 	}
-	r.mu.Unlock()
 	if topicLag >= 0 && r.lag != nil {
 		r.lag.WithLabelValues(p.Topic()).Set(topicLag.Seconds())
+	}
+}
+
+// forgetReadReplica forgets what the polls of a dropped partition saw
+// (reconcile, after Stop), and the topic's lag series once none of its
+// partitions is left: a deleted read replica leaves no series, and one
+// created again under the same name starts afresh.
+func (n *Node) forgetReadReplica(p *partition.Partition) {
+	if p.ReadReplicaOf() == nil {
+		return
+	}
+	r := &n.readReplicas
+	r.metricOnce.Do(n.registerReadReplicaMetrics)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.mu.seen, tp{p.Topic(), p.Index()})
+	for k := range r.mu.seen {
+		if k.topic == p.Topic() {
+			return
+		}
+	}
+	if r.lag != nil {
+		r.lag.DeleteLabelValues(p.Topic())
 	}
 }
 

@@ -121,6 +121,7 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 			errs = append(errs, fmt.Errorf("delete %s-%d: %w", p.Topic(), p.Index(), err))
 		}
 		n.cfg.Metrics.Forget(p.Topic(), p.Index())
+		n.forgetReadReplica(p)
 		n.log.Info("partition deleted", "topic", p.Topic(), "partition", p.Index())
 	}
 

@@ -81,6 +81,7 @@ are for 'strata serve', and each one set is reported as ignored.`,
 			cfg.Logger.Warn(w)
 		}
 		cfg.ReadReplica.PollInterval = c.ReadReplica.PollInterval
+		cfg.ReadReplica.Notify = sourceNotifier(c.S3, c.ReadReplica.Notifications)
 		if err := checkDevShape(dev.dataDir, nodes); err != nil {
 			return err
 		}
@@ -201,7 +202,7 @@ func checkFlagsAlone(flags *config.Flags) error {
 // brokerConfig maps the operator-facing configuration onto the broker's.
 func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	return broker.Config{
-		ReadReplica:       broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval},
+		ReadReplica:       broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval, Notify: sourceNotifier(c.S3, c.ReadReplica.Notifications)},
 		NodeID:            c.Node.ID,
 		DataDir:           c.Node.DataDir,
 		Rack:              c.Node.Rack,

@@ -24,18 +24,7 @@ func sourceOpener(node config.S3) func(ctx context.Context, uri string) (objstor
 		if loc.Dir != "" {
 			return objstore.OpenDirReadOnly(loc.Dir)
 		}
-		c := s3Config(node)
-		c.Bucket, c.Prefix = loc.S3.Bucket, loc.S3.Prefix
-		if loc.Endpoint {
-			c.Endpoint = loc.S3.Endpoint
-		}
-		if loc.Region {
-			c.Region = loc.S3.Region
-		}
-		if loc.PathStyle {
-			c.PathStyle = loc.S3.PathStyle
-		}
-		st, err := objstore.NewS3(ctx, c)
+		st, err := objstore.NewS3(ctx, sourceS3(node, loc))
 		if err != nil {
 			if errors.Is(err, objstore.ErrNoCredentials) {
 				err = fmt.Errorf("set %s and %s, or give the AWS default chain credentials: %w", config.EnvS3AccessKey, config.EnvS3SecretKey, err)
@@ -43,5 +32,43 @@ func sourceOpener(node config.S3) func(ctx context.Context, uri string) (objstor
 			return nil, err
 		}
 		return objstore.ReadOnly(objstore.WithRetry(st, s3Retry)), nil
+	}
+}
+
+// sourceS3 is the S3 configuration of an s3:// source: the URI's bucket
+// and prefix, its endpoint, region and addressing style where it gives
+// them, the node's settings for the rest, and always the node's keys.
+func sourceS3(node config.S3, loc objstore.Location) objstore.S3Config {
+	c := s3Config(node)
+	c.Bucket, c.Prefix = loc.S3.Bucket, loc.S3.Prefix
+	if loc.Endpoint {
+		c.Endpoint = loc.S3.Endpoint
+	}
+	if loc.Region {
+		c.Region = loc.S3.Region
+	}
+	if loc.PathStyle {
+		c.PathStyle = loc.S3.PathStyle
+	}
+	return c
+}
+
+// sourceNotifier follows an S3 source's new objects by MinIO's bucket
+// notifications (objstore.ListenMinIO) when on is set (the
+// read_replica.notifications setting), nil otherwise. A directory source
+// has none (errors.ErrUnsupported: it is polled alone).
+func sourceNotifier(node config.S3, on bool) func(ctx context.Context, uri string, fn func(key string)) error {
+	if !on {
+		return nil
+	}
+	return func(ctx context.Context, uri string, fn func(key string)) error {
+		loc, err := objstore.ParseURI(uri)
+		if err != nil {
+			return err
+		}
+		if loc.Dir != "" {
+			return fmt.Errorf("a directory source has no bucket notifications: %w", errors.ErrUnsupported)
+		}
+		return objstore.ListenMinIO(ctx, sourceS3(node, loc), ".manifest", fn)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -104,21 +105,6 @@ func checkpointTopics(cp *format.Checkpoint) []Topic {
 // partition's prefix.
 var errSkip = errors.New("skip")
 
-// partitionOf returns the partition a key of the bucket belongs to, if it
-// is one of a partition's objects.
-func partitionOf(key string) (format.TopicPartition, bool) {
-	if k, err := format.ParseManifestKey(key); err == nil {
-		return k.TopicPartition, true
-	}
-	if k, err := format.ParseSegmentKey(key); err == nil {
-		return k.TopicPartition, true
-	}
-	if k, err := format.ParsePageKey(key); err == nil {
-		return k.TopicPartition, true
-	}
-	return format.TopicPartition{}, false
-}
-
 // listTopics finds every partition by listing the bucket, skipping over
 // each partition's objects once its first key is seen: one listing
 // request per partition rather than one per thousand objects. Keys of a
@@ -134,14 +120,13 @@ func (a *Archive) listTopics(ctx context.Context) ([]Topic, error) {
 	after := ""
 	for {
 		err := objstore.ListAfter(ctx, a.st, "", after, func(at objstore.Attrs) error {
-			tp, ok := partitionOf(at.Key)
+			tp, ok := tier.PartitionOfKey(at.Key)
 			if !ok {
 				return nil
 			}
 			inc := incarnation{tp.Topic, tp.TopicID}
 			found[inc] = append(found[inc], tp.Partition)
-			p := tp.Prefix()
-			after = p[:len(p)-1] + "0"
+			after = tier.SkipPartition(tp)
 			return errSkip
 		})
 		if err == nil {
@@ -189,25 +174,14 @@ func (a *Archive) FindTopic(ctx context.Context, name, id string) (Topic, error)
 	// Not in the checkpoint (none, or older than the topic): every key
 	// of partition p sits under <h(name/p)>/<name>-<id>/p/. The bucket
 	// does not record how many partitions a topic has, and a partition
-	// that never uploaded has no objects, so probe partitions until
-	// probeGap in a row hold nothing.
-	found := make(map[[16]byte][]int32)
-	for p, empty := int32(0), 0; empty < probeGap; p++ {
-		ids, err := a.partitionIDs(ctx, name, p)
-		if err != nil {
-			return Topic{}, err
-		}
-		if id != "" {
-			ids = slices.DeleteFunc(ids, func(x [16]byte) bool { return format.HexID(x) != id })
-		}
-		if len(ids) == 0 {
-			empty++
-			continue
-		}
-		empty = 0
-		for _, x := range ids {
-			found[x] = append(found[x], p)
-		}
+	// that never uploaded has no objects, so tier.ProbeTopic probes
+	// partitions until tier.ProbeGap in a row hold nothing.
+	found, err := tier.ProbeTopic(ctx, a.st, name)
+	if err != nil {
+		return Topic{}, err
+	}
+	if id != "" {
+		maps.DeleteFunc(found, func(x [16]byte, _ []int32) bool { return format.HexID(x) != id })
 	}
 	switch len(found) {
 	case 0:
@@ -230,42 +204,6 @@ func (a *Archive) FindTopic(ctx context.Context, name, id string) (Topic, error)
 		t.ID, t.Partitions = x, parts
 	}
 	return t, nil
-}
-
-// probeGap is how many partitions in a row without objects end the
-// search for a topic's partitions in a bucket without a checkpoint.
-const probeGap = 16
-
-// partitionIDs lists the ids under which the bucket holds objects of
-// partition p of topic name.
-func (a *Archive) partitionIDs(ctx context.Context, name string, p int32) ([][16]byte, error) {
-	tp := format.TopicPartition{Topic: name, Partition: p}
-	prefix := tp.HashPrefix() + "/" + name + "-"
-	var ids [][16]byte
-	after := ""
-	for {
-		err := objstore.ListAfter(ctx, a.st, prefix, after, func(at objstore.Attrs) error {
-			got, ok := partitionOf(at.Key)
-			if !ok || got.Topic != name {
-				return nil // a longer name (orders-eu) shares the prefix
-			}
-			if got.Partition == p {
-				ids = append(ids, got.TopicID)
-			}
-			// Past this partition's objects (see listTopics).
-			pre := got.Prefix()
-			after = pre[:len(pre)-1] + "0"
-			return errSkip
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errSkip) {
-			return nil, fmt.Errorf("list topic %s: %w", name, err)
-		}
-	}
-	slices.SortFunc(ids, func(x, y [16]byte) int { return strings.Compare(format.HexID(x), format.HexID(y)) })
-	return slices.Compact(ids), nil
 }
 
 // Partition is what the bucket holds of one partition, from its newest

@@ -166,7 +166,8 @@ type Tier struct {
 // ReadReplica configures the read-replica topics a node serves
 // (docs/operations.md, Read replicas).
 type ReadReplica struct {
-	PollInterval time.Duration // read_replica.poll_interval: how often sources' manifests are read
+	PollInterval  time.Duration // read_replica.poll_interval: how often sources' manifests are read
+	Notifications bool          // read_replica.notifications: also follow MinIO sources by bucket notifications
 }
 
 // Compactor configures log compaction, local and on the cold tier. See

@@ -289,6 +289,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return c.ReadReplica.PollInterval.String() },
 	},
 	{
+		key: "read_replica.notifications", flag: "read-replica-notifications", typ: "bool", usage: "also follow S3 sources that are MinIO by bucket notifications, polling between; other stores are polled alone",
+		set: boolSetter(func(c *Config) *bool { return &c.ReadReplica.Notifications }),
+		get: func(c *Config) string { return strconv.FormatBool(c.ReadReplica.Notifications) },
+	},
+	{
 		key: "tier.local_disk_limit", flag: "tier-local-disk-limit", typ: "bytes", usage: "local log bytes above which produce fails with a retriable error while uploads are behind (0: no limit)",
 		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.LocalDiskLimit }, 0),
 		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },

@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,17 +24,38 @@ import (
 //	<topic>-<partition>.batches  with Raw: the stored record batches, concatenated
 //	<topic>-<partition>.state    where the export stands (exportState, JSON)
 //
-// The data file is written in chunks; after each chunk it is fsynced,
-// and only then the state is replaced (written aside, fsynced, renamed
-// over) with the chunk's end: the data file's length and the next offset.
-// A re-run reads the state, cuts the data file back to that length (so a
-// line or batch written after the last state, possibly partial, is
-// dropped) and goes on from that offset. Each record is thus in the file
-// once, whatever the interruptions; and a re-run after the bucket has
-// grown appends what is new.
+// The data file is fsynced every exportChunkBytes or exportSyncInterval,
+// whichever comes first, and only then the state is replaced (written
+// aside, fsynced, renamed over) with what the fsync covers: the data
+// file's length and the next offset. A re-run reads the state, cuts the
+// data file back to that length (so a line or batch written after the
+// last state, possibly partial, is dropped) and goes on from that offset.
+// Each record is thus in the file once, whatever the interruptions; and a
+// re-run after the bucket has grown appends what is new.
+//
+// An export is a pipeline, so that the store, the CPU and the disk work
+// at once: the segments' chunks are fetched ahead, in parallel (walk);
+// the calling goroutine checks and cuts them into batches and, for JSON,
+// decodes and encodes the records into a buffer; a writer goroutine
+// writes the buffers (or, raw, the fetched chunks themselves, never
+// copied) to the file in order and does the fsyncs, while the next ones
+// are being made.
 
-// exportChunkBytes is how much is written between two fsyncs and states.
-var exportChunkBytes int64 = 8 << 20
+var (
+	// exportChunkBytes is how much is written at most between two fsyncs
+	// and states, and exportSyncInterval how long at most.
+	exportChunkBytes   int64 = 64 << 20
+	exportSyncInterval       = time.Second
+)
+
+const (
+	// exportPieceBytes is how much JSON is encoded before it is handed to
+	// the writer (at the end of a run of batches, so a little more).
+	exportPieceBytes = 1 << 20
+	// exportQueue is how many pieces may wait for the writer: what the
+	// encoding may run ahead of the disk during an fsync.
+	exportQueue = 8
+)
 
 // ExportOptions are an export's.
 type ExportOptions struct {
@@ -45,8 +66,9 @@ type ExportOptions struct {
 	// Isolation applies to JSON lines (raw batches are copied whole).
 	Isolation Isolation
 	Fetch     Fetch
-	// Progress, if set, is called after each chunk with the partition's
-	// progress so far (from the goroutine that called Export).
+	// Progress, if set, is called after each fsync with the partition's
+	// progress so far: from the export's writer goroutine, one call at
+	// a time.
 	Progress func(ExportProgress)
 }
 
@@ -152,76 +174,156 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 	if _, err := f.Seek(st.Bytes, io.SeekStart); err != nil {
 		return res, err
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	var (
-		pending int64 // bytes written since the last state
-		next    = st.Next
-		records int64
-	)
-	checkpoint := func() error {
-		if err := w.Flush(); err != nil {
-			return fmt.Errorf("write %s: %w", dataPath, err)
+	w := &exportWriter{f: f, dataPath: dataPath, statePath: statePath, st: st, next: st.Next,
+		p: p, progress: o.Progress, res: &res, lastSync: time.Now()}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	in := make(chan exportPiece, exportQueue)
+	free := make(chan []byte, exportQueue+2)
+	werr := make(chan error, 1)
+	go func() {
+		// The writer owns w until it has sent on werr.
+		var err error
+		for pc := range in {
+			if err == nil {
+				if err = w.write(pc); err != nil {
+					cancel(err)
+				}
+			}
+			if pc.pooled {
+				select {
+				case free <- pc.data[:0]:
+				default:
+				}
+			}
 		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", dataPath, err)
+		werr <- err
+	}()
+	send := func(pc exportPiece) error {
+		select {
+		case in <- pc:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
-		st.Bytes += pending
-		st.Records += records
-		st.Next = next
-		res.Bytes += pending
-		res.Records += records
-		pending, records = 0, 0
-		if err := writeState(statePath, st); err != nil {
-			return err
-		}
-		if o.Progress != nil {
-			o.Progress(ExportProgress{Partition: p.Partition, Next: st.Next, End: p.End, Records: res.Records, Bytes: res.Bytes})
-		}
-		return nil
 	}
 	ro := ReadOptions{Range: Range{From: st.Next}, Isolation: o.Isolation, Fetch: o.Fetch}
 	if o.Raw {
-		err = a.Batches(ctx, p, ro, func(b Batch) error {
-			n, err := w.Write(b.Bytes)
-			pending += int64(n)
-			if err != nil {
-				return fmt.Errorf("write %s: %w", dataPath, err)
-			}
-			next = b.Last + 1
-			if pending >= exportChunkBytes {
-				return checkpoint()
-			}
-			return nil
+		// Batches, but a run's bytes are the fetched chunk's own, which
+		// nothing overwrites (see run): the writer writes them as they
+		// are, uncopied.
+		err = a.walk(ctx, p, max(ro.From, p.LogStart), ro.end(p), ro.Fetch, func(r run) error {
+			return send(exportPiece{data: r.bytes, next: r.last + 1})
 		})
 	} else {
-		var line []byte
-		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
-			line = AppendJSON(line[:0], r)
-			n, err := w.Write(line)
-			pending += int64(n)
-			if err != nil {
-				return fmt.Errorf("write %s: %w", dataPath, err)
+		pieceBytes := min(exportPieceBytes, int(exportChunkBytes))
+		buffer := func() []byte {
+			select {
+			case b := <-free:
+				return b
+			default:
+				return make([]byte, 0, pieceBytes+pieceBytes/4)
 			}
+		}
+		var (
+			cur     = buffer()
+			records int64 // in cur
+			whole   int   // cur[:whole] ends where a run does
+			next    = st.Next
+		)
+		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
+			cur = AppendJSON(cur, r)
 			records++
 			return nil
 		}, func(runEnd int64) error {
-			// Between runs every record below runEnd is written: a
+			// Between runs every record below runEnd is encoded: a
 			// point to resume from.
-			next = runEnd
-			if pending >= exportChunkBytes {
-				return checkpoint()
+			whole, next = len(cur), runEnd
+			if len(cur) < pieceBytes {
+				return nil
 			}
-			return nil
+			pc := exportPiece{data: cur, pooled: true, next: next, records: records}
+			cur, records, whole = buffer(), 0, 0
+			return send(pc)
 		})
+		if err == nil && (whole > 0 || next != st.Next) {
+			err = send(exportPiece{data: cur[:whole], pooled: true, next: next, records: records})
+		}
+	}
+	close(in)
+	if werr := <-werr; werr != nil {
+		return res, werr
 	}
 	if err != nil {
 		return res, err
 	}
-	if err := checkpoint(); err != nil {
+	// The writer has stopped: w is this goroutine's again.
+	if err := w.checkpoint(); err != nil {
 		return res, err
 	}
-	res.Next, res.TotalRecords = st.Next, st.Records
+	res.Next, res.TotalRecords = w.st.Next, w.st.Records
 	return res, f.Close()
+}
+
+// exportPiece is what the writer writes next: data, after which the file
+// ends where a resumed export can go on from next, with records more
+// JSON lines.
+type exportPiece struct {
+	data    []byte
+	pooled  bool // a JSON buffer, to reuse once written
+	next    int64
+	records int64
+}
+
+// exportWriter writes an export's data file and its state.
+type exportWriter struct {
+	f                   *os.File
+	dataPath, statePath string
+	st                  exportState // as fsynced
+	p                   Partition
+	progress            func(ExportProgress)
+	res                 *ExportResult
+	// Written since the last state: bytes and records, and where the
+	// data then ends.
+	pending, records int64
+	next             int64
+	lastSync         time.Time
+}
+
+func (w *exportWriter) write(pc exportPiece) error {
+	n, err := w.f.Write(pc.data)
+	w.pending += int64(n)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", w.dataPath, err)
+	}
+	w.records += pc.records
+	w.next = pc.next
+	if w.pending >= exportChunkBytes || time.Since(w.lastSync) >= exportSyncInterval {
+		return w.checkpoint()
+	}
+	return nil
+}
+
+// checkpoint fsyncs the data file and then records in the state what the
+// fsync covers.
+func (w *exportWriter) checkpoint() error {
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", w.dataPath, err)
+	}
+	w.lastSync = time.Now()
+	w.st.Bytes += w.pending
+	w.st.Records += w.records
+	w.st.Next = w.next
+	w.res.Bytes += w.pending
+	w.res.Records += w.records
+	w.pending, w.records = 0, 0
+	if err := writeState(w.statePath, w.st); err != nil {
+		return err
+	}
+	if w.progress != nil {
+		w.progress(ExportProgress{Partition: w.p.Partition, Next: w.st.Next, End: w.p.End, Records: w.res.Records, Bytes: w.res.Bytes})
+	}
+	return nil
 }
 
 // recordRuns is Records, with after called once each run's records are

@@ -45,7 +45,9 @@ func (f Fetch) withDefaults() Fetch {
 
 // run is a run of whole batches of one segment, contiguous, each checked
 // (CRC-32C, offsets in order within the segment): the unit the readers
-// hand on. Bytes are valid only during the callback.
+// hand on. Its bytes are a fetched chunk's, or a batch's put together
+// from two; nothing writes to them afterwards, so a callback may keep
+// them (an export's writer does).
 type run struct {
 	seg         *format.RemoteSegment
 	bytes       []byte
@@ -176,7 +178,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 			return fmt.Errorf("segment %s: %w", j.seg.Key, j.err)
 		}
 		if j.first {
-			carry, prevLast = carry[:0], j.seg.BaseOffset-1
+			carry, prevLast = nil, j.seg.BaseOffset-1
 		}
 		data, pos := j.data, j.off
 		if len(carry) > 0 {
@@ -195,7 +197,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 				return err
 			}
 			if used == len(carry) {
-				carry = carry[:0]
+				carry = nil // handed on: never written again
 			} else if len(data) > 0 {
 				return fmt.Errorf("%w: segment %s: batch at byte %d not whole after joining two chunks", ErrCorrupt, j.seg.Key, carryPos)
 			}
@@ -205,7 +207,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 			if err != nil {
 				return err
 			}
-			carry = append(carry[:0], data[used:]...)
+			carry = append([]byte(nil), data[used:]...)
 			carryPos = pos + int64(used)
 		}
 		if j.last && len(carry) > 0 {

@@ -213,7 +213,7 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 		// nothing overwrites (see run): the writer writes them as they
 		// are, uncopied.
 		err = a.walk(ctx, p, max(ro.From, p.LogStart), ro.end(p), ro.Fetch, func(r run) error {
-			return send(exportPiece{data: r.bytes, next: r.last + 1})
+			return send(exportPiece{data: r.bytes, markAt: len(r.bytes), next: r.last + 1})
 		})
 	} else {
 		pieceBytes := min(exportPieceBytes, int(exportChunkBytes))
@@ -222,32 +222,29 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 			case b := <-free:
 				return b
 			default:
-				return make([]byte, 0, pieceBytes+pieceBytes/4)
+				return make([]byte, 0, pieceBytes+64<<10)
 			}
 		}
-		var (
-			cur     = buffer()
-			records int64 // in cur
-			whole   int   // cur[:whole] ends where a run does
-			next    = st.Next
-		)
+		// A piece is handed on once full, between two records, wherever
+		// the runs end: it carries the last run end in it, if any.
+		pc := exportPiece{data: buffer(), pooled: true, markAt: -1}
 		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
-			cur = AppendJSON(cur, r)
-			records++
-			return nil
+			pc.data = AppendJSON(pc.data, r)
+			pc.records++
+			if len(pc.data) < pieceBytes {
+				return nil
+			}
+			full := pc
+			pc = exportPiece{data: buffer(), pooled: true, markAt: -1}
+			return send(full)
 		}, func(runEnd int64) error {
 			// Between runs every record below runEnd is encoded: a
 			// point to resume from.
-			whole, next = len(cur), runEnd
-			if len(cur) < pieceBytes {
-				return nil
-			}
-			pc := exportPiece{data: cur, pooled: true, next: next, records: records}
-			cur, records, whole = buffer(), 0, 0
-			return send(pc)
+			pc.markAt, pc.markRecords, pc.next = len(pc.data), pc.records, runEnd
+			return nil
 		})
-		if err == nil && (whole > 0 || next != st.Next) {
-			err = send(exportPiece{data: cur[:whole], pooled: true, next: next, records: records})
+		if err == nil && (len(pc.data) > 0 || pc.markAt >= 0) {
+			err = send(pc)
 		}
 	}
 	close(in)
@@ -265,14 +262,17 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 	return res, f.Close()
 }
 
-// exportPiece is what the writer writes next: data, after which the file
-// ends where a resumed export can go on from next, with records more
-// JSON lines.
+// exportPiece is what the writer writes next: data, holding records
+// JSON lines. If markAt >= 0, the file is, markAt bytes into data (after
+// markRecords of the records), where a resumed export can go on from
+// offset next: a point the state may record.
 type exportPiece struct {
-	data    []byte
-	pooled  bool // a JSON buffer, to reuse once written
-	next    int64
-	records int64
+	data        []byte
+	pooled      bool // a JSON buffer, to reuse once written
+	records     int64
+	markAt      int
+	markRecords int64
+	next        int64
 }
 
 // exportWriter writes an export's data file and its state.
@@ -283,40 +283,50 @@ type exportWriter struct {
 	p                   Partition
 	progress            func(ExportProgress)
 	res                 *ExportResult
-	// Written since the last state: bytes and records, and where the
-	// data then ends.
-	pending, records int64
+	// Written since the last state: bytes and records; and of them, those
+	// up to the last resume point, and its offset.
+	written, records int64
+	markBytes        int64
+	markRecords      int64
 	next             int64
 	lastSync         time.Time
 }
 
 func (w *exportWriter) write(pc exportPiece) error {
 	n, err := w.f.Write(pc.data)
-	w.pending += int64(n)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", w.dataPath, err)
 	}
+	if pc.markAt < 0 {
+		w.written += int64(n)
+		w.records += pc.records
+		return nil
+	}
+	w.markBytes, w.markRecords, w.next = w.written+int64(pc.markAt), w.records+pc.markRecords, pc.next
+	w.written += int64(n)
 	w.records += pc.records
-	w.next = pc.next
-	if w.pending >= exportChunkBytes || time.Since(w.lastSync) >= exportSyncInterval {
+	if w.markBytes >= exportChunkBytes || time.Since(w.lastSync) >= exportSyncInterval {
 		return w.checkpoint()
 	}
 	return nil
 }
 
 // checkpoint fsyncs the data file and then records in the state what the
-// fsync covers.
+// fsync covers, up to the last resume point. (Bytes after it, if any,
+// stay out of the state: a re-run cuts them off and writes them again.)
 func (w *exportWriter) checkpoint() error {
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", w.dataPath, err)
 	}
 	w.lastSync = time.Now()
-	w.st.Bytes += w.pending
-	w.st.Records += w.records
+	w.st.Bytes += w.markBytes
+	w.st.Records += w.markRecords
 	w.st.Next = w.next
-	w.res.Bytes += w.pending
-	w.res.Records += w.records
-	w.pending, w.records = 0, 0
+	w.res.Bytes += w.markBytes
+	w.res.Records += w.markRecords
+	w.written -= w.markBytes
+	w.records -= w.markRecords
+	w.markBytes, w.markRecords = 0, 0
 	if err := writeState(w.statePath, w.st); err != nil {
 		return err
 	}

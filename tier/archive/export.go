@@ -35,11 +35,10 @@ import (
 //
 // An export is a pipeline, so that the store, the CPU and the disk work
 // at once: the segments' chunks are fetched ahead, in parallel (walk);
-// the calling goroutine checks and cuts them into batches and, for JSON,
-// decodes and encodes the records into a buffer; a writer goroutine
-// writes the buffers (or, raw, the fetched chunks themselves, never
-// copied) to the file in order and does the fsyncs, while the next ones
-// are being made.
+// the calling goroutine checks and cuts them into batches and writes
+// them, or, for JSON, decodes the records and writes their lines, while
+// the bytes are still in the CPU's cache; a syncer goroutine does the
+// fsyncs and writes the states meanwhile.
 
 var (
 	// exportChunkBytes is how much is written at most between two fsyncs
@@ -48,14 +47,8 @@ var (
 	exportSyncInterval       = time.Second
 )
 
-const (
-	// exportPieceBytes is how much JSON is encoded before it is handed to
-	// the writer (at the end of a run of batches, so a little more).
-	exportPieceBytes = 1 << 20
-	// exportQueue is how many pieces may wait for the writer: what the
-	// encoding may run ahead of the disk during an fsync.
-	exportQueue = 8
-)
+// exportBufferBytes is how much JSON is encoded before it is written.
+const exportBufferBytes = 256 << 10
 
 // ExportOptions are an export's.
 type ExportOptions struct {
@@ -67,8 +60,8 @@ type ExportOptions struct {
 	Isolation Isolation
 	Fetch     Fetch
 	// Progress, if set, is called after each fsync with the partition's
-	// progress so far: from the export's writer goroutine, one call at
-	// a time.
+	// progress so far: from a goroutine of the export's, one call at a
+	// time.
 	Progress func(ExportProgress)
 }
 
@@ -174,164 +167,161 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 	if _, err := f.Seek(st.Bytes, io.SeekStart); err != nil {
 		return res, err
 	}
-	w := &exportWriter{f: f, dataPath: dataPath, statePath: statePath, st: st, next: st.Next,
-		p: p, progress: o.Progress, res: &res, lastSync: time.Now()}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	in := make(chan exportPiece, exportQueue)
-	free := make(chan []byte, exportQueue+2)
-	werr := make(chan error, 1)
+	start := exportMark{bytes: st.Bytes, records: st.Records, next: st.Next}
+	w := &exportWriter{f: f, dataPath: dataPath, pos: st.Bytes, last: start, reqPos: st.Bytes, reqTime: time.Now(),
+		syncs: make(chan exportMark)}
+	sy := &exportSyncer{f: f, dataPath: dataPath, statePath: statePath, st: st, start: start, p: p, progress: o.Progress, res: &res}
+	synced := make(chan error, 1)
 	go func() {
-		// The writer owns w until it has sent on werr.
+		// The syncer owns sy until it has sent on synced.
 		var err error
-		for pc := range in {
+		for m := range w.syncs {
 			if err == nil {
-				if err = w.write(pc); err != nil {
+				if err = sy.sync(m); err != nil {
 					cancel(err)
 				}
 			}
-			if pc.pooled {
-				select {
-				case free <- pc.data[:0]:
-				default:
-				}
-			}
 		}
-		werr <- err
+		synced <- err
 	}()
-	send := func(pc exportPiece) error {
-		select {
-		case in <- pc:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
 	ro := ReadOptions{Range: Range{From: st.Next}, Isolation: o.Isolation, Fetch: o.Fetch}
 	if o.Raw {
-		// Batches, but a run's bytes are the fetched chunk's own, which
-		// nothing overwrites (see run): the writer writes them as they
-		// are, uncopied.
-		err = a.walk(ctx, p, max(ro.From, p.LogStart), ro.end(p), ro.Fetch, func(r run) error {
-			return send(exportPiece{data: r.bytes, markAt: len(r.bytes), next: r.last + 1})
-		})
-	} else {
-		pieceBytes := min(exportPieceBytes, int(exportChunkBytes))
-		buffer := func() []byte {
-			select {
-			case b := <-free:
-				return b
-			default:
-				return make([]byte, 0, pieceBytes+64<<10)
+		err = a.Batches(ctx, p, ro, func(b Batch) error {
+			if err := w.write(b.Bytes); err != nil {
+				return err
 			}
-		}
-		// A piece is handed on once full, between two records, wherever
-		// the runs end: it carries the last run end in it, if any.
-		pc := exportPiece{data: buffer(), pooled: true, markAt: -1}
-		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
-			pc.data = AppendJSON(pc.data, r)
-			pc.records++
-			if len(pc.data) < pieceBytes {
-				return nil
-			}
-			full := pc
-			pc = exportPiece{data: buffer(), pooled: true, markAt: -1}
-			return send(full)
-		}, func(runEnd int64) error {
-			// Between runs every record below runEnd is encoded: a
-			// point to resume from.
-			pc.markAt, pc.markRecords, pc.next = len(pc.data), pc.records, runEnd
+			w.mark(exportMark{bytes: w.pos, next: b.Last + 1})
 			return nil
 		})
-		if err == nil && (len(pc.data) > 0 || pc.markAt >= 0) {
-			err = send(pc)
+	} else {
+		// Lines are encoded into buf and written when it is full, while
+		// it is still in the CPU's cache.
+		buf := make([]byte, 0, exportBufferBytes+64<<10)
+		records, runEnd := st.Records, start
+		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
+			buf = AppendJSON(buf, r)
+			records++
+			if len(buf) < exportBufferBytes {
+				return nil
+			}
+			err := w.write(buf)
+			buf = buf[:0]
+			return err
+		}, func(next int64) error {
+			// Between runs every record below next is encoded: a point
+			// to resume from, once written.
+			runEnd = exportMark{bytes: w.pos + int64(len(buf)), records: records, next: next}
+			if !w.due(runEnd) {
+				return nil
+			}
+			err := w.write(buf)
+			buf = buf[:0]
+			w.mark(runEnd)
+			return err
+		})
+		if err == nil {
+			err = w.write(buf)
+			w.last = runEnd
 		}
 	}
-	close(in)
-	if werr := <-werr; werr != nil {
-		return res, werr
+	close(w.syncs)
+	if serr := <-synced; serr != nil {
+		return res, serr
 	}
 	if err != nil {
 		return res, err
 	}
-	// The writer has stopped: w is this goroutine's again.
-	if err := w.checkpoint(); err != nil {
+	// The syncer has stopped: sy is this goroutine's again, for the last
+	// resume point.
+	if err := sy.sync(w.last); err != nil {
 		return res, err
 	}
-	res.Next, res.TotalRecords = w.st.Next, w.st.Records
+	res.Next, res.TotalRecords = sy.st.Next, sy.st.Records
 	return res, f.Close()
 }
 
-// exportPiece is what the writer writes next: data, holding records
-// JSON lines. If markAt >= 0, the file is, markAt bytes into data (after
-// markRecords of the records), where a resumed export can go on from
-// offset next: a point the state may record.
-type exportPiece struct {
-	data        []byte
-	pooled      bool // a JSON buffer, to reuse once written
-	records     int64
-	markAt      int
-	markRecords int64
-	next        int64
+// exportMark is a point to resume an export from: the data file's
+// length and lines up to it, and the next offset to export.
+type exportMark struct {
+	bytes, records, next int64
 }
 
-// exportWriter writes an export's data file and its state.
+// exportWriter writes an export's data file, from the goroutine reading
+// the bucket, and asks the syncer for fsyncs and states.
 type exportWriter struct {
-	f                   *os.File
-	dataPath, statePath string
-	st                  exportState // as fsynced
-	p                   Partition
-	progress            func(ExportProgress)
-	res                 *ExportResult
-	// Written since the last state: bytes and records; and of them, those
-	// up to the last resume point, and its offset.
-	written, records int64
-	markBytes        int64
-	markRecords      int64
-	next             int64
-	lastSync         time.Time
+	f        *os.File
+	dataPath string
+	pos      int64      // the file's length
+	last     exportMark // the last resume point written
+	// syncs is the syncer's; unbuffered, so a request finds it idle or
+	// is dropped for a later one.
+	syncs   chan exportMark
+	reqPos  int64 // where the last request stood, and when
+	reqTime time.Time
 }
 
-func (w *exportWriter) write(pc exportPiece) error {
-	n, err := w.f.Write(pc.data)
+func (w *exportWriter) write(b []byte) error {
+	n, err := w.f.Write(b)
+	w.pos += int64(n)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", w.dataPath, err)
-	}
-	if pc.markAt < 0 {
-		w.written += int64(n)
-		w.records += pc.records
-		return nil
-	}
-	w.markBytes, w.markRecords, w.next = w.written+int64(pc.markAt), w.records+pc.markRecords, pc.next
-	w.written += int64(n)
-	w.records += pc.records
-	if w.markBytes >= exportChunkBytes || time.Since(w.lastSync) >= exportSyncInterval {
-		return w.checkpoint()
 	}
 	return nil
 }
 
-// checkpoint fsyncs the data file and then records in the state what the
-// fsync covers, up to the last resume point. (Bytes after it, if any,
-// stay out of the state: a re-run cuts them off and writes them again.)
-func (w *exportWriter) checkpoint() error {
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", w.dataPath, err)
+// due reports whether a sync is due at m.
+func (w *exportWriter) due(m exportMark) bool {
+	return m.bytes-w.reqPos >= exportChunkBytes || time.Since(w.reqTime) >= exportSyncInterval
+}
+
+// mark records m, written, as the last resume point, and asks the syncer
+// to record it if a sync is due and the syncer is idle, or waits for it
+// if the last request lies two chunks back: what a crash can cost stays
+// bounded.
+func (w *exportWriter) mark(m exportMark) {
+	w.last = m
+	if !w.due(m) {
+		return
 	}
-	w.lastSync = time.Now()
-	w.st.Bytes += w.markBytes
-	w.st.Records += w.markRecords
-	w.st.Next = w.next
-	w.res.Bytes += w.markBytes
-	w.res.Records += w.markRecords
-	w.written -= w.markBytes
-	w.records -= w.markRecords
-	w.markBytes, w.markRecords = 0, 0
-	if err := writeState(w.statePath, w.st); err != nil {
+	if m.bytes-w.reqPos >= 2*exportChunkBytes {
+		w.syncs <- m // the syncer receives until the channel closes
+	} else {
+		select {
+		case w.syncs <- m:
+		default:
+			return
+		}
+	}
+	w.reqPos, w.reqTime = m.bytes, time.Now()
+}
+
+// exportSyncer makes resume points durable: it fsyncs the data file,
+// then records the point in the state. It runs beside the writer, so
+// that the disk works while the next bytes are read and encoded; the
+// state only ever names bytes written before the fsync began.
+type exportSyncer struct {
+	f                   *os.File
+	dataPath, statePath string
+	st                  exportState // as last written
+	start               exportMark  // where this run began
+	p                   Partition
+	progress            func(ExportProgress)
+	res                 *ExportResult
+}
+
+func (s *exportSyncer) sync(m exportMark) error {
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", s.dataPath, err)
+	}
+	s.st.Bytes, s.st.Records, s.st.Next = m.bytes, m.records, m.next
+	s.res.Bytes, s.res.Records = m.bytes-s.start.bytes, m.records-s.start.records
+	if err := writeState(s.statePath, s.st); err != nil {
 		return err
 	}
-	if w.progress != nil {
-		w.progress(ExportProgress{Partition: w.p.Partition, Next: w.st.Next, End: w.p.End, Records: w.res.Records, Bytes: w.res.Bytes})
+	if s.progress != nil {
+		s.progress(ExportProgress{Partition: s.p.Partition, Next: s.st.Next, End: s.p.End, Records: s.res.Records, Bytes: s.res.Bytes})
 	}
 	return nil
 }

@@ -45,9 +45,7 @@ func (f Fetch) withDefaults() Fetch {
 
 // run is a run of whole batches of one segment, contiguous, each checked
 // (CRC-32C, offsets in order within the segment): the unit the readers
-// hand on. Its bytes are a fetched chunk's, or a batch's put together
-// from two; nothing writes to them afterwards, so a callback may keep
-// them (an export's writer does).
+// hand on. Bytes are valid only during the callback.
 type run struct {
 	seg         *format.RemoteSegment
 	bytes       []byte
@@ -178,7 +176,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 			return fmt.Errorf("segment %s: %w", j.seg.Key, j.err)
 		}
 		if j.first {
-			carry, prevLast = nil, j.seg.BaseOffset-1
+			carry, prevLast = carry[:0], j.seg.BaseOffset-1
 		}
 		data, pos := j.data, j.off
 		if len(carry) > 0 {
@@ -197,7 +195,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 				return err
 			}
 			if used == len(carry) {
-				carry = nil // handed on: never written again
+				carry = carry[:0]
 			} else if len(data) > 0 {
 				return fmt.Errorf("%w: segment %s: batch at byte %d not whole after joining two chunks", ErrCorrupt, j.seg.Key, carryPos)
 			}
@@ -207,7 +205,7 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 			if err != nil {
 				return err
 			}
-			carry = append([]byte(nil), data[used:]...)
+			carry = append(carry[:0], data[used:]...)
 			carryPos = pos + int64(used)
 		}
 		if j.last && len(carry) > 0 {
@@ -222,6 +220,9 @@ func (a *Archive) consume(ctx context.Context, queue <-chan *chunkJob, from, to 
 func batchSize(b []byte) int64 {
 	return 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
 }
+
+// maxRunBytes bounds a run (but for a batch longer on its own).
+const maxRunBytes = 1 << 20
 
 // cut hands fn the runs of whole batches at the start of buf, which lies
 // at pos in seg's object, and returns how many bytes they take; a batch
@@ -239,6 +240,13 @@ func (a *Archive) cut(buf []byte, pos int64, seg *format.RemoteSegment, from, to
 		return fn(r)
 	}
 	for len(buf)-i >= 12 {
+		if i-start >= maxRunBytes {
+			// Handed on while the bytes just checked are still in
+			// the CPU's cache.
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
 		size := batchSize(buf[i:])
 		if size < 61 || size > math.MaxInt32 {
 			return 0, fmt.Errorf("%w: segment %s: batch at byte %d has length %d", ErrCorrupt, seg.Key, pos, size-12)

@@ -43,12 +43,12 @@ import (
 var (
 	// exportChunkBytes is how much is written at most between two fsyncs
 	// and states, and exportSyncInterval how long at most.
-	exportChunkBytes   int64 = 64 << 20
+	exportChunkBytes   int64 = 16 << 20
 	exportSyncInterval       = time.Second
 )
 
 // exportBufferBytes is how much JSON is encoded before it is written.
-const exportBufferBytes = 256 << 10
+var exportBufferBytes = 256 << 10
 
 // ExportOptions are an export's.
 type ExportOptions struct {

@@ -216,10 +216,12 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 			if !w.due(runEnd) {
 				return nil
 			}
-			err := w.write(buf)
+			if err := w.write(buf); err != nil {
+				return err
+			}
 			buf = buf[:0]
 			w.mark(runEnd)
-			return err
+			return nil
 		})
 		if err == nil {
 			err = w.write(buf)

@@ -510,8 +510,8 @@ func TestExportResumes(t *testing.T) {
 	if want := int64(len(b.expect(ReadCommitted, 0, p.End))); res.Records != want || res.TotalRecords != want {
 		t.Fatalf("export wrote %d records (%d in the file), want %d", res.Records, res.TotalRecords, want)
 	}
-	defer func(n int64) { exportChunkBytes = n }(exportChunkBytes)
-	exportChunkBytes = 4 << 10
+	defer func(n int64, m int) { exportChunkBytes, exportBufferBytes = n, m }(exportChunkBytes, exportBufferBytes)
+	exportChunkBytes, exportBufferBytes = 4<<10, 1000 // lines written mid-run too
 	part := t.TempDir()
 	cctx, cancel := context.WithCancel(ctx)
 	chunks := 0

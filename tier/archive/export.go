@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,17 +24,31 @@ import (
 //	<topic>-<partition>.batches  with Raw: the stored record batches, concatenated
 //	<topic>-<partition>.state    where the export stands (exportState, JSON)
 //
-// The data file is written in chunks; after each chunk it is fsynced,
-// and only then the state is replaced (written aside, fsynced, renamed
-// over) with the chunk's end: the data file's length and the next offset.
-// A re-run reads the state, cuts the data file back to that length (so a
-// line or batch written after the last state, possibly partial, is
-// dropped) and goes on from that offset. Each record is thus in the file
-// once, whatever the interruptions; and a re-run after the bucket has
-// grown appends what is new.
+// The data file is fsynced every exportChunkBytes or exportSyncInterval,
+// whichever comes first, and only then the state is replaced (written
+// aside, fsynced, renamed over) with what the fsync covers: the data
+// file's length and the next offset. A re-run reads the state, cuts the
+// data file back to that length (so a line or batch written after the
+// last state, possibly partial, is dropped) and goes on from that offset.
+// Each record is thus in the file once, whatever the interruptions; and a
+// re-run after the bucket has grown appends what is new.
+//
+// An export is a pipeline, so that the store, the CPU and the disk work
+// at once: the segments' chunks are fetched ahead, in parallel (walk);
+// the calling goroutine checks and cuts them into batches and writes
+// them, or, for JSON, decodes the records and writes their lines, while
+// the bytes are still in the CPU's cache; a syncer goroutine does the
+// fsyncs and writes the states meanwhile.
 
-// exportChunkBytes is how much is written between two fsyncs and states.
-var exportChunkBytes int64 = 8 << 20
+var (
+	// exportChunkBytes is how much is written at most between two fsyncs
+	// and states, and exportSyncInterval how long at most.
+	exportChunkBytes   int64 = 16 << 20
+	exportSyncInterval       = time.Second
+)
+
+// exportBufferBytes is how much JSON is encoded before it is written.
+var exportBufferBytes = 256 << 10
 
 // ExportOptions are an export's.
 type ExportOptions struct {
@@ -45,8 +59,9 @@ type ExportOptions struct {
 	// Isolation applies to JSON lines (raw batches are copied whole).
 	Isolation Isolation
 	Fetch     Fetch
-	// Progress, if set, is called after each chunk with the partition's
-	// progress so far (from the goroutine that called Export).
+	// Progress, if set, is called after each fsync with the partition's
+	// progress so far: from a goroutine of the export's, one call at a
+	// time.
 	Progress func(ExportProgress)
 }
 
@@ -152,76 +167,165 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 	if _, err := f.Seek(st.Bytes, io.SeekStart); err != nil {
 		return res, err
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	var (
-		pending int64 // bytes written since the last state
-		next    = st.Next
-		records int64
-	)
-	checkpoint := func() error {
-		if err := w.Flush(); err != nil {
-			return fmt.Errorf("write %s: %w", dataPath, err)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	start := exportMark{bytes: st.Bytes, records: st.Records, next: st.Next}
+	w := &exportWriter{f: f, dataPath: dataPath, pos: st.Bytes, last: start, reqPos: st.Bytes, reqTime: time.Now(),
+		syncs: make(chan exportMark)}
+	sy := &exportSyncer{f: f, dataPath: dataPath, statePath: statePath, st: st, start: start, p: p, progress: o.Progress, res: &res}
+	synced := make(chan error, 1)
+	go func() {
+		// The syncer owns sy until it has sent on synced.
+		var err error
+		for m := range w.syncs {
+			if err == nil {
+				if err = sy.sync(m); err != nil {
+					cancel(err)
+				}
+			}
 		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", dataPath, err)
-		}
-		st.Bytes += pending
-		st.Records += records
-		st.Next = next
-		res.Bytes += pending
-		res.Records += records
-		pending, records = 0, 0
-		if err := writeState(statePath, st); err != nil {
-			return err
-		}
-		if o.Progress != nil {
-			o.Progress(ExportProgress{Partition: p.Partition, Next: st.Next, End: p.End, Records: res.Records, Bytes: res.Bytes})
-		}
-		return nil
-	}
+		synced <- err
+	}()
 	ro := ReadOptions{Range: Range{From: st.Next}, Isolation: o.Isolation, Fetch: o.Fetch}
 	if o.Raw {
 		err = a.Batches(ctx, p, ro, func(b Batch) error {
-			n, err := w.Write(b.Bytes)
-			pending += int64(n)
-			if err != nil {
-				return fmt.Errorf("write %s: %w", dataPath, err)
+			if err := w.write(b.Bytes); err != nil {
+				return err
 			}
-			next = b.Last + 1
-			if pending >= exportChunkBytes {
-				return checkpoint()
-			}
+			w.mark(exportMark{bytes: w.pos, next: b.Last + 1})
 			return nil
 		})
 	} else {
-		var line []byte
+		// Lines are encoded into buf and written when it is full, while
+		// it is still in the CPU's cache.
+		buf := make([]byte, 0, exportBufferBytes+64<<10)
+		records, runEnd := st.Records, start
 		err = a.recordRuns(ctx, p, ro, func(r *kgo.Record) error {
-			line = AppendJSON(line[:0], r)
-			n, err := w.Write(line)
-			pending += int64(n)
-			if err != nil {
-				return fmt.Errorf("write %s: %w", dataPath, err)
-			}
+			buf = AppendJSON(buf, r)
 			records++
-			return nil
-		}, func(runEnd int64) error {
-			// Between runs every record below runEnd is written: a
-			// point to resume from.
-			next = runEnd
-			if pending >= exportChunkBytes {
-				return checkpoint()
+			if len(buf) < exportBufferBytes {
+				return nil
 			}
+			err := w.write(buf)
+			buf = buf[:0]
+			return err
+		}, func(next int64) error {
+			// Between runs every record below next is encoded: a point
+			// to resume from, once written.
+			runEnd = exportMark{bytes: w.pos + int64(len(buf)), records: records, next: next}
+			if !w.due(runEnd) {
+				return nil
+			}
+			if err := w.write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+			w.mark(runEnd)
 			return nil
 		})
+		if err == nil {
+			err = w.write(buf)
+			w.last = runEnd
+		}
+	}
+	close(w.syncs)
+	if serr := <-synced; serr != nil {
+		return res, serr
 	}
 	if err != nil {
 		return res, err
 	}
-	if err := checkpoint(); err != nil {
+	// The syncer has stopped: sy is this goroutine's again, for the last
+	// resume point.
+	if err := sy.sync(w.last); err != nil {
 		return res, err
 	}
-	res.Next, res.TotalRecords = st.Next, st.Records
+	res.Next, res.TotalRecords = sy.st.Next, sy.st.Records
 	return res, f.Close()
+}
+
+// exportMark is a point to resume an export from: the data file's
+// length and lines up to it, and the next offset to export.
+type exportMark struct {
+	bytes, records, next int64
+}
+
+// exportWriter writes an export's data file, from the goroutine reading
+// the bucket, and asks the syncer for fsyncs and states.
+type exportWriter struct {
+	f        *os.File
+	dataPath string
+	pos      int64      // the file's length
+	last     exportMark // the last resume point written
+	// syncs is the syncer's; unbuffered, so a request finds it idle or
+	// is dropped for a later one.
+	syncs   chan exportMark
+	reqPos  int64 // where the last request stood, and when
+	reqTime time.Time
+}
+
+func (w *exportWriter) write(b []byte) error {
+	n, err := w.f.Write(b)
+	w.pos += int64(n)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", w.dataPath, err)
+	}
+	return nil
+}
+
+// due reports whether a sync is due at m.
+func (w *exportWriter) due(m exportMark) bool {
+	return m.bytes-w.reqPos >= exportChunkBytes || time.Since(w.reqTime) >= exportSyncInterval
+}
+
+// mark records m, written, as the last resume point, and asks the syncer
+// to record it if a sync is due and the syncer is idle, or waits for it
+// if the last request lies two chunks back: what a crash can cost stays
+// bounded.
+func (w *exportWriter) mark(m exportMark) {
+	w.last = m
+	if !w.due(m) {
+		return
+	}
+	if m.bytes-w.reqPos >= 2*exportChunkBytes {
+		w.syncs <- m // the syncer receives until the channel closes
+	} else {
+		select {
+		case w.syncs <- m:
+		default:
+			return
+		}
+	}
+	w.reqPos, w.reqTime = m.bytes, time.Now()
+}
+
+// exportSyncer makes resume points durable: it fsyncs the data file,
+// then records the point in the state. It runs beside the writer, so
+// that the disk works while the next bytes are read and encoded; the
+// state only ever names bytes written before the fsync began.
+type exportSyncer struct {
+	f                   *os.File
+	dataPath, statePath string
+	st                  exportState // as last written
+	start               exportMark  // where this run began
+	p                   Partition
+	progress            func(ExportProgress)
+	res                 *ExportResult
+}
+
+func (s *exportSyncer) sync(m exportMark) error {
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", s.dataPath, err)
+	}
+	s.st.Bytes, s.st.Records, s.st.Next = m.bytes, m.records, m.next
+	s.res.Bytes, s.res.Records = m.bytes-s.start.bytes, m.records-s.start.records
+	if err := writeState(s.statePath, s.st); err != nil {
+		return err
+	}
+	if s.progress != nil {
+		s.progress(ExportProgress{Partition: s.p.Partition, Next: s.st.Next, End: s.p.End, Records: s.res.Records, Bytes: s.res.Bytes})
+	}
+	return nil
 }
 
 // recordRuns is Records, with after called once each run's records are

@@ -253,7 +253,7 @@ func appendJSONBytes(dst []byte, name string, b []byte) []byte {
 	case b == nil:
 		return append(dst, "null"...)
 	case utf8.Valid(b):
-		return appendJSONString(dst, string(b))
+		return appendJSONString(dst, b)
 	}
 	dst = append(dst, '"')
 	dst = base64.StdEncoding.AppendEncode(dst, b)
@@ -262,14 +262,27 @@ func appendJSONBytes(dst []byte, name string, b []byte) []byte {
 	return append(dst, `_encoding":"base64"`...)
 }
 
-// appendJSONString appends s, valid UTF-8, as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
+// appendJSONString appends s, valid UTF-8, as a JSON string. It is
+// generic so that a value's bytes are escaped where they lie, not first
+// copied into a string.
+func appendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
+	start, i := 0, 0
+	for i < len(s) {
+		// Eight bytes at a time while none needs escaping: the common
+		// case, text.
+		if len(s)-i >= 8 {
+			w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+				uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+			if !needsEscape(w) {
+				i += 8
+				continue
+			}
+		}
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
 			continue
 		}
 		dst = append(dst, s[start:i]...)
@@ -285,8 +298,22 @@ func appendJSONString(dst []byte, s string) []byte {
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
-		start = i + 1
+		i++
+		start = i
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// needsEscape reports whether any of the eight bytes of w is below 0x20,
+// a quote or a backslash (the tests of "Bit Twiddling Hacks", exact for
+// whether any byte matches).
+func needsEscape(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	less := (w - 0x20*ones) &^ w
+	quote := w ^ '"'*ones
+	quote = (quote - ones) &^ quote
+	bslash := w ^ '\\'*ones
+	bslash = (bslash - ones) &^ bslash
+	return (less|quote|bslash)&highs != 0
 }

@@ -221,6 +221,9 @@ func batchSize(b []byte) int64 {
 	return 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
 }
 
+// maxRunBytes bounds a run (but for a batch longer on its own).
+const maxRunBytes = 1 << 20
+
 // cut hands fn the runs of whole batches at the start of buf, which lies
 // at pos in seg's object, and returns how many bytes they take; a batch
 // cut off by the end of buf is left. prevLast is the last offset of the
@@ -237,6 +240,13 @@ func (a *Archive) cut(buf []byte, pos int64, seg *format.RemoteSegment, from, to
 		return fn(r)
 	}
 	for len(buf)-i >= 12 {
+		if i-start >= maxRunBytes {
+			// Handed on while the bytes just checked are still in
+			// the CPU's cache.
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
 		size := batchSize(buf[i:])
 		if size < 61 || size > math.MaxInt32 {
 			return 0, fmt.Errorf("%w: segment %s: batch at byte %d has length %d", ErrCorrupt, seg.Key, pos, size-12)

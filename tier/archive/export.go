@@ -152,6 +152,11 @@ func (a *Archive) Export(ctx context.Context, p Partition, o ExportOptions) (Exp
 		return res, err
 	}
 	defer f.Close()
+	// The new file's name must last as long as the states that count its
+	// bytes: a crash must not keep a state and lose the file it describes.
+	if err := syncDir(filepath.Dir(dataPath)); err != nil {
+		return res, err
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		return res, err
@@ -375,5 +380,22 @@ func writeState(path string, st exportState) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir fsyncs a directory, so that the names created or renamed in it
+// survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
 }

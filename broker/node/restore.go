@@ -777,6 +777,12 @@ func (n *Node) restoreAtStartOnce(waited bool) (done, failed bool) {
 		return false, true
 	}
 	n.log.Info("cluster restored from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics), "took", time.Since(start).Round(time.Millisecond))
+	for _, o := range plan.Others {
+		if len(o.Topics) > 0 {
+			n.log.Warn("restore at start: another metadata history of the bucket names topics not restored; restore them with strata cluster restore --history",
+				"history", o.History, "written", time.UnixMilli(o.WrittenMs).UTC().Format(time.RFC3339), "topics", strings.Join(o.Topics, ","))
+		}
+	}
 	return true, false
 }
 

@@ -17,7 +17,8 @@ import (
 
 // StrataRestore: v0 (Strata's own API, key 32000; broker/extension)
 //
-// Restores topics from the bucket's newest metadata checkpoint
+// Restores topics from the bucket's newest metadata checkpoint, or the
+// newest of the metadata history the request names
 // (broker/node/restore.go), or with DryRun says what it would do. Only
 // the controller answers: the metadata changes are its, and a restore
 // may take long enough that passing it on would only add a second wait;
@@ -59,7 +60,7 @@ func (b *Broker) handleRestore(req *request) (kmsg.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
-	plan, err := b.node.PlanRestore(ctx, r.Topics)
+	plan, err := b.node.PlanRestore(ctx, r.Topics, r.History)
 	if err != nil {
 		return fail(err)
 	}
@@ -85,7 +86,12 @@ func (b *Broker) handleRestore(req *request) (kmsg.Response, error) {
 
 // wirePlan is p as StrataRestore answers it.
 func wirePlan(p *node.RestorePlan) *extension.RestorePlan {
-	out := &extension.RestorePlan{Checkpoint: p.Checkpoint, ClusterID: p.ClusterID, Index: p.Index, WrittenMs: p.WrittenMs}
+	out := &extension.RestorePlan{History: p.History, Checkpoint: p.Checkpoint, ClusterID: p.ClusterID, Index: p.Index, WrittenMs: p.WrittenMs}
+	for _, o := range p.Others {
+		out.OtherHistories = append(out.OtherHistories, extension.RestoreHistory{
+			History: o.History, Checkpoint: o.Checkpoint, WrittenMs: o.WrittenMs, Topics: o.Topics, Error: o.Err,
+		})
+	}
 	for _, t := range p.Topics {
 		wt := extension.RestoreTopic{
 			Name: t.Name, Internal: t.Internal, Action: string(t.Action), Reason: t.Reason,

@@ -49,7 +49,7 @@ func BenchmarkRestore1000Partitions(b *testing.B) {
 		b.StartTimer()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		began := time.Now()
-		p, err := n.node.PlanRestore(ctx, nil)
+		p, err := n.node.PlanRestore(ctx, nil, "")
 		if err != nil {
 			b.Fatal(err)
 		}

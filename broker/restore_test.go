@@ -414,7 +414,7 @@ func TestRestoreReplansAnInternalTopicMadeMeanwhile(t *testing.T) {
 	b := restoreBroker(t, t.TempDir(), store, func(c *Config) { c.ClusterID = clusterID })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	plan, err := b.node.PlanRestore(ctx, nil)
+	plan, err := b.node.PlanRestore(ctx, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,34 +91,34 @@ func LatestCheckpoint(ctx context.Context, st objstore.Store) (*format.Checkpoin
 // fall back silently to an older one: the caller reports it, and the
 // operator decides.
 func NewestCheckpoint(ctx context.Context, st objstore.Store, except string) (*format.Checkpoint, string, error) {
-	all, err := Checkpoints(ctx, st)
+	heads, err := HistoryHeads(ctx, st)
 	if err != nil {
 		return nil, "", err
 	}
-	if len(all) == 0 {
+	return NewestOf(ctx, st, heads, except)
+}
+
+// NewestOf is NewestCheckpoint's choice among heads, the histories'
+// newest checkpoints as HistoryHeads returns them: a caller that lists
+// the heads for more than the choice lists them once.
+func NewestOf(ctx context.Context, st objstore.Store, heads []format.CheckpointKey, except string) (*format.Checkpoint, string, error) {
+	if len(heads) == 0 {
 		return nil, "", ErrNoCheckpoint
 	}
-	var heads, own []format.CheckpointKey // each history's newest
-	for i, a := range all {
-		k, _ := format.ParseCheckpointKey(a.Key)
-		if i+1 < len(all) {
-			if next, _ := format.ParseCheckpointKey(all[i+1].Key); next.History == k.History {
-				continue
-			}
-		}
+	var others, own []format.CheckpointKey
+	for _, k := range heads {
 		if k.History == except {
 			own = append(own, k)
 		} else {
-			heads = append(heads, k)
+			others = append(others, k)
 		}
 	}
-	if len(heads) == 0 {
-		heads = own
+	if len(others) == 0 {
+		others = own
 	}
-	slices.SortFunc(heads, func(a, b format.CheckpointKey) int { return cmp.Compare(b.WrittenMs, a.WrittenMs) })
 	var first *format.Checkpoint
 	var firstKey string
-	for _, k := range heads {
+	for _, k := range others { // newest written first
 		c, err := ReadCheckpoint(ctx, st, k.String())
 		if err != nil {
 			return nil, "", err
@@ -131,6 +131,29 @@ func NewestCheckpoint(ctx context.Context, st objstore.Store, except string) (*f
 		}
 	}
 	return first, firstKey, nil
+}
+
+// HistoryHeads returns the key of each metadata history's newest
+// checkpoint, the most recently written first (ties by history id): one
+// LIST of the checkpoints, no checkpoint read. A history is known to a
+// reader only by its checkpoints, so these are the bucket's histories.
+func HistoryHeads(ctx context.Context, st objstore.Store) ([]format.CheckpointKey, error) {
+	all, err := Checkpoints(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	var heads []format.CheckpointKey
+	for i, a := range all {
+		k, _ := format.ParseCheckpointKey(a.Key)
+		if i+1 < len(all) {
+			if next, _ := format.ParseCheckpointKey(all[i+1].Key); next.History == k.History {
+				continue // in key order: the last of a history is its newest
+			}
+		}
+		heads = append(heads, k)
+	}
+	slices.SortStableFunc(heads, func(a, b format.CheckpointKey) int { return cmp.Compare(b.WrittenMs, a.WrittenMs) })
+	return heads, nil
 }
 
 // HistoryCheckpoint reads the newest checkpoint of history, or returns

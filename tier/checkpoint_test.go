@@ -80,6 +80,47 @@ func TestNewestCheckpoint(t *testing.T) {
 	check("C restores", historyC, historyB, 40)
 }
 
+// TestHistoryHeads: one key per history, its newest, the most recently
+// written first.
+func TestHistoryHeads(t *testing.T) {
+	ctx := context.Background()
+	st, err := objstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heads, err := HistoryHeads(ctx, st); err != nil || len(heads) != 0 {
+		t.Fatalf("empty bucket: %v, %v", heads, err)
+	}
+	for _, c := range []*format.Checkpoint{
+		checkpointOf(historyA, 100, 1000, "orders"),
+		checkpointOf(historyA, 900, 2000, "orders", "payments"),
+		checkpointOf(historyB, 5, 3000, "__consumer_offsets"),
+		checkpointOf(historyC, 7, 1500, "orders"),
+		checkpointOf(historyC, 8, 1600, "orders"),
+	} {
+		if _, err := WriteCheckpoint(ctx, st, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heads, err := HistoryHeads(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []format.CheckpointKey{
+		{History: historyB, Index: 5, WrittenMs: 3000},
+		{History: historyA, Index: 900, WrittenMs: 2000},
+		{History: historyC, Index: 8, WrittenMs: 1600},
+	}
+	if len(heads) != len(want) {
+		t.Fatalf("heads %v, want %v", heads, want)
+	}
+	for i := range want {
+		if heads[i] != want[i] {
+			t.Fatalf("heads %v, want %v", heads, want)
+		}
+	}
+}
+
 // TestPruneCheckpoints: each history keeps its newest checkpoints,
 // whatever their age; older ones go once past the cutoff.
 func TestPruneCheckpoints(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 )
 
 // RestoreRequest (StrataRestore v0) asks the controller to restore topics
-// from the bucket's newest metadata checkpoint, or with DryRun only to say
-// what it would do. It goes to the controller (kgo sends it there, as an
+// from the bucket's newest metadata checkpoint (of History, when set), or
+// with DryRun only to say what it would do. It goes to the controller (kgo sends it there, as an
 // admin request); another broker answers NOT_CONTROLLER.
 type RestoreRequest struct {
 	Version int16 `json:"-"`
@@ -14,6 +14,11 @@ type RestoreRequest struct {
 	// checkpoint.
 	Topics []string `json:"topics,omitempty"`
 	DryRun bool     `json:"dry_run,omitempty"`
+	// History names the metadata history to restore from: 32 hex
+	// digits, or a prefix of at least 8 that names one history. Empty
+	// means the newest history naming a topic of users' own, this
+	// cluster's set aside.
+	History string `json:"history,omitempty"`
 	// TimeoutMillis bounds the restore on the broker; kgo also waits that
 	// long (plus its overhead) for the answer.
 	TimeoutMillis int32 `json:"timeout_ms"`
@@ -81,13 +86,32 @@ func (r *RestoreResponse) RequestKind() kmsg.Request {
 // RestorePlan is the broker's plan (broker/node's RestorePlan) on the
 // wire.
 type RestorePlan struct {
-	// Checkpoint is the key of the checkpoint restored from; ClusterID,
-	// Index and WrittenMs are its.
+	// History is the metadata history restored from (32 hex digits;
+	// absent from a broker older than it), and Checkpoint the key of its
+	// checkpoint restored from; ClusterID, Index and WrittenMs are that
+	// checkpoint's.
+	History    string         `json:"history,omitempty"`
 	Checkpoint string         `json:"checkpoint"`
 	ClusterID  string         `json:"cluster_id"`
 	Index      uint64         `json:"index"`
 	WrittenMs  int64          `json:"written_ms"`
 	Topics     []RestoreTopic `json:"topics"`
+	// OtherHistories are the bucket's other metadata histories, the
+	// restoring cluster's own set aside, the most recently written first.
+	OtherHistories []RestoreHistory `json:"other_histories,omitempty"`
+}
+
+// RestoreHistory is a metadata history a plan did not restore from.
+type RestoreHistory struct {
+	History    string `json:"history"`
+	Checkpoint string `json:"checkpoint"`
+	WrittenMs  int64  `json:"written_ms"`
+	// Topics are the names of the topics of users' own its newest
+	// checkpoint names that the plan's does not (and the cluster does not
+	// have): they are restored only with a restore from this history.
+	Topics []string `json:"topics,omitempty"`
+	// Error says why its checkpoint could not be read.
+	Error string `json:"error,omitempty"`
 }
 
 // RestoreTopic is one topic of a plan.

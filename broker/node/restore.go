@@ -55,14 +55,47 @@ const (
 
 // RestorePlan is what a restore would do, topic by topic.
 type RestorePlan struct {
-	// Checkpoint is the key of the checkpoint restored from; ClusterID,
-	// Index, WrittenMs and NextProducerID are its.
+	// History is the metadata history restored from, and Checkpoint the
+	// key of its newest checkpoint; ClusterID, Index, WrittenMs and
+	// NextProducerID are that checkpoint's.
+	History        string
 	Checkpoint     string
 	ClusterID      string
 	Index          uint64
 	WrittenMs      int64
 	NextProducerID int64
 	Topics         []TopicRestore
+	// Others are the bucket's other histories (this cluster's own set
+	// aside), the most recently written first: a topic only one of them
+	// names is restored from it alone, so the operator must hear of it.
+	Others []OtherHistory
+}
+
+// historiesNaming returns the other histories that name topic, the most
+// recently written first.
+func (p *RestorePlan) historiesNaming(topic string) []string {
+	var out []string
+	for _, o := range p.Others {
+		if slices.Contains(o.Topics, topic) {
+			out = append(out, o.History)
+		}
+	}
+	return out
+}
+
+// OtherHistory is a metadata history of the bucket a plan did not
+// restore from, as its newest checkpoint describes it.
+type OtherHistory struct {
+	History    string
+	Checkpoint string
+	WrittenMs  int64
+	// Topics are the names of the topics of users' own its checkpoint
+	// names that the plan's checkpoint does not, and that this cluster
+	// does not have with the same id, sorted: restoring them takes a
+	// restore from this history.
+	Topics []string
+	// Err says why its checkpoint could not be read, "" when it was.
+	Err string
 }
 
 // Refused returns the topics the restore refuses.
@@ -120,26 +153,49 @@ type PartitionRestore struct {
 	Bytes         int64
 }
 
-// PlanRestore reads the bucket's newest checkpoint and the manifests of
-// the named topics (every topic of the checkpoint when topics is empty)
-// and decides what a restore would do with each. It changes nothing. An
-// error (wrapping ErrRestore) means no plan at all: no object store, no
-// checkpoint, or one this version cannot read.
-func (n *Node) PlanRestore(ctx context.Context, topics []string) (*RestorePlan, error) {
+// PlanRestore reads the newest checkpoint of the bucket's metadata
+// history history (its 32 hex digits, or a prefix of at least 8 that
+// names one history), or, when history is "", the newest checkpoint of
+// the histories other than this cluster's that names a topic of users'
+// own (tier.NewestCheckpoint); then the manifests of the named topics
+// (every topic of the checkpoint when topics is empty), and decides what
+// a restore would do with each. It lists the other histories too, with
+// the topics they name that the checkpoint does not. It changes nothing.
+// An error (wrapping ErrRestore) means no plan at all: no object store,
+// no checkpoint, an unknown history, or a checkpoint this version cannot
+// read.
+func (n *Node) PlanRestore(ctx context.Context, topics []string, history string) (*RestorePlan, error) {
 	store := n.restoreStore()
 	if store == nil {
 		return nil, fmt.Errorf("%w: no object store is configured on node %d", ErrRestore, n.cfg.NodeID)
 	}
-	// The cluster's own checkpoints are set aside: its history is not
-	// the one to restore (see tier.NewestCheckpoint).
-	ck, key, err := tier.NewestCheckpoint(ctx, store, n.meta.State().HistoryID)
-	if errors.Is(err, tier.ErrNoCheckpoint) {
-		return nil, fmt.Errorf("%w: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, n.TierWhere())
+	heads, err := tier.HistoryHeads(ctx, store)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bucket %s: %w", ErrRestore, n.TierWhere(), err)
+	}
+	if len(heads) == 0 {
+		return nil, noCheckpointError{n.TierWhere()}
+	}
+	own := n.meta.State().HistoryID
+	var ck *format.Checkpoint
+	var key string
+	if history == "" {
+		// The cluster's own checkpoints are set aside: its history is
+		// not the one to restore (see tier.NewestCheckpoint).
+		ck, key, err = tier.NewestOf(ctx, store, heads, own)
+	} else {
+		var head format.CheckpointKey
+		if head, err = n.findHistory(heads, history); err != nil {
+			return nil, err
+		}
+		key = head.String()
+		ck, err = tier.ReadCheckpoint(ctx, store, key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: bucket %s: %w", ErrRestore, n.TierWhere(), err)
 	}
-	plan := &RestorePlan{Checkpoint: key, ClusterID: ck.ClusterID, Index: ck.Index, WrittenMs: ck.WrittenMs, NextProducerID: ck.NextProducerID}
+	plan := &RestorePlan{History: ck.History, Checkpoint: key, ClusterID: ck.ClusterID, Index: ck.Index, WrittenMs: ck.WrittenMs, NextProducerID: ck.NextProducerID}
+	plan.Others = n.otherHistories(ctx, store, heads, ck, own)
 	byName := make(map[string]*format.CheckpointTopic, len(ck.Topics))
 	for i := range ck.Topics {
 		byName[ck.Topics[i].Name] = &ck.Topics[i]
@@ -160,8 +216,11 @@ func (n *Node) PlanRestore(ctx context.Context, topics []string) (*RestorePlan, 
 		seen[name] = true
 		ct, ok := byName[name]
 		if !ok {
-			plan.Topics = append(plan.Topics, TopicRestore{Name: name, Action: RestoreRefused,
-				Reason: fmt.Sprintf("no topic %q in checkpoint %s", name, key)})
+			reason := fmt.Sprintf("no topic %q in checkpoint %s", name, key)
+			if hs := plan.historiesNaming(name); len(hs) > 0 {
+				reason += fmt.Sprintf("; metadata history %s names it (restore it with --history %s)", strings.Join(hs, ", "), hs[0])
+			}
+			plan.Topics = append(plan.Topics, TopicRestore{Name: name, Action: RestoreRefused, Reason: reason})
 			continue
 		}
 		tr := n.decideRestore(ctx, st, ct)
@@ -183,6 +242,99 @@ func (n *Node) PlanRestore(ctx context.Context, topics []string) (*RestorePlan, 
 		return nil, fmt.Errorf("%w: reading the manifests: %w", ErrRestore, context.Cause(ctx))
 	}
 	return plan, nil
+}
+
+// noCheckpointError is a plan's error when the bucket holds no
+// checkpoint: both ErrRestore and tier.ErrNoCheckpoint, so a restore at
+// start stops rather than retries, in one line.
+type noCheckpointError struct{ where string }
+
+func (e noCheckpointError) Error() string {
+	return fmt.Sprintf("%v: bucket %s holds no metadata checkpoint, so there is nothing to restore from", ErrRestore, e.where)
+}
+
+func (noCheckpointError) Unwrap() []error { return []error{ErrRestore, tier.ErrNoCheckpoint} }
+
+// findHistory is the head of heads whose history is h, or starts with h
+// when h has at least minHistoryPrefix digits; anything else is an error
+// naming the histories there are.
+func (n *Node) findHistory(heads []format.CheckpointKey, h string) (format.CheckpointKey, error) {
+	h = strings.ToLower(h)
+	if len(h) < minHistoryPrefix || len(h) > 32 || strings.Trim(h, "0123456789abcdef") != "" {
+		return format.CheckpointKey{}, fmt.Errorf("%w: history %q is not a metadata history id (32 hex digits, or a prefix of at least %d)", ErrRestore, h, minHistoryPrefix)
+	}
+	var match []format.CheckpointKey
+	for _, k := range heads {
+		if strings.HasPrefix(k.History, h) {
+			match = append(match, k)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return format.CheckpointKey{}, fmt.Errorf("%w: bucket %s has no metadata history %s; it has %s", ErrRestore, n.TierWhere(), h, describeHeads(heads))
+	default:
+		return format.CheckpointKey{}, fmt.Errorf("%w: %s is the start of %d metadata histories (%s): give more digits", ErrRestore, h, len(match), describeHeads(match))
+	}
+}
+
+// minHistoryPrefix is the fewest hex digits that may name a history: 32
+// bits, so that a prefix does not match two by chance.
+const minHistoryPrefix = 8
+
+// describeHeads names the histories of heads, the first few with their
+// newest checkpoint's time, for an error.
+func describeHeads(heads []format.CheckpointKey) string {
+	const most = 10
+	var out []string
+	for i, k := range heads {
+		if i == most {
+			out = append(out, fmt.Sprintf("and %d more", len(heads)-most))
+			break
+		}
+		out = append(out, fmt.Sprintf("%s (written %s)", k.History, time.UnixMilli(k.WrittenMs).UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// otherHistories reads, side by side, the newest checkpoint of each
+// history of heads but ck's and own (this cluster's), and says which
+// topics of users' own each names that ck does not and this cluster does
+// not have: data a restore from ck alone would leave in the bucket. A
+// checkpoint that cannot be read is noted, not an error: the plan stands
+// without it.
+func (n *Node) otherHistories(ctx context.Context, store objstore.Store, heads []format.CheckpointKey, ck *format.Checkpoint, own string) []OtherHistory {
+	var out []OtherHistory
+	for _, k := range heads {
+		if k.History != ck.History && k.History != own {
+			out = append(out, OtherHistory{History: k.History, Checkpoint: k.String(), WrittenMs: k.WrittenMs})
+		}
+	}
+	named := make(map[string]bool, len(ck.Topics))
+	for _, t := range ck.Topics {
+		named[t.Name] = true
+	}
+	st := n.meta.State()
+	forEachLimited(ctx, len(out), func(i int) {
+		o := &out[i]
+		c, err := tier.ReadCheckpoint(ctx, store, o.Checkpoint)
+		if err != nil {
+			o.Err = err.Error()
+			return
+		}
+		for _, t := range c.Topics {
+			if t.Internal || named[t.Name] {
+				continue
+			}
+			if have, ok := st.Topics[t.Name]; ok && have.ID == t.TopicID() {
+				continue // restored already
+			}
+			o.Topics = append(o.Topics, t.Name)
+		}
+		slices.Sort(o.Topics)
+	})
+	return out
 }
 
 // restoreStore is the store a restore reads: the node's, whose reads pass
@@ -597,7 +749,7 @@ func (n *Node) restoreAtStartOnce(waited bool) (done, failed bool) {
 			return true, false
 		}
 	}
-	plan, err := n.PlanRestore(ctx, nil)
+	plan, err := n.PlanRestore(ctx, nil, "")
 	if err != nil {
 		if n.ctx.Err() != nil {
 			return true, false
@@ -625,6 +777,12 @@ func (n *Node) restoreAtStartOnce(waited bool) (done, failed bool) {
 		return false, true
 	}
 	n.log.Info("cluster restored from the bucket", "checkpoint", plan.Checkpoint, "topics", len(plan.Topics), "took", time.Since(start).Round(time.Millisecond))
+	for _, o := range plan.Others {
+		if len(o.Topics) > 0 {
+			n.log.Warn("restore at start: another metadata history of the bucket names topics not restored; restore them with strata cluster restore --history",
+				"history", o.History, "written", time.UnixMilli(o.WrittenMs).UTC().Format(time.RFC3339), "topics", strings.Join(o.Topics, ","))
+		}
+	}
 	return true, false
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,8 +24,9 @@ const restoreDefaultTimeout = time.Hour
 
 func newClusterRestoreCmd(a *admin, stdout io.Writer) *cobra.Command {
 	var (
-		topics []string
-		dryRun bool
+		topics  []string
+		dryRun  bool
+		history string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore",
@@ -43,7 +45,15 @@ it is here already; refused), its partitions, bytes and offset range. A topic
 that exists here with another id or data, a partition-count mismatch, or a
 replication factor above the live brokers refuses the whole restore, one line
 per refusal, and nothing changes. --dry-run stops after the plan. Progress is
-shown on stderr, topic by topic, then until every partition serves.`,
+shown on stderr, topic by topic, then until every partition serves.
+
+Every cluster that ran on the bucket left its own metadata history there. By
+default the restore reads the newest checkpoint of the most recently written
+history that names a topic of users' own (the running cluster's own set
+aside); --history H reads history H's newest instead (its 32 hex digits, or a
+prefix of at least 8 that names one). After the plan, a line names each other
+history holding topics the checkpoint does not, with the --history that
+restores them.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f := cmd.Flag("timeout"); f == nil || !f.Changed {
@@ -51,22 +61,35 @@ shown on stderr, topic by topic, then until every partition serves.`,
 			}
 			a.opts = append(a.opts, kgo.MaxVersions(extension.ClientVersions()))
 			return a.doClient(cmd.Context(), func(ctx context.Context, cl *kgo.Client) error {
-				return runRestore(ctx, cl, a, topics, dryRun, stdout, cmd.ErrOrStderr())
+				return runRestore(ctx, cl, a, restoreArgs{topics: topics, dryRun: dryRun, history: history}, stdout, cmd.ErrOrStderr())
 			})
 		},
 	}
 	cmd.Flags().StringArrayVar(&topics, "topic", nil, "restore only this topic (repeatable); default every topic of the checkpoint")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be restored, and change nothing")
+	cmd.Flags().StringVar(&history, "history", "", "restore from this metadata history's newest checkpoint (32 hex digits, or a unique prefix of at least 8); default the newest history naming a topic")
 	return cmd
 }
 
-func runRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, dryRun bool, stdout, stderr io.Writer) error {
+// restoreArgs are cluster restore's flags.
+type restoreArgs struct {
+	topics  []string
+	dryRun  bool
+	history string
+}
+
+func runRestore(ctx context.Context, cl *kgo.Client, a *admin, ra restoreArgs, stdout, stderr io.Writer) error {
 	start := time.Now()
-	resp, err := sendRestore(ctx, cl, a, topics, true)
+	resp, err := sendRestore(ctx, cl, a, ra.topics, ra.history, true)
 	if err != nil {
 		return err
 	}
 	if resp.Plan != nil {
+		if ra.history != "" && resp.Plan.History == "" {
+			// A broker older than --history ignored it: its plan is of
+			// another checkpoint, perhaps.
+			return errors.New("the controller does not know --history (a broker older than this strata): upgrade it, or restore without --history")
+		}
 		printRestorePlan(stdout, resp.Plan)
 	}
 	if resp.ErrorCode != 0 {
@@ -85,8 +108,14 @@ func runRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, 
 		}
 		return restoreError(resp)
 	}
-	if dryRun {
+	if ra.dryRun {
 		return nil
+	}
+	// The topics come from the history planned, whatever is written
+	// meanwhile.
+	history := ra.history
+	if resp.Plan.History != "" {
+		history = resp.Plan.History
 	}
 	// One topic per request: the plan above was checked whole, and each
 	// answer is a step of progress. A topic restored meanwhile by someone
@@ -106,7 +135,7 @@ func runRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, 
 	for i, t := range todo {
 		began := time.Now()
 		fmt.Fprintf(stderr, "restoring %s (%d/%d): %d partitions, %s\n", t.Name, i+1, len(todo), len(t.Partitions), humanBytes(topicBytes(t)))
-		r, err := sendRestore(ctx, cl, a, []string{t.Name}, false)
+		r, err := sendRestore(ctx, cl, a, []string{t.Name}, history, false)
 		if err != nil {
 			return fmt.Errorf("restore %s (%d of %d topics done): %w", t.Name, i, len(todo), err)
 		}
@@ -127,10 +156,10 @@ func runRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, 
 
 // sendRestore sends StrataRestore to the controller, following it while
 // it answers NOT_CONTROLLER (it moved, or the client's metadata is stale).
-func sendRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, dryRun bool) (*extension.RestoreResponse, error) {
+func sendRestore(ctx context.Context, cl *kgo.Client, a *admin, topics []string, history string, dryRun bool) (*extension.RestoreResponse, error) {
 	for {
 		left := time.Until(deadlineOr(ctx, time.Now().Add(a.timeout)))
-		req := &extension.RestoreRequest{Topics: topics, DryRun: dryRun, TimeoutMillis: int32(min(max(left, time.Second), 24*time.Hour).Milliseconds())}
+		req := &extension.RestoreRequest{Topics: topics, DryRun: dryRun, History: history, TimeoutMillis: int32(min(max(left, time.Second), 24*time.Hour).Milliseconds())}
 		kr, err := cl.Request(ctx, req)
 		if err != nil {
 			return nil, err
@@ -199,6 +228,39 @@ func printRestorePlan(w io.Writer, p *extension.RestorePlan) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, id, t.Action, parts, size, offsets, reason)
 	}
 	tw.Flush()
+	printOtherHistories(w, p)
+}
+
+// printOtherHistories prints a line for each other history of the plan
+// that names topics its checkpoint does not, or whose checkpoint could
+// not be read: data a restore from this checkpoint leaves in the bucket.
+func printOtherHistories(w io.Writer, p *extension.RestorePlan) {
+	all := []string{p.History}
+	for _, o := range p.OtherHistories {
+		all = append(all, o.History)
+	}
+	for _, o := range p.OtherHistories {
+		h := shortHistory(o.History, all)
+		switch {
+		case o.Error != "":
+			fmt.Fprintf(w, "history %s (written %s): its newest checkpoint could not be read: %s\n", h, timestamp(o.WrittenMs), o.Error)
+		case len(o.Topics) > 0:
+			fmt.Fprintf(w, "history %s (written %s) also names topics not in this checkpoint: %s — restore them with --history %s\n",
+				h, timestamp(o.WrittenMs), strings.Join(o.Topics, ", "), strings.TrimSuffix(h, "…"))
+		}
+	}
+}
+
+// shortHistory is h's shortest prefix of at least 8 digits that no other
+// history of all starts with, marked "…" when it is shorter than h: what
+// --history takes.
+func shortHistory(h string, all []string) string {
+	for n := 8; n < len(h); n++ {
+		if !slices.ContainsFunc(all, func(o string) bool { return o != h && strings.HasPrefix(o, h[:n]) }) {
+			return h[:n] + "…"
+		}
+	}
+	return h
 }
 
 // waitServing waits until every partition of the restored topics answers

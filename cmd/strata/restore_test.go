@@ -149,6 +149,15 @@ func TestClusterRestoreProcess(t *testing.T) {
 			ordersID = ct.ID
 		}
 	}
+	// An older history, of a cluster that had a topic audit the newest
+	// checkpoint does not name: the plan says where it is.
+	older := &format.Checkpoint{ClusterID: clusterID, History: meta.NewIncarnation(), Index: 7, WrittenMs: time.Now().Add(-time.Hour).UnixMilli(),
+		Topics: []format.CheckpointTopic{{Name: "audit", ID: "0123456789abcdef0123456789abcdef", ReplicationFactor: 1, Partitions: []format.CheckpointPartition{{Partition: 0, Replicas: []int32{1}}}}}}
+	if st, err := objstore.NewDir(bucket); err != nil {
+		t.Fatal(err)
+	} else if _, err := tier.WriteCheckpoint(ctx, st, older); err != nil {
+		t.Fatal(err)
+	}
 
 	// Node B: fresh, on A's bucket and id.
 	b := startNode(t, nil, append([]string{"serve", "--data-dir", t.TempDir(), "--cluster-id", clusterID, "--offsets-partitions", "3"}, quick...)...)
@@ -166,6 +175,14 @@ func TestClusterRestoreProcess(t *testing.T) {
 	if md := clusterTopicNames(t, b.bootstrap); strings.Contains(md, "orders") {
 		t.Fatalf("--dry-run created orders: %s", md)
 	}
+	if want := "history " + older.History[:8] + "… (written " + timestamp(older.WrittenMs) + ") also names topics not in this checkpoint: audit — restore them with --history " + older.History[:8]; !strings.Contains(stdout, want) {
+		t.Errorf("the plan does not say %q", want)
+	}
+	code, stdout, stderr = runCLI(t, nil, "cluster", "restore", "--dry-run", "--history", "deadbeef00", "--bootstrap", b.bootstrap)
+	if code != 1 {
+		t.Fatalf("restore --history deadbeef00: exit %d\n%s%s", code, stdout, stderr)
+	}
+	assertOneLineError(t, stderr, "no metadata history deadbeef00", older.History)
 
 	code, stdout, stderr = runCLI(t, nil, "cluster", "restore", "--bootstrap", b.bootstrap)
 	if code != 0 || !strings.Contains(stdout, "restored 2 topic(s)") || !strings.Contains(stderr, "restoring orders") {

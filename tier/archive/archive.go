@@ -54,14 +54,19 @@ type Topic struct {
 }
 
 // Source says where a topic list came from: the key of the checkpoint
-// it was read from, or "" for a listing of the bucket.
+// it was read from, or "" for a listing of the bucket. Others counts the
+// other metadata histories' newest checkpoints that added topics.
 type Source struct {
 	Checkpoint string
+	Others     int
 }
 
 func (s Source) String() string {
 	if s.Checkpoint == "" {
 		return "a listing of the bucket (no metadata checkpoint)"
+	}
+	if s.Others > 0 {
+		return fmt.Sprintf("checkpoint %s and the newest checkpoints of %d other metadata histories", s.Checkpoint, s.Others)
 	}
 	return "checkpoint " + s.Checkpoint
 }
@@ -75,16 +80,49 @@ func internalTopic(name string) bool {
 // Topics lists the bucket's topics: from its newest metadata checkpoint
 // when it has one, else by listing the partition prefixes (a bucket
 // written before checkpoints existed). The list is sorted by name.
+//
+// A bucket restored by a later cluster holds several metadata histories
+// (docs/bucket-format.md §12), and a topic the later one did not restore
+// is named only by an older history: the newest checkpoint of every other
+// history adds the topics (name and id) the chosen one lacks, so that no
+// topic whose history is in the bucket goes unlisted.
 func (a *Archive) Topics(ctx context.Context) ([]Topic, Source, error) {
 	cp, key, err := tier.LatestCheckpoint(ctx, a.st)
 	switch {
 	case err == nil:
-		return checkpointTopics(cp), Source{Checkpoint: key}, nil
 	case !errors.Is(err, tier.ErrNoCheckpoint):
 		return nil, Source{}, err
+	default:
+		ts, err := a.listTopics(ctx)
+		return ts, Source{}, err
 	}
-	ts, err := a.listTopics(ctx)
-	return ts, Source{}, err
+	out := checkpointTopics(cp)
+	src := Source{Checkpoint: key}
+	heads, err := tier.HistoryHeads(ctx, a.st)
+	if err != nil {
+		return nil, Source{}, err
+	}
+	for _, h := range heads {
+		if h.History == cp.History {
+			continue
+		}
+		other, err := tier.ReadCheckpoint(ctx, a.st, h.String())
+		if err != nil {
+			return nil, Source{}, err
+		}
+		added := false
+		for _, t := range checkpointTopics(other) {
+			if !slices.ContainsFunc(out, func(have Topic) bool { return have.Name == t.Name && have.ID == t.ID }) {
+				out = append(out, t)
+				added = true
+			}
+		}
+		if added {
+			src.Others++
+		}
+	}
+	slices.SortFunc(out, func(x, y Topic) int { return strings.Compare(x.Name, y.Name) })
+	return out, src, nil
 }
 
 func checkpointTopics(cp *format.Checkpoint) []Topic {

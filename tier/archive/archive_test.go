@@ -429,6 +429,21 @@ func TestTopics(t *testing.T) {
 	if got, err := a.FindTopic(ctx, "orders-eu", ""); err != nil || got.ID != other.TopicID {
 		t.Fatalf("FindTopic of a topic the checkpoint lacks: %+v %v", got, err)
 	}
+
+	// An older metadata history (a cluster this bucket's later one
+	// restored only orders from) names orders-eu too: listed as well.
+	older := &format.Checkpoint{Version: 1, ClusterID: "c", History: "fedcba9876543210fedcba9876543210", Index: 90, WrittenMs: cp.WrittenMs - 1000, Topics: []format.CheckpointTopic{
+		{Name: "orders", ID: format.HexID(tp.TopicID), ReplicationFactor: 1, Configs: map[string]string{}, Partitions: []format.CheckpointPartition{{Partition: 0, Replicas: []int32{1}}}},
+		{Name: "orders-eu", ID: format.HexID(other.TopicID), ReplicationFactor: 1, Configs: map[string]string{}, Partitions: []format.CheckpointPartition{{Partition: 0, Replicas: []int32{1}}, {Partition: 1, Replicas: []int32{1}}}},
+	}}
+	if _, err := tier.WriteCheckpoint(ctx, b.st, older); err != nil {
+		t.Fatal(err)
+	}
+	topics, src, err = a.Topics(ctx)
+	if err != nil || src.Checkpoint != key || src.Others != 1 || len(topics) != 2 || topics[0].Name != "orders" || topics[1].Name != "orders-eu" ||
+		!slices.Equal(topics[1].Partitions, []int32{0, 1}) {
+		t.Fatalf("with an older history naming another topic: %+v from %v, %v", topics, src, err)
+	}
 }
 
 // The format directives render as kcat renders them.

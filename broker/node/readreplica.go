@@ -124,8 +124,12 @@ type readReplicas struct {
 		// seen is the newest manifest key each partition was seen at,
 		// and lag when that became visible here.
 		seen map[tp]seenManifest
+		// gone are the partitions whose source deleted its topic
+		// (partition.SourceGone), as last reported.
+		gone map[tp]bool
 	}
 	lag        *prometheus.GaugeVec
+	goneSeries *prometheus.GaugeVec
 	pollErrors prometheus.Counter
 	metricOnce sync.Once
 	// wake asks readReplicaLoop to start the listeners of new read
@@ -573,6 +577,9 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 	if m == nil {
 		return
 	}
+	if n.noteSourceGone(p) {
+		return
+	}
 	key := m.Key()
 	k := tp{p.Topic(), p.Index()}
 	r.mu.Lock()
@@ -612,6 +619,33 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 	}
 }
 
+// noteSourceGone reports whether p's source deleted its topic, and logs
+// and counts the change when that is news (or no longer true).
+func (n *Node) noteSourceGone(p *partition.Partition) bool {
+	gone := p.SourceGone()
+	r := &n.readReplicas
+	k := tp{p.Topic(), p.Index()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.Dropped() || r.mu.gone[k] == gone {
+		return gone
+	}
+	if r.mu.gone == nil {
+		r.mu.gone = make(map[tp]bool)
+	}
+	r.mu.gone[k] = gone
+	rr := p.ReadReplicaOf()
+	if gone {
+		n.log.Warn("read replica: the source topic was deleted (no manifest of the partition left in its bucket); the replica's log start moved to its end, and it serves nothing more until deleted",
+			"topic", p.Topic(), "partition", p.Index(), "source", rr.URI, "source_topic", rr.Name.Topic, "end", p.HighWatermark())
+		r.goneSeries.WithLabelValues(p.Topic()).Inc()
+	} else {
+		n.log.Info("read replica: the source's bucket holds the partition again; following it", "topic", p.Topic(), "partition", p.Index(), "source", rr.URI)
+		r.goneSeries.WithLabelValues(p.Topic()).Dec()
+	}
+	return gone
+}
+
 // forgetReadReplica forgets what the polls of a dropped partition saw
 // (reconcile, after Stop), and the topic's lag series once none of its
 // partitions is left: a deleted read replica leaves no series, and one
@@ -625,7 +659,16 @@ func (n *Node) forgetReadReplica(p *partition.Partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.mu.seen, tp{p.Topic(), p.Index()})
+	if r.mu.gone[tp{p.Topic(), p.Index()}] {
+		r.goneSeries.WithLabelValues(p.Topic()).Dec()
+	}
+	delete(r.mu.gone, tp{p.Topic(), p.Index()})
 	for k := range r.mu.seen {
+		if k.topic == p.Topic() {
+			return
+		}
+	}
+	for k := range r.mu.gone {
 		if k.topic == p.Topic() {
 			return
 		}
@@ -633,6 +676,7 @@ func (n *Node) forgetReadReplica(p *partition.Partition) {
 	if r.lag != nil {
 		r.lag.DeleteLabelValues(p.Topic())
 	}
+	r.goneSeries.DeleteLabelValues(p.Topic())
 }
 
 // registerReadReplicaMetrics registers the read replicas' series, once.
@@ -646,8 +690,12 @@ func (n *Node) registerReadReplicaMetrics() {
 		Name: "strata_read_replica_poll_errors_total",
 		Help: "Failed polls of read replicas' source manifests.",
 	})
+	r.goneSeries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_read_replica_source_deleted_partitions",
+		Help: "Per read-replica topic, its partitions whose source bucket holds them no more (the source topic was deleted): they serve nothing below their end.",
+	}, []string{"topic"})
 	if reg := n.cfg.Metrics.Registerer; reg != nil {
-		for _, c := range []prometheus.Collector{r.lag, r.pollErrors} {
+		for _, c := range []prometheus.Collector{r.lag, r.pollErrors, r.goneSeries} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -860,4 +861,92 @@ func TestReadReplicaSourceTopicDeleted(t *testing.T) {
 		_, ok := scrapeSeries(t, rep)[series]
 		return !ok
 	})
+}
+
+// hangingManifests is a source store whose manifest GETs wait until their
+// context ends: a source bucket that stopped answering, as a poll sees it.
+type hangingManifests struct {
+	objstore.Store
+	hung *atomic.Int32
+}
+
+func (h hangingManifests) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if strings.HasSuffix(key, ".manifest") {
+		h.hung.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.Store.GetRange(ctx, key, off, n)
+}
+
+// TestReadReplicaHungSourceDoesNotStallTheNode: a read replica whose
+// source stops answering (every manifest GET waits for its context, a
+// minute) holds up nothing else on its node: a normal topic created
+// meanwhile takes leadership and takes a produce within seconds, and the
+// replica answers ListOffsets with a retriable error until its source
+// answers.
+func TestReadReplicaHungSourceDoesNotStallTheNode(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) { c.Tier.IdleUpload = 50 * time.Millisecond })
+	createTopic(t, testAdmin(t, src), "far", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "far", 0, 200)
+	waitAllUploaded(t, src, "far", 1)
+
+	var hung atomic.Int32
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = replicaPoll
+		c.ReadReplica.Open = func(ctx context.Context, uri string) (objstore.Store, error) {
+			st, err := node.OpenDirSource(ctx, uri)
+			if err != nil {
+				return nil, err
+			}
+			return hangingManifests{st, &hung}, nil
+		}
+	})
+	uri := "file://" + srcBucket
+	created := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := testAdmin(t, rep).CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri}, "far")
+		if err == nil {
+			err = resp.Err
+		}
+		created <- err
+	}()
+	waitFor(t, 20*time.Second, "the replica's first poll to hang", func() bool {
+		_, ok := rep.node.TopicByName("far")
+		return ok && hung.Load() > 0
+	})
+
+	began := time.Now()
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "near", 1, nil)
+	cl := testClient(t, rep, kgo.DefaultProduceTopic("near"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	t.Logf("normal topic created and produced to in %v while the replica's source hangs", took)
+	if took > 5*time.Second {
+		t.Fatalf("a normal topic took %v to create and take a produce while a read replica's source hung", took)
+	}
+	// The replica's creation answered too (after its bounded wait).
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("create the replica: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica's creation still waits on its hung source")
+	}
+	if off, code := listOffsetV(t, testClient(t, rep), "far", -1); code == 0 || !kerr.IsRetriable(kerr.ErrorForCode(code)) {
+		t.Fatalf("latest offset of a replica whose source hangs: %d, %v; want a retriable error", off, kerr.ErrorForCode(code))
+	}
 }

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,8 +119,15 @@ type readReplicas struct {
 	mu struct {
 		sync.Mutex
 		// sources are the source tiers, by URI, opened on first use and
-		// kept until the node closes.
+		// kept until the node closes; an entry is there from the start of
+		// its open, so that one open at a time is in flight per URI.
 		sources map[string]*sourceTier
+		// closed is set by closeSources: an open that ends after it
+		// closes what it opened.
+		closed bool
+		// due are the read-replica partitions the loop is to poll now
+		// (pollSoon), besides its ticks.
+		due []*partition.Partition
 		// seen is the newest manifest key each partition was seen at,
 		// and lag when that became visible here.
 		seen map[tp]seenManifest
@@ -132,8 +139,8 @@ type readReplicas struct {
 	goneSeries *prometheus.GaugeVec
 	pollErrors prometheus.Counter
 	metricOnce sync.Once
-	// wake asks readReplicaLoop to start the listeners of new read
-	// replicas now (wakeCh).
+	// wake asks readReplicaLoop to poll the due partitions and start
+	// the listeners of new read replicas now (wakeCh).
 	wake     chan struct{}
 	wakeOnce sync.Once
 }
@@ -151,23 +158,72 @@ type seenManifest struct {
 }
 
 // sourceTier is one source bucket: its store, read-only, and a tier of
-// its own over it (its own chunk cache and manifest pages).
+// its own over it (its own chunk cache and manifest pages). store and
+// tier are set, or err, when ready is closed.
 type sourceTier struct {
+	ready chan struct{}
+	err   error
 	store objstore.Store
 	tier  *tier.Tier
 }
 
 // source returns the tier of the source uri, opening it the first time.
+// The open (which may wait on an unreachable store) runs outside the
+// lock, one at a time per URI: callers for a URI being opened wait for
+// that open (or their ctx), and a failed open is tried again by the next
+// caller.
 func (n *Node) source(ctx context.Context, uri string) (*sourceTier, error) {
 	r := &n.readReplicas
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s := r.mu.sources[uri]; s != nil {
-		return s, nil
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil, partition.ErrClosed
 	}
-	st, err := n.cfg.ReadReplica.WithDefaults().Open(ctx, uri)
+	if s := r.mu.sources[uri]; s != nil {
+		r.mu.Unlock()
+		select {
+		case <-s.ready:
+			if s.err != nil {
+				return nil, s.err
+			}
+			return s, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read replica source %s: waiting for its open: %w", uri, ctx.Err())
+		}
+	}
+	if r.mu.sources == nil {
+		r.mu.sources = make(map[string]*sourceTier)
+	}
+	s := &sourceTier{ready: make(chan struct{})}
+	r.mu.sources[uri] = s
+	r.mu.Unlock()
+
+	st, t, err := n.openSource(ctx, uri)
+	// Under the lock, as closeSources: a tier opened after it is closed
+	// here, never left open.
+	r.mu.Lock()
+	if err == nil && r.mu.closed {
+		t.Close() // nothing read yet: returns at once
+		err = partition.ErrClosed
+	}
+	if err != nil && r.mu.sources[uri] == s {
+		delete(r.mu.sources, uri)
+	}
+	s.store, s.tier, s.err = st, t, err
+	close(s.ready)
+	r.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+// openSource opens the store of the source uri, read-only, and a tier
+// over it.
+func (n *Node) openSource(ctx context.Context, uri string) (objstore.Store, *tier.Tier, error) {
+	st, err := n.cfg.ReadReplica.WithDefaults().Open(ctx, uri)
+	if err != nil {
+		return nil, nil, err
 	}
 	st = objstore.ReadOnly(st) // whatever Open gave: never a write there
 	sum := sha256.Sum256([]byte(uri))
@@ -183,14 +239,9 @@ func (n *Node) source(ctx context.Context, uri string) (*sourceTier, error) {
 		Logger:             n.log.With("component", "read-replica", "source", uri),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read replica source %s: %w", uri, err)
+		return nil, nil, fmt.Errorf("read replica source %s: %w", uri, err)
 	}
-	if r.mu.sources == nil {
-		r.mu.sources = make(map[string]*sourceTier)
-	}
-	s := &sourceTier{store: st, tier: t}
-	r.mu.sources[uri] = s
-	return s, nil
+	return st, t, nil
 }
 
 // closeSources closes the source tiers (Close, once the loops are done).
@@ -198,8 +249,15 @@ func (n *Node) closeSources() {
 	r := &n.readReplicas
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.mu.closed = true
 	for _, s := range r.mu.sources {
-		s.tier.Close()
+		select {
+		case <-s.ready:
+			if s.err == nil {
+				s.tier.Close()
+			}
+		default: // its opener closes it, seeing closed
+		}
 	}
 	r.mu.sources = nil
 }
@@ -370,18 +428,35 @@ func CheckTxnWrite(t *meta.Topic) error {
 }
 
 // readReplicaLoop polls the sources of the read replicas this node hosts
-// at start and every poll interval after, until the node closes; with
+// at start and every poll interval after, and the new ones as soon as
+// the reconcile opens them (pollSoon), until the node closes; with
 // notifications configured it also keeps one listener per source.
+//
+// The polls run in passes of their own, which the loop waits for only
+// when it ends: a source that does not answer (each poll gives up after
+// a minute) holds up neither the loop nor a new replica's first poll,
+// and at most one tick pass runs at a time.
 func (n *Node) readReplicaLoop() {
 	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
 	defer tick.Stop()
 	ls := n.newListeners()
 	defer ls.stop()
+	var passes sync.WaitGroup
+	defer passes.Wait()
+	var ticking atomic.Bool
+	tickPass := func(ps []*partition.Partition) {
+		if ticking.CompareAndSwap(false, true) {
+			passes.Go(func() {
+				defer ticking.Store(false)
+				n.pollReadReplicas(ps)
+			})
+		}
+	}
 	// At once first: the read replicas opened at start-up answer with a
 	// retriable error until their source's manifest is read.
 	ps := n.Partitions()
 	ls.sync(ps)
-	n.pollReadReplicas(ps)
+	tickPass(ps)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -390,10 +465,18 @@ func (n *Node) readReplicaLoop() {
 			ls.failed(e)
 		case <-n.readReplicas.wakeCh():
 			ls.sync(n.Partitions())
+			r := &n.readReplicas
+			r.mu.Lock()
+			due := r.mu.due
+			r.mu.due = nil
+			r.mu.Unlock()
+			if len(due) > 0 {
+				passes.Go(func() { n.pollReadReplicas(due) })
+			}
 		case <-tick.C:
 			ps := n.Partitions()
 			ls.sync(ps)
-			n.pollReadReplicas(ps)
+			tickPass(ps)
 		}
 	}
 }
@@ -511,19 +594,61 @@ func (n *Node) sourceWrote(uri, key string) {
 // sourcePollers bounds the manifests read at once by a poll pass.
 const sourcePollers = 16
 
-// PollReadReplicas reads the newest manifest of the sources of the read
-// replicas among ps, sourcePollers at a time, and returns once all are
-// read (or failed: the next pass tries again). New read replicas (the
-// reconcile's) get their source's notifications at once, not at the
-// loop's next tick.
-func (n *Node) PollReadReplicas(ps []*partition.Partition) {
-	if n.cfg.ReadReplica.Notify != nil && slices.ContainsFunc(ps, func(p *partition.Partition) bool { return p.ReadReplicaOf() != nil }) {
-		select {
-		case n.readReplicas.wakeCh() <- struct{}{}:
-		default:
+// pollSoon asks readReplicaLoop to poll the read replicas among ps now,
+// and to start their sources' notifications, without waiting for it:
+// the reconcile calls it for the partitions it opened, and must never
+// wait on a source bucket (an unreachable one would hold up leadership
+// and ISR changes for minutes). Until its first poll a read replica
+// answers what needs its source with a retriable error.
+func (n *Node) pollSoon(ps []*partition.Partition) {
+	r := &n.readReplicas
+	r.mu.Lock()
+	for _, p := range ps {
+		if p.ReadReplicaOf() != nil {
+			r.mu.due = append(r.mu.due, p)
 		}
 	}
-	n.pollReadReplicas(ps)
+	due := len(r.mu.due) > 0
+	r.mu.Unlock()
+	if due {
+		select {
+		case r.wakeCh() <- struct{}{}:
+		default: // a wake is pending: it takes these too
+		}
+	}
+}
+
+// PollReadReplicas reads the newest manifest of the sources of the read
+// replicas among ps, sourcePollers at a time, and returns once all are
+// read (or failed: the next pass tries again). For tests and tools: the
+// node's own polls are the loop's.
+func (n *Node) PollReadReplicas(ps []*partition.Partition) { n.pollReadReplicas(ps) }
+
+// awaitReadReplica waits, up to a few seconds (or ctx), for this node's
+// partitions of a new read-replica topic to have read their source once,
+// so that the creator's first requests find the source's records rather
+// than a retriable error. Only the creation's answer waits: the poll is
+// the loop's.
+func (n *Node) awaitReadReplica(ctx context.Context, topic string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		pending := false
+		for _, p := range n.Partitions() {
+			if p.Topic() == topic && p.ReadReplicaOf() != nil && p.CheckRemoteKnown() != nil {
+				pending = true
+				break
+			}
+		}
+		if !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (n *Node) pollReadReplicas(ps []*partition.Partition) {

@@ -227,21 +227,55 @@ func (n *Node) openSource(ctx context.Context, uri string) (objstore.Store, *tie
 	}
 	st = objstore.ReadOnly(st) // whatever Open gave: never a write there
 	sum := sha256.Sum256([]byte(uri))
+	b := sourceBudget(n.cfg.Tier)
 	t, err := tier.Open(tier.Config{
 		Store:              st,
 		CacheDir:           filepath.Join(n.cfg.DataDir, "read-replica-cache", hex.EncodeToString(sum[:8])),
-		ChunkBytes:         n.cfg.Tier.ChunkBytes,
-		MemoryBytes:        n.cfg.Tier.MemoryBytes,
-		CacheBytes:         n.cfg.Tier.CacheBytes,
+		ChunkBytes:         b.chunk,
+		MemoryBytes:        b.memory,
+		CacheBytes:         b.cache,
 		ReadAhead:          n.cfg.Tier.ReadAhead,
 		ReadWorkers:        n.cfg.Tier.ReadWorkers,
-		ManifestCacheBytes: n.cfg.Tier.ManifestCacheBytes,
+		ManifestCacheBytes: b.manifests,
 		Logger:             n.log.With("component", "read-replica", "source", uri),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read replica source %s: %w", uri, err)
 	}
 	return st, t, nil
+}
+
+// SourceShare is the part of the node's tier budgets (chunk memory, disk
+// cache, manifest pages) that each read-replica source tier gets: a
+// quarter, so that a source or two cost at most half again what the
+// node's own tier does, and each source's cost is known in advance.
+const SourceShare = 4
+
+// budget is what a tier may hold.
+type budget struct{ chunk, memory, cache, manifests int64 }
+
+// sourceBudget is a source tier's share of the node's tier budgets (the
+// tier's defaults where the node leaves them zero): 1/SourceShare of
+// each, but never below the two chunks a tier needs in memory and on
+// disk, nor below 1 MiB of manifest pages.
+func sourceBudget(c TierConfig) budget {
+	b := budget{chunk: c.ChunkBytes, memory: c.MemoryBytes, cache: c.CacheBytes, manifests: c.ManifestCacheBytes}
+	if b.chunk <= 0 {
+		b.chunk = tier.DefaultChunkBytes
+	}
+	if b.memory <= 0 {
+		b.memory = tier.DefaultMemoryBytes
+	}
+	if b.cache <= 0 {
+		b.cache = tier.DefaultCacheBytes
+	}
+	if b.manifests <= 0 {
+		b.manifests = tier.DefaultManifestCacheBytes
+	}
+	b.memory = max(b.memory/SourceShare, 2*b.chunk)
+	b.cache = max(b.cache/SourceShare, 2*b.chunk)
+	b.manifests = max(b.manifests/SourceShare, 1<<20)
+	return b
 }
 
 // closeSources closes the source tiers (Close, once the loops are done).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -737,5 +738,215 @@ func TestReadReplicaLagSeriesGoesWithTheTopic(t *testing.T) {
 	time.Sleep(3 * replicaPoll)
 	if _, ok := scrapeSeries(t, rep)[series]; ok {
 		t.Fatal("the lag series came back after the topic was deleted")
+	}
+}
+
+// fetchCode fetches topic-partition 0 at offset from b and returns the
+// partition's error code and how many record bytes came back.
+func fetchCode(t *testing.T, b *Broker, cl *kgo.Client, topic string, offset int64) (int16, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxBytes = 1 << 20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	tt, _ := b.node.TopicByName(topic)
+	rt.TopicID = tt.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch, rp.LogStartOffset = offset, 1<<20, -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Topics[0].Partitions[0]
+	return got.ErrorCode, len(got.RecordBatches)
+}
+
+// TestReadReplicaSourceTopicDeleted: the source deletes its topic (its
+// manifests and segments go from the bucket) while the replica holds a
+// stale manifest. A read of a deleted object (not in the replica's
+// chunk cache, which serves until the next poll) reads the source again,
+// finds no manifest, and the replica's log start moves to its end: every
+// fetch below answers OFFSET_OUT_OF_RANGE, never KAFKA_STORAGE_ERROR,
+// the latest offset stays, a consumer resetting to the start waits at
+// the end without an error, and the node logs and counts it.
+func TestReadReplicaSourceTopicDeleted(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) { c.Tier.IdleUpload = 50 * time.Millisecond })
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = time.Hour // only the creation's poll, and the reads'
+		c.HTTPListen = "127.0.0.1:0"
+	})
+	createTopic(t, testAdmin(t, src), "doomed", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "doomed", 0, 500)
+	end := waitAllUploaded(t, src, "doomed", 1)[0]
+	uri := "file://" + srcBucket
+	createTopic(t, testAdmin(t, rep), "doomed", -1, map[string]*string{node.ReadReplicaSourceKey: &uri})
+	repCl := testClient(t, rep)
+	waitFor(t, 10*time.Second, "the replica's first poll", func() bool {
+		off, code := listOffsetV(t, repCl, "doomed", -1)
+		return code == 0 && off == end
+	})
+	// (No fetch yet: a chunk read before the deletion stays in the
+	// replica's cache and is served until a poll sees the deletion.)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := testAdmin(t, src).DeleteTopic(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the source bucket to forget the topic", func() bool {
+		n := 0
+		srcStore.List(context.Background(), "", func(a objstore.Attrs) error {
+			if strings.Contains(a.Key, "/doomed-") {
+				n++
+			}
+			return nil
+		})
+		return n == 0
+	})
+
+	// The replica's manifest is stale (no poll since): the read meets a
+	// deleted object, reads the source again and finds the topic gone.
+	for _, off := range []int64{0, end / 2, end - 1} {
+		if code, n := fetchCode(t, rep, repCl, "doomed", off); code != kerr.OffsetOutOfRange.Code || n != 0 {
+			t.Fatalf("fetch at %d after the source deleted the topic: %v, %d bytes; want OFFSET_OUT_OF_RANGE", off, kerr.ErrorForCode(code), n)
+		}
+	}
+	if start := listOffset(t, repCl, "doomed", -2); start != end {
+		t.Fatalf("earliest %d after the source's deletion, want the end %d", start, end)
+	}
+	if latest := listOffset(t, repCl, "doomed", -1); latest != end {
+		t.Fatalf("latest %d after the source's deletion, want %d", latest, end)
+	}
+	if code, _ := fetchCode(t, rep, repCl, "doomed", end); code != 0 {
+		t.Fatalf("fetch at the end: %v", kerr.ErrorForCode(code))
+	}
+	// A consumer from 0 resets to the start (the end) and waits there.
+	cons := testClient(t, rep, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"doomed": {0: kgo.NewOffset().At(0)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer pcancel()
+	for pctx.Err() == nil {
+		fs := cons.PollFetches(pctx)
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("consume after the source's deletion: %v", err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) { t.Fatalf("record at %d served after the source's deletion", r.Offset) })
+	}
+
+	// The loop's next poll reports it.
+	rep.node.PollReadReplicas(rep.node.Partitions())
+	const series = `strata_read_replica_source_deleted_partitions{topic="doomed"}`
+	if v := scrapeSeries(t, rep)[series]; v != 1 {
+		t.Fatalf("%s = %v, want 1", series, v)
+	}
+	// The replica goes on answering the same after every poll.
+	if code, _ := fetchCode(t, rep, repCl, "doomed", 0); code != kerr.OffsetOutOfRange.Code {
+		t.Fatalf("fetch at 0 after a poll: %v", kerr.ErrorForCode(code))
+	}
+	if _, err := testAdmin(t, rep).DeleteTopic(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the series to go with the topic", func() bool {
+		_, ok := scrapeSeries(t, rep)[series]
+		return !ok
+	})
+}
+
+// hangingManifests is a source store whose manifest GETs wait until their
+// context ends: a source bucket that stopped answering, as a poll sees it.
+type hangingManifests struct {
+	objstore.Store
+	hung *atomic.Int32
+}
+
+func (h hangingManifests) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if strings.HasSuffix(key, ".manifest") {
+		h.hung.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.Store.GetRange(ctx, key, off, n)
+}
+
+// TestReadReplicaHungSourceDoesNotStallTheNode: a read replica whose
+// source stops answering (every manifest GET waits for its context, a
+// minute) holds up nothing else on its node: a normal topic created
+// meanwhile takes leadership and takes a produce within seconds, and the
+// replica answers ListOffsets with a retriable error until its source
+// answers.
+func TestReadReplicaHungSourceDoesNotStallTheNode(t *testing.T) {
+	srcBucket := filepath.Join(t.TempDir(), "source-bucket")
+	srcStore, err := objstore.NewDir(srcBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tieredBroker(t, "", srcStore, func(c *Config) { c.Tier.IdleUpload = 50 * time.Millisecond })
+	createTopic(t, testAdmin(t, src), "far", 1, map[string]*string{"segment.bytes": ptr("16384")})
+	produceWithHeaders(t, src, "far", 0, 200)
+	waitAllUploaded(t, src, "far", 1)
+
+	var hung atomic.Int32
+	rep := tieredBroker(t, "", tierStores[0].open(t), func(c *Config) {
+		c.ReadReplica.PollInterval = replicaPoll
+		c.ReadReplica.Open = func(ctx context.Context, uri string) (objstore.Store, error) {
+			st, err := node.OpenDirSource(ctx, uri)
+			if err != nil {
+				return nil, err
+			}
+			return hangingManifests{st, &hung}, nil
+		}
+	})
+	uri := "file://" + srcBucket
+	created := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := testAdmin(t, rep).CreateTopic(ctx, -1, -1, map[string]*string{node.ReadReplicaSourceKey: &uri}, "far")
+		if err == nil {
+			err = resp.Err
+		}
+		created <- err
+	}()
+	waitFor(t, 20*time.Second, "the replica's first poll to hang", func() bool {
+		_, ok := rep.node.TopicByName("far")
+		return ok && hung.Load() > 0
+	})
+
+	began := time.Now()
+	adm := testAdmin(t, rep)
+	createTopic(t, adm, "near", 1, nil)
+	cl := testClient(t, rep, kgo.DefaultProduceTopic("near"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	t.Logf("normal topic created and produced to in %v while the replica's source hangs", took)
+	if took > 5*time.Second {
+		t.Fatalf("a normal topic took %v to create and take a produce while a read replica's source hung", took)
+	}
+	// The replica's creation answered too (after its bounded wait).
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("create the replica: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica's creation still waits on its hung source")
+	}
+	if off, code := listOffsetV(t, testClient(t, rep), "far", -1); code == 0 || !kerr.IsRetriable(kerr.ErrorForCode(code)) {
+		t.Fatalf("latest offset of a replica whose source hangs: %d, %v; want a retriable error", off, kerr.ErrorForCode(code))
 	}
 }

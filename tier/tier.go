@@ -323,6 +323,28 @@ func (t *Tier) Refresh(ctx context.Context, tp format.TopicPartition) (*format.R
 	return t.state(tp).advance(m), nil
 }
 
+// RefreshSource is Refresh for a reader of a bucket another cluster
+// writes (a read replica's source), which also says whether the bucket
+// holds a manifest of tp at all. When it holds none, the tier forgets
+// the manifest it had read, if any, and returns an empty root: a
+// partition's last manifest goes only when its topic is deleted (the
+// collector always keeps the newest version), and every read through the
+// forgotten one would meet deleted objects. Refresh keeps what it had,
+// since a writer never sees its own manifests vanish.
+func (t *Tier) RefreshSource(ctx context.Context, tp format.TopicPartition) (m *format.Root, found bool, err error) {
+	m, found, err = ReadManifest(ctx, t.store, tp)
+	if err != nil {
+		return nil, false, err
+	}
+	ps := t.state(tp)
+	if !found {
+		m = &format.Root{TopicPartition: tp}
+		ps.cur.Store(m)
+		return m, false, nil
+	}
+	return ps.advance(m), true, nil
+}
+
 // cachedManifest returns tp's current manifest if it is loaded, without
 // any I/O.
 func (t *Tier) cachedManifest(tp format.TopicPartition) *format.Root {

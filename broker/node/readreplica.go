@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,17 +119,28 @@ type readReplicas struct {
 	mu struct {
 		sync.Mutex
 		// sources are the source tiers, by URI, opened on first use and
-		// kept until the node closes.
+		// kept until the node closes; an entry is there from the start of
+		// its open, so that one open at a time is in flight per URI.
 		sources map[string]*sourceTier
+		// closed is set by closeSources: an open that ends after it
+		// closes what it opened.
+		closed bool
+		// due are the read-replica partitions the loop is to poll now
+		// (pollSoon), besides its ticks.
+		due []*partition.Partition
 		// seen is the newest manifest key each partition was seen at,
 		// and lag when that became visible here.
 		seen map[tp]seenManifest
+		// gone are the partitions whose source deleted its topic
+		// (partition.SourceGone), as last reported.
+		gone map[tp]bool
 	}
 	lag        *prometheus.GaugeVec
+	goneSeries *prometheus.GaugeVec
 	pollErrors prometheus.Counter
 	metricOnce sync.Once
-	// wake asks readReplicaLoop to start the listeners of new read
-	// replicas now (wakeCh).
+	// wake asks readReplicaLoop to poll the due partitions and start
+	// the listeners of new read replicas now (wakeCh).
 	wake     chan struct{}
 	wakeOnce sync.Once
 }
@@ -147,46 +158,124 @@ type seenManifest struct {
 }
 
 // sourceTier is one source bucket: its store, read-only, and a tier of
-// its own over it (its own chunk cache and manifest pages).
+// its own over it (its own chunk cache and manifest pages). store and
+// tier are set, or err, when ready is closed.
 type sourceTier struct {
+	ready chan struct{}
+	err   error
 	store objstore.Store
 	tier  *tier.Tier
 }
 
 // source returns the tier of the source uri, opening it the first time.
+// The open (which may wait on an unreachable store) runs outside the
+// lock, one at a time per URI: callers for a URI being opened wait for
+// that open (or their ctx), and a failed open is tried again by the next
+// caller.
 func (n *Node) source(ctx context.Context, uri string) (*sourceTier, error) {
 	r := &n.readReplicas
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil, partition.ErrClosed
+	}
 	if s := r.mu.sources[uri]; s != nil {
-		return s, nil
-	}
-	st, err := n.cfg.ReadReplica.WithDefaults().Open(ctx, uri)
-	if err != nil {
-		return nil, err
-	}
-	st = objstore.ReadOnly(st) // whatever Open gave: never a write there
-	sum := sha256.Sum256([]byte(uri))
-	t, err := tier.Open(tier.Config{
-		Store:              st,
-		CacheDir:           filepath.Join(n.cfg.DataDir, "read-replica-cache", hex.EncodeToString(sum[:8])),
-		ChunkBytes:         n.cfg.Tier.ChunkBytes,
-		MemoryBytes:        n.cfg.Tier.MemoryBytes,
-		CacheBytes:         n.cfg.Tier.CacheBytes,
-		ReadAhead:          n.cfg.Tier.ReadAhead,
-		ReadWorkers:        n.cfg.Tier.ReadWorkers,
-		ManifestCacheBytes: n.cfg.Tier.ManifestCacheBytes,
-		Logger:             n.log.With("component", "read-replica", "source", uri),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read replica source %s: %w", uri, err)
+		r.mu.Unlock()
+		select {
+		case <-s.ready:
+			if s.err != nil {
+				return nil, s.err
+			}
+			return s, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read replica source %s: waiting for its open: %w", uri, ctx.Err())
+		}
 	}
 	if r.mu.sources == nil {
 		r.mu.sources = make(map[string]*sourceTier)
 	}
-	s := &sourceTier{store: st, tier: t}
+	s := &sourceTier{ready: make(chan struct{})}
 	r.mu.sources[uri] = s
+	r.mu.Unlock()
+
+	st, t, err := n.openSource(ctx, uri)
+	// Under the lock, as closeSources: a tier opened after it is closed
+	// here, never left open.
+	r.mu.Lock()
+	if err == nil && r.mu.closed {
+		t.Close() // nothing read yet: returns at once
+		err = partition.ErrClosed
+	}
+	if err != nil && r.mu.sources[uri] == s {
+		delete(r.mu.sources, uri)
+	}
+	s.store, s.tier, s.err = st, t, err
+	close(s.ready)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// openSource opens the store of the source uri, read-only, and a tier
+// over it.
+func (n *Node) openSource(ctx context.Context, uri string) (objstore.Store, *tier.Tier, error) {
+	st, err := n.cfg.ReadReplica.WithDefaults().Open(ctx, uri)
+	if err != nil {
+		return nil, nil, err
+	}
+	st = objstore.ReadOnly(st) // whatever Open gave: never a write there
+	sum := sha256.Sum256([]byte(uri))
+	b := sourceBudget(n.cfg.Tier)
+	t, err := tier.Open(tier.Config{
+		Store:              st,
+		CacheDir:           filepath.Join(n.cfg.DataDir, "read-replica-cache", hex.EncodeToString(sum[:8])),
+		ChunkBytes:         b.chunk,
+		MemoryBytes:        b.memory,
+		CacheBytes:         b.cache,
+		ReadAhead:          n.cfg.Tier.ReadAhead,
+		ReadWorkers:        n.cfg.Tier.ReadWorkers,
+		ManifestCacheBytes: b.manifests,
+		Logger:             n.log.With("component", "read-replica", "source", uri),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read replica source %s: %w", uri, err)
+	}
+	return st, t, nil
+}
+
+// SourceShare is the part of the node's tier budgets (chunk memory, disk
+// cache, manifest pages) that each read-replica source tier gets: a
+// quarter, so that a source or two cost at most half again what the
+// node's own tier does, and each source's cost is known in advance.
+const SourceShare = 4
+
+// budget is what a tier may hold.
+type budget struct{ chunk, memory, cache, manifests int64 }
+
+// sourceBudget is a source tier's share of the node's tier budgets (the
+// tier's defaults where the node leaves them zero): 1/SourceShare of
+// each, but never below the two chunks a tier needs in memory and on
+// disk, nor below 1 MiB of manifest pages.
+func sourceBudget(c TierConfig) budget {
+	b := budget{chunk: c.ChunkBytes, memory: c.MemoryBytes, cache: c.CacheBytes, manifests: c.ManifestCacheBytes}
+	if b.chunk <= 0 {
+		b.chunk = tier.DefaultChunkBytes
+	}
+	if b.memory <= 0 {
+		b.memory = tier.DefaultMemoryBytes
+	}
+	if b.cache <= 0 {
+		b.cache = tier.DefaultCacheBytes
+	}
+	if b.manifests <= 0 {
+		b.manifests = tier.DefaultManifestCacheBytes
+	}
+	b.memory = max(b.memory/SourceShare, 2*b.chunk)
+	b.cache = max(b.cache/SourceShare, 2*b.chunk)
+	b.manifests = max(b.manifests/SourceShare, 1<<20)
+	return b
 }
 
 // closeSources closes the source tiers (Close, once the loops are done).
@@ -194,8 +283,15 @@ func (n *Node) closeSources() {
 	r := &n.readReplicas
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.mu.closed = true
 	for _, s := range r.mu.sources {
-		s.tier.Close()
+		select {
+		case <-s.ready:
+			if s.err == nil {
+				s.tier.Close()
+			}
+		default: // its opener closes it, seeing closed
+		}
 	}
 	r.mu.sources = nil
 }
@@ -366,18 +462,35 @@ func CheckTxnWrite(t *meta.Topic) error {
 }
 
 // readReplicaLoop polls the sources of the read replicas this node hosts
-// at start and every poll interval after, until the node closes; with
+// at start and every poll interval after, and the new ones as soon as
+// the reconcile opens them (pollSoon), until the node closes; with
 // notifications configured it also keeps one listener per source.
+//
+// The polls run in passes of their own, which the loop waits for only
+// when it ends: a source that does not answer (each poll gives up after
+// a minute) holds up neither the loop nor a new replica's first poll,
+// and at most one tick pass runs at a time.
 func (n *Node) readReplicaLoop() {
 	tick := time.NewTicker(n.cfg.ReadReplica.WithDefaults().PollInterval)
 	defer tick.Stop()
 	ls := n.newListeners()
 	defer ls.stop()
+	var passes sync.WaitGroup
+	defer passes.Wait()
+	var ticking atomic.Bool
+	tickPass := func(ps []*partition.Partition) {
+		if ticking.CompareAndSwap(false, true) {
+			passes.Go(func() {
+				defer ticking.Store(false)
+				n.pollReadReplicas(ps)
+			})
+		}
+	}
 	// At once first: the read replicas opened at start-up answer with a
 	// retriable error until their source's manifest is read.
 	ps := n.Partitions()
 	ls.sync(ps)
-	n.pollReadReplicas(ps)
+	tickPass(ps)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -386,10 +499,18 @@ func (n *Node) readReplicaLoop() {
 			ls.failed(e)
 		case <-n.readReplicas.wakeCh():
 			ls.sync(n.Partitions())
+			r := &n.readReplicas
+			r.mu.Lock()
+			due := r.mu.due
+			r.mu.due = nil
+			r.mu.Unlock()
+			if len(due) > 0 {
+				passes.Go(func() { n.pollReadReplicas(due) })
+			}
 		case <-tick.C:
 			ps := n.Partitions()
 			ls.sync(ps)
-			n.pollReadReplicas(ps)
+			tickPass(ps)
 		}
 	}
 }
@@ -507,19 +628,61 @@ func (n *Node) sourceWrote(uri, key string) {
 // sourcePollers bounds the manifests read at once by a poll pass.
 const sourcePollers = 16
 
-// PollReadReplicas reads the newest manifest of the sources of the read
-// replicas among ps, sourcePollers at a time, and returns once all are
-// read (or failed: the next pass tries again). New read replicas (the
-// reconcile's) get their source's notifications at once, not at the
-// loop's next tick.
-func (n *Node) PollReadReplicas(ps []*partition.Partition) {
-	if n.cfg.ReadReplica.Notify != nil && slices.ContainsFunc(ps, func(p *partition.Partition) bool { return p.ReadReplicaOf() != nil }) {
-		select {
-		case n.readReplicas.wakeCh() <- struct{}{}:
-		default:
+// pollSoon asks readReplicaLoop to poll the read replicas among ps now,
+// and to start their sources' notifications, without waiting for it:
+// the reconcile calls it for the partitions it opened, and must never
+// wait on a source bucket (an unreachable one would hold up leadership
+// and ISR changes for minutes). Until its first poll a read replica
+// answers what needs its source with a retriable error.
+func (n *Node) pollSoon(ps []*partition.Partition) {
+	r := &n.readReplicas
+	r.mu.Lock()
+	for _, p := range ps {
+		if p.ReadReplicaOf() != nil {
+			r.mu.due = append(r.mu.due, p)
 		}
 	}
-	n.pollReadReplicas(ps)
+	due := len(r.mu.due) > 0
+	r.mu.Unlock()
+	if due {
+		select {
+		case r.wakeCh() <- struct{}{}:
+		default: // a wake is pending: it takes these too
+		}
+	}
+}
+
+// PollReadReplicas reads the newest manifest of the sources of the read
+// replicas among ps, sourcePollers at a time, and returns once all are
+// read (or failed: the next pass tries again). For tests and tools: the
+// node's own polls are the loop's.
+func (n *Node) PollReadReplicas(ps []*partition.Partition) { n.pollReadReplicas(ps) }
+
+// awaitReadReplica waits, up to a few seconds (or ctx), for this node's
+// partitions of a new read-replica topic to have read their source once,
+// so that the creator's first requests find the source's records rather
+// than a retriable error. Only the creation's answer waits: the poll is
+// the loop's.
+func (n *Node) awaitReadReplica(ctx context.Context, topic string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		pending := false
+		for _, p := range n.Partitions() {
+			if p.Topic() == topic && p.ReadReplicaOf() != nil && p.CheckRemoteKnown() != nil {
+				pending = true
+				break
+			}
+		}
+		if !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (n *Node) pollReadReplicas(ps []*partition.Partition) {
@@ -573,6 +736,9 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 	if m == nil {
 		return
 	}
+	if n.noteSourceGone(p) {
+		return
+	}
 	key := m.Key()
 	k := tp{p.Topic(), p.Index()}
 	r.mu.Lock()
@@ -612,6 +778,33 @@ func (n *Node) pollReadReplica(p *partition.Partition) {
 	}
 }
 
+// noteSourceGone reports whether p's source deleted its topic, and logs
+// and counts the change when that is news (or no longer true).
+func (n *Node) noteSourceGone(p *partition.Partition) bool {
+	gone := p.SourceGone()
+	r := &n.readReplicas
+	k := tp{p.Topic(), p.Index()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.Dropped() || r.mu.gone[k] == gone {
+		return gone
+	}
+	if r.mu.gone == nil {
+		r.mu.gone = make(map[tp]bool)
+	}
+	r.mu.gone[k] = gone
+	rr := p.ReadReplicaOf()
+	if gone {
+		n.log.Warn("read replica: the source topic was deleted (no manifest of the partition left in its bucket); the replica's log start moved to its end, and it serves nothing more until deleted",
+			"topic", p.Topic(), "partition", p.Index(), "source", rr.URI, "source_topic", rr.Name.Topic, "end", p.HighWatermark())
+		r.goneSeries.WithLabelValues(p.Topic()).Inc()
+	} else {
+		n.log.Info("read replica: the source's bucket holds the partition again; following it", "topic", p.Topic(), "partition", p.Index(), "source", rr.URI)
+		r.goneSeries.WithLabelValues(p.Topic()).Dec()
+	}
+	return gone
+}
+
 // forgetReadReplica forgets what the polls of a dropped partition saw
 // (reconcile, after Stop), and the topic's lag series once none of its
 // partitions is left: a deleted read replica leaves no series, and one
@@ -625,7 +818,16 @@ func (n *Node) forgetReadReplica(p *partition.Partition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.mu.seen, tp{p.Topic(), p.Index()})
+	if r.mu.gone[tp{p.Topic(), p.Index()}] {
+		r.goneSeries.WithLabelValues(p.Topic()).Dec()
+	}
+	delete(r.mu.gone, tp{p.Topic(), p.Index()})
 	for k := range r.mu.seen {
+		if k.topic == p.Topic() {
+			return
+		}
+	}
+	for k := range r.mu.gone {
 		if k.topic == p.Topic() {
 			return
 		}
@@ -633,6 +835,7 @@ func (n *Node) forgetReadReplica(p *partition.Partition) {
 	if r.lag != nil {
 		r.lag.DeleteLabelValues(p.Topic())
 	}
+	r.goneSeries.DeleteLabelValues(p.Topic())
 }
 
 // registerReadReplicaMetrics registers the read replicas' series, once.
@@ -646,8 +849,12 @@ func (n *Node) registerReadReplicaMetrics() {
 		Name: "strata_read_replica_poll_errors_total",
 		Help: "Failed polls of read replicas' source manifests.",
 	})
+	r.goneSeries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_read_replica_source_deleted_partitions",
+		Help: "Per read-replica topic, its partitions whose source bucket holds them no more (the source topic was deleted): they serve nothing below their end.",
+	}, []string{"topic"})
 	if reg := n.cfg.Metrics.Registerer; reg != nil {
-		for _, c := range []prometheus.Collector{r.lag, r.pollErrors} {
+		for _, c := range []prometheus.Collector{r.lag, r.pollErrors, r.goneSeries} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

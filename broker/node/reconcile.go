@@ -174,9 +174,10 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 		case <-loaded:
 		case <-n.ctx.Done():
 		}
-		// A new read replica serves its source's records from its first
-		// answer; at start-up the poll loop reads the sources.
-		n.PollReadReplicas(opened)
+		// New read replicas are polled by the loop at once, never here:
+		// a source that does not answer must not hold up the reconcile.
+		// At start-up the loop polls every source anyway.
+		n.pollSoon(opened)
 	}
 	return errors.Join(errs...)
 }

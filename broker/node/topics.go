@@ -176,6 +176,9 @@ func (n *Node) CreateTopic(ctx context.Context, c *TopicCreate) (*meta.Topic, er
 	if err := n.Reconcile(); err != nil {
 		n.log.Error("open partitions of new topic", "topic", c.Name, "err", err)
 	}
+	if IsReadReplica(t.Configs) {
+		n.awaitReadReplica(ctx, c.Name)
+	}
 	n.log.Info("topic created", "topic", c.Name, "partitions", c.Partitions)
 	return &t, nil
 }

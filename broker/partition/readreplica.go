@@ -36,9 +36,25 @@ type source struct {
 	// known is set once a manifest of the source has been read: until then
 	// the partition cannot say where its log starts or ends.
 	known atomic.Bool
+	// found is set once the source's bucket held a manifest of the
+	// partition; gone once it then held none (SourceGone).
+	found, gone atomic.Bool
 }
 
-type bucketRef struct{ Bucket }
+type bucketRef struct{ SourceBucket }
+
+// SourceBucket is the bucket of a read replica's source (*tier.Tier): a
+// Bucket that also tells a partition without a manifest any more
+// (RefreshSource).
+type SourceBucket interface {
+	Bucket
+	RefreshSource(ctx context.Context, tp format.TopicPartition) (m *format.Root, found bool, err error)
+}
+
+// SourceGone reports whether the source's bucket no longer holds the
+// partition it once held: the source topic (that incarnation, named by
+// its id) was deleted. The partition then serves nothing below its end.
+func (p *Partition) SourceGone() bool { return p.source != nil && p.source.gone.Load() }
 
 // ReadReplicaOf returns what the partition serves when it is a read
 // replica, nil otherwise.
@@ -55,7 +71,7 @@ func (p *Partition) ReadReplicaOf() *ReadReplica {
 func (p *Partition) remote() (Bucket, format.TopicPartition) {
 	if s := p.source; s != nil {
 		if b := s.bucket.Load(); b != nil {
-			return b.Bucket, s.Name
+			return b.SourceBucket, s.Name
 		}
 		return nil, s.Name
 	}
@@ -76,10 +92,17 @@ func (p *Partition) errReadReplica(what string) error {
 // epochs of the last object, so that OffsetForLeaderEpoch answers with
 // the source's epochs. It returns the manifest read.
 //
+// A source whose bucket holds no manifest of the partition any more,
+// though it did, deleted the topic: the partition's bounds in the bucket
+// go, and its log start becomes its end (the local log's start, where
+// the last poll left it), so a fetch below answers OFFSET_OUT_OF_RANGE
+// and the latest offset stays where it was. A topic created again at the
+// source under the name has another id, and is not followed.
+//
 // Reads never see the high watermark ahead of the manifest they read
 // from: the tier's manifest moves first, then the bounds, then the local
 // log, then the high watermark.
-func (p *Partition) PollSource(ctx context.Context, b Bucket) (*format.Root, error) {
+func (p *Partition) PollSource(ctx context.Context, b SourceBucket) (*format.Root, error) {
 	s := p.source
 	if s == nil {
 		return nil, fmt.Errorf("%s-%d is not a read replica", p.topic, p.index)
@@ -91,12 +114,30 @@ func (p *Partition) PollSource(ctx context.Context, b Bucket) (*format.Root, err
 	if p.tier.ctx.Err() != nil {
 		return nil, nil
 	}
-	m, err := b.Refresh(ctx, s.Name)
+	m, found, err := b.RefreshSource(ctx, s.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest of %s-%d in %s: %w", s.Name.Topic, s.Name.Partition, s.URI, err)
 	}
 	s.bucket.Store(&bucketRef{b})
+	if found {
+		// (A manifest back after the source's deletion, put back by
+		// hand, is followed again.)
+		s.found.Store(true)
+		s.gone.Store(false)
+	} else if s.found.Load() {
+		s.gone.Store(true)
+	}
 	end := m.EndOffset()
+	if s.gone.Load() {
+		// Deleted at the source: nothing in the bucket, and the ends stay
+		// (they never move down).
+		p.remoteStart.Store(-1)
+		p.remoteEnd.Store(-1)
+		s.known.Store(true)
+		p.remoteKnown.Store(true)
+		p.Wake()
+		return m, nil
+	}
 	p.uploadedEnd.Store(end)
 	if m.Empty() {
 		p.remoteStart.Store(-1)
@@ -149,7 +190,8 @@ func (p *Partition) readSource(ctx context.Context, b Bucket, name format.TopicP
 	if err == nil || !errors.Is(err, objstore.ErrNotFound) {
 		return out, err
 	}
-	if _, perr := p.PollSource(ctx, b); perr != nil {
+	sb := p.source.bucket.Load() // set: b is its bucket
+	if _, perr := p.PollSource(ctx, sb.SourceBucket); perr != nil {
 		return dst, err
 	}
 	return b.ReadBelow(ctx, name, dst, offset, min(maxOffset, p.HighWatermark()), maxBytes)

@@ -81,7 +81,8 @@ are for 'strata serve', and each one set is reported as ignored.`,
 			cfg.Logger.Warn(w)
 		}
 		cfg.ReadReplica.PollInterval = c.ReadReplica.PollInterval
-		cfg.ReadReplica.Notify = sourceNotifier(c.S3, c.ReadReplica.Notifications)
+		cfg.ReadReplica.Open = sourceOpener(c.S3, c.ReadReplica.AllowedEndpoints)
+		cfg.ReadReplica.Notify = sourceNotifier(c.S3, c.ReadReplica.AllowedEndpoints, c.ReadReplica.Notifications)
 		if err := checkDevShape(dev.dataDir, nodes); err != nil {
 			return err
 		}
@@ -202,7 +203,9 @@ func checkFlagsAlone(flags *config.Flags) error {
 // brokerConfig maps the operator-facing configuration onto the broker's.
 func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	return broker.Config{
-		ReadReplica:       broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval, Notify: sourceNotifier(c.S3, c.ReadReplica.Notifications)},
+		ReadReplica: broker.ReadReplicaConfig{PollInterval: c.ReadReplica.PollInterval,
+			Open:   sourceOpener(c.S3, c.ReadReplica.AllowedEndpoints),
+			Notify: sourceNotifier(c.S3, c.ReadReplica.AllowedEndpoints, c.ReadReplica.Notifications)},
 		NodeID:            c.Node.ID,
 		DataDir:           c.Node.DataDir,
 		Rack:              c.Node.Rack,

@@ -164,7 +164,7 @@ func notificationsScenario(t *testing.T, s3 *localstack.S3, endpoint, plain stri
 	src := startNode(t, keys, append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
 		"--tier-upload-interval", "100ms", "--tier-idle-upload", "200ms"}, s3Flags...)...)
 	rep := startNode(t, keys, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
-		"--read-replica-poll-interval", "1h", "--read-replica-notifications")
+		"--read-replica-poll-interval", "1h", "--read-replica-notifications", "--read-replica-allowed-endpoints", endpoint)
 	mustCreate(t, src.bootstrap, "notified", 1, map[string]*string{"segment.bytes": kmsg.StringPtr("4096")})
 	produceN(t, src.bootstrap, "notified", 0, 30)
 	srcEnv := append([]string{"STRATA_BOOTSTRAP=" + src.bootstrap}, keys...)
@@ -190,7 +190,7 @@ func notificationsScenario(t *testing.T, s3 *localstack.S3, endpoint, plain stri
 	var fallback *node
 	if plain != "" {
 		fallback = startNode(t, keys, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
-			"--read-replica-poll-interval", "200ms", "--read-replica-notifications")
+			"--read-replica-poll-interval", "200ms", "--read-replica-notifications", "--read-replica-allowed-endpoints", plain)
 		cliOK(t, []string{"STRATA_BOOTSTRAP=" + fallback.bootstrap}, "topic", "create", "notified", "--read-replica-of", uri(plain))
 	}
 	end := func(n *node) int64 {

@@ -108,7 +108,7 @@ func TestReadReplicaS3Process(t *testing.T) {
 	src := startNode(t, keys, append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
 		"--tier-upload-interval", "100ms", "--tier-idle-upload", "200ms"}, s3Flags...)...)
 	rep := startNode(t, keys, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off",
-		"--read-replica-poll-interval", "200ms")
+		"--read-replica-poll-interval", "200ms", "--read-replica-allowed-endpoints", s3.Endpoint)
 	mustCreate(t, src.bootstrap, "s3orders", 2, map[string]*string{"segment.bytes": kmsg.StringPtr("4096")})
 	produceN(t, src.bootstrap, "s3orders", 0, 60)
 
@@ -150,12 +150,20 @@ func TestReadReplicaS3Process(t *testing.T) {
 	// The keys are the node's: a node with none anywhere refuses the same
 	// URI, in one line that says how to give them.
 	bare := startNode(t, []string{"HOME=" + t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"}, "dev", "--data-dir", t.TempDir(),
-		"--listen", "127.0.0.1:0", "--http-listen", "off")
+		"--listen", "127.0.0.1:0", "--http-listen", "off", "--read-replica-allowed-endpoints", s3.Endpoint)
 	code, _, stderr := runCLI(t, []string{"STRATA_BOOTSTRAP=" + bare.bootstrap}, "topic", "create", "s3orders", "--read-replica-of", uri)
 	if code != 1 {
 		t.Fatalf("read replica of an S3 source on a node without S3 keys: exit %d", code)
 	}
 	assertOneLineError(t, stderr, "INVALID_CONFIG", "STRATA_S3_ACCESS_KEY")
+	// An endpoint that is neither the node's own nor allowed is refused
+	// before the node sends it anything signed with its keys.
+	strict := startNode(t, keys, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "off")
+	code, _, stderr = runCLI(t, []string{"STRATA_BOOTSTRAP=" + strict.bootstrap}, "topic", "create", "s3orders", "--read-replica-of", uri)
+	if code != 1 {
+		t.Fatalf("read replica of an S3 source at an endpoint not allowed: exit %d", code)
+	}
+	assertOneLineError(t, stderr, "INVALID_CONFIG", "read_replica.allowed_endpoints")
 
 	// New records follow through the bucket.
 	produceN(t, src.bootstrap, "s3orders", 60, 20)

@@ -173,7 +173,9 @@ func tierConfig(c config.Tier, store objstore.Store) broker.TierConfig {
 func withStore(ctx context.Context, cfg broker.Config, s3 config.S3, t config.Tier) (broker.Config, string, error) {
 	reg := prometheus.NewRegistry()
 	cfg.Registerer, cfg.Gatherer = reg, reg
-	cfg.ReadReplica.Open = sourceOpener(s3) // read replicas' sources, tier or not
+	if cfg.ReadReplica.Open == nil {
+		cfg.ReadReplica.Open = sourceOpener(s3, nil) // read replicas' sources, tier or not
+	}
 	if !t.Enabled {
 		cfg.Logger.Info("tiered storage off: logs stay on local disk")
 		return cfg, "", nil

@@ -168,6 +168,10 @@ type Tier struct {
 type ReadReplica struct {
 	PollInterval  time.Duration // read_replica.poll_interval: how often sources' manifests are read
 	Notifications bool          // read_replica.notifications: also follow MinIO sources by bucket notifications
+	// AllowedEndpoints is read_replica.allowed_endpoints: the S3
+	// endpoints other than the node's own that a source URI may name
+	// (?endpoint=); the node signs its requests to them with its keys.
+	AllowedEndpoints []string
 }
 
 // Compactor configures log compaction, local and on the cold tier. See

@@ -94,6 +94,7 @@ compactor:
   interval: 30s
 read_replica:
   poll_interval: 3s
+  allowed_endpoints: http://10.0.0.5:9000,https://s3.eu-west-1.amazonaws.com
 transactions:
   state_partitions: 7
   max_timeout: 5m
@@ -131,7 +132,7 @@ func TestFileSetsEverySetting(t *testing.T) {
 			MetadataCheckpointInterval: 30 * time.Second, MetadataCheckpointRetention: 72 * time.Hour,
 		},
 		Compactor:    Compactor{MemoryBytes: 32 << 20, Workers: 2, IOBytesPerSec: 50e6, Interval: 30 * time.Second},
-		ReadReplica:  ReadReplica{PollInterval: 3 * time.Second},
+		ReadReplica:  ReadReplica{PollInterval: 3 * time.Second, AllowedEndpoints: []string{"http://10.0.0.5:9000", "https://s3.eu-west-1.amazonaws.com"}},
 		Transactions: Transactions{StatePartitions: 7, MaxTimeout: 5 * time.Minute, IDExpiration: 48 * time.Hour, AbortInterval: 3 * time.Second},
 		Logging:      Logging{Level: slog.LevelDebug, Format: "json"},
 	}
@@ -282,6 +283,11 @@ func TestErrorsNameTheProblem(t *testing.T) {
 			name: "zero metadata checkpoint interval",
 			args: []string{"--data-dir", "/d", "--tier-metadata-checkpoint-interval", "0s"},
 			want: []string{`"--tier-metadata-checkpoint-interval"`, `"0s" is not a positive duration`},
+		},
+		{
+			name: "read replica endpoint not a URL",
+			args: []string{"--data-dir", "/d", "--read-replica-allowed-endpoints", "http://ok:9000,minio:9000"},
+			want: []string{`"--read-replica-allowed-endpoints"`, `"minio:9000" is not an http:// or https:// URL`},
 		},
 		{
 			name: "chunk larger than half the cache",

@@ -294,6 +294,25 @@ var settings = []*setting{
 		get: func(c *Config) string { return strconv.FormatBool(c.ReadReplica.Notifications) },
 	},
 	{
+		key: "read_replica.allowed_endpoints", flag: "read-replica-allowed-endpoints", typ: "url,...", usage: "S3 endpoints besides the node's own that a read replica's source URI may name with ?endpoint= (default: none)",
+		set: func(c *Config, raw string) error {
+			var eps []string
+			for _, ep := range strings.Split(raw, ",") {
+				ep = strings.TrimSpace(ep)
+				if ep == "" {
+					continue
+				}
+				if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q is not an http:// or https:// URL", ep)
+				}
+				eps = append(eps, strings.TrimSuffix(ep, "/"))
+			}
+			c.ReadReplica.AllowedEndpoints = eps
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(c.ReadReplica.AllowedEndpoints, ",") },
+	},
+	{
 		key: "tier.local_disk_limit", flag: "tier-local-disk-limit", typ: "bytes", usage: "local log bytes above which produce fails with a retriable error while uploads are behind (0: no limit)",
 		set: bytesSetter(func(c *Config) *int64 { return &c.Tier.LocalDiskLimit }, 0),
 		get: func(c *Config) string { return formatBytes(c.Tier.LocalDiskLimit) },

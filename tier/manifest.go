@@ -15,27 +15,36 @@ import (
 // of tp. It needs no running broker, so inspection tools use it too;
 // NewPageSource reads the pages the root points at.
 func ReadManifest(ctx context.Context, store objstore.Store, tp format.TopicPartition) (m *format.Root, ok bool, err error) {
-	var newest string
-	err = store.List(ctx, tp.ManifestsPrefix(), func(a objstore.Attrs) error {
+	m, _, ok, err = ReadManifestAfter(ctx, store, tp, "")
+	return m, ok, err
+}
+
+// ReadManifestAfter is ReadManifest among the manifest keys above after
+// (a manifest key, or "" for all): ok is false when there is none newer.
+// Listing from a version already known costs a LIST that returns nothing
+// when the partition has not moved, however many versions the orphan
+// grace keeps behind it. key is the manifest's.
+func ReadManifestAfter(ctx context.Context, store objstore.Store, tp format.TopicPartition, after string) (m *format.Root, key string, ok bool, err error) {
+	err = objstore.ListAfter(ctx, store, tp.ManifestsPrefix(), after, func(a objstore.Attrs) error {
 		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			newest = a.Key // List is in key order
+			key = a.Key // in key order: the last is the newest
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+		return nil, "", false, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	if newest == "" {
-		return nil, false, nil
+	if key == "" {
+		return nil, "", false, nil
 	}
-	m, err = GetManifest(ctx, store, newest)
+	m, err = GetManifest(ctx, store, key)
 	if err != nil {
-		return nil, false, err
+		return nil, "", false, err
 	}
 	if m.TopicPartition != tp {
-		return nil, false, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+		return nil, "", false, fmt.Errorf("manifest %s describes %s-%d", key, m.Topic, m.Partition)
 	}
-	return m, true, nil
+	return m, key, true, nil
 }
 
 // GetManifest reads and decodes the manifest root stored under key,

@@ -343,26 +343,10 @@ func newestManifest(ctx context.Context, st objstore.Store, tp format.TopicParti
 	if prev.found {
 		after = prev.key.String()
 	}
-	var newest string
-	err := objstore.ListAfter(ctx, st, tp.ManifestsPrefix(), after, func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			newest = a.Key // in key order: the last is the newest
-		}
-		return nil
-	})
-	if err != nil {
-		return prev, fmt.Errorf("list manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	m, key, ok, err := tier.ReadManifestAfter(ctx, st, tp, after)
+	if err != nil || !ok {
+		return prev, err // nothing newer; or still none
 	}
-	if newest == "" {
-		return prev, nil // nothing newer; or still none
-	}
-	m, err := tier.GetManifest(ctx, st, newest)
-	if err != nil {
-		return prev, err
-	}
-	if m.TopicPartition != tp {
-		return prev, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
-	}
-	k, _ := format.ParseManifestKey(newest)
+	k, _ := format.ParseManifestKey(key)
 	return manifestSeen{found: true, key: k, logStart: m.LogStartOffset, end: m.EndOffset()}, nil
 }

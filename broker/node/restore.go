@@ -505,26 +505,15 @@ func (n *Node) readRestoreManifests(ctx context.Context, store objstore.Store, p
 // grace keeps may be many. nil, with no error, when neither the
 // checkpoint nor the bucket knows one.
 func restoredManifest(ctx context.Context, store objstore.Store, tp format.TopicPartition, cp format.CheckpointPartition) (*format.Root, error) {
-	epoch, seq, ok := cp.ManifestVersion()
-	if !ok {
-		m, found, err := tier.ReadManifest(ctx, store, tp)
-		if err != nil || !found {
-			return nil, err
-		}
-		return m, nil
+	named := ""
+	if epoch, seq, ok := cp.ManifestVersion(); ok {
+		named = format.ManifestKey{TopicPartition: tp, LeaderEpoch: epoch, Seq: seq}.String()
 	}
-	named := format.ManifestKey{TopicPartition: tp, LeaderEpoch: epoch, Seq: seq}.String()
-	newest := named
-	err := objstore.ListAfter(ctx, store, tp.ManifestsPrefix(), named, func(a objstore.Attrs) error {
-		if _, err := format.ParseManifestKey(a.Key); err == nil {
-			newest = a.Key
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list the manifests of %s-%d: %w", tp.Topic, tp.Partition, err)
+	m, _, ok, err := tier.ReadManifestAfter(ctx, store, tp, named)
+	if err != nil || ok || named == "" {
+		return m, err // a newer one, an error, or none at all
 	}
-	m, err := tier.GetManifest(ctx, store, newest)
+	m, err = tier.GetManifest(ctx, store, named)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, fmt.Errorf("manifest %s of %s-%d, which the checkpoint names, is gone and no newer one is there", cp.Manifest, tp.Topic, tp.Partition)
 	}
@@ -532,7 +521,7 @@ func restoredManifest(ctx context.Context, store objstore.Store, tp format.Topic
 		return nil, err
 	}
 	if m.TopicPartition != tp {
-		return nil, fmt.Errorf("manifest %s describes %s-%d", newest, m.Topic, m.Partition)
+		return nil, fmt.Errorf("manifest %s describes %s-%d", named, m.Topic, m.Partition)
 	}
 	return m, nil
 }

@@ -43,13 +43,7 @@ func (p *Partition) ListOffset(ts int64, committed bool) (offset, timestamp int6
 		if err := p.offsetAvailable(); err != nil {
 			return ListUnanswered, ListUnanswered, err
 		}
-		if p.emptyAtStart.Load() && p.Tiered() && !p.remoteKnown.Load() || p.source != nil && !p.source.known.Load() {
-			// An empty log that may have been lost (or a partition just
-			// restored from the bucket), or a read replica not yet polled,
-			// does not know its end until the manifest is read: 0 would
-			// send a consumer back to the start, or one reset to the
-			// latest offset through the whole history, and tell a restore
-			// it is done.
+		if p.endUnknown() {
 			return ListUnanswered, ListUnanswered, ErrRemoteUnknown
 		}
 		return hw, ListUnanswered, nil

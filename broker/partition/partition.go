@@ -368,10 +368,23 @@ func (p *Partition) checkAppendable() error {
 	if p.source != nil {
 		return p.errReadReplica("appends")
 	}
-	if p.emptyAtStart.Load() && p.settings.Load().Log.Tiered && !p.remoteKnown.Load() {
+	if p.endUnknown() {
 		return ErrRemoteUnknown
 	}
 	return nil
+}
+
+// endUnknown reports whether the partition cannot say yet where its log
+// ends: a tiered log found empty at start-up (lost, or just restored from
+// the bucket) until its manifest is read, or a read replica until its
+// source is. Appends wait for it, and so does ListOffsets' latest: 0
+// would send a consumer back to the start, or one reset to the latest
+// offset through the whole history, and tell a restore it is done.
+func (p *Partition) endUnknown() bool {
+	if p.source != nil {
+		return !p.source.known.Load()
+	}
+	return p.emptyAtStart.Load() && p.settings.Load().Log.Tiered && !p.remoteKnown.Load()
 }
 
 // LeaderEpochIfLeading returns the leader epoch, if this node leads p.

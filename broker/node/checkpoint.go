@@ -42,7 +42,8 @@ import (
 // manifest versions from its last reading, at most an interval old; a
 // full round lists each tiered partition's manifests from the newest
 // version it knows (a LIST returning nothing when nothing changed) and
-// GETs only the roots that are new, checkpointReaders at a time.
+// GETs only the roots that are new, manifestLoaders at a time (as at
+// start-up: 1,000 partitions take some 60 round trips to the store).
 
 // Defaults of the checkpoint settings (TierConfig).
 const (
@@ -56,11 +57,6 @@ const (
 // has its latest state, and the one or two before it should the newest
 // turn out unreadable.
 const checkpointKeep = 3
-
-// checkpointReaders bounds the manifest reads of one round, as
-// manifestLoaders does at start-up: 1,000 partitions take some 60 round
-// trips to the store.
-const checkpointReaders = 16
 
 // checkpointRoundTimeout bounds one round: its manifest reads, the write
 // and the pruning.
@@ -285,32 +281,24 @@ func (c *checkpointer) readManifests(ctx context.Context, st *meta.State, full b
 	var (
 		mu   sync.Mutex
 		errs []error
-		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, checkpointReaders)
-	for _, tp := range todo {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
-		}
+	forEachLimited(ctx, len(todo), func(i int) {
+		tp := todo[i]
 		mu.Lock()
 		prev := c.manifests[tp]
 		mu.Unlock()
-		wg.Go(func() {
-			defer func() { <-sem }()
-			m, err := newestManifest(ctx, c.store, tp, prev)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				c.manifests[tp] = m
-			}
-		})
+		m, err := newestManifest(ctx, c.store, tp, prev)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			c.manifests[tp] = m
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	wg.Wait()
 	if len(errs) > 0 {
 		return &unreadError{unread: len(errs), of: len(todo), err: errs[0]}
 	}

@@ -331,15 +331,12 @@ func (l offsetsLog) Read(dst []byte, index int32, offset int64) ([]byte, error) 
 	if p == nil {
 		return dst, fmt.Errorf("%s-%d: %w", OffsetsTopic, index, group.ErrNotLeader)
 	}
-	if offset < p.Log().StartOffset() && p.Tiered() && !p.RemoteKnown() {
-		// At start-up the manifests load in the background, and the
-		// coordinator loads its partitions before they are all in: the
-		// bucket's log start must be known, or the history below the
-		// local one would be silently skipped.
-		p.LoadRemote()
-		if err := p.CheckRemoteKnown(); err != nil {
-			return dst, fmt.Errorf("%s-%d: %w", OffsetsTopic, index, err)
-		}
+	// At start-up (and after a restore) the manifests load in the
+	// background, and the coordinator loads its partitions before they
+	// are all in: the bucket's part of the history must be known, or it
+	// would be silently skipped.
+	if err := p.HistoryKnown(); err != nil {
+		return dst, fmt.Errorf("%s-%d: %w", OffsetsTopic, index, err)
 	}
 	// To the log end, not the high watermark, as Kafka's loader does: a
 	// new leader's high watermark may trail commits that are already in

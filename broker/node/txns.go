@@ -247,11 +247,8 @@ func (n *Node) loadTxnPartition(ctx context.Context, index, epoch int32, sum *tx
 	if p == nil {
 		return fmt.Errorf("%s-%d is not open here", TxnStateTopic, index)
 	}
-	if p.Log().StartOffset() > 0 && p.Tiered() && !p.RemoteKnown() {
-		p.LoadRemote()
-		if err := p.CheckRemoteKnown(); err != nil {
-			return fmt.Errorf("%s-%d: %w", TxnStateTopic, index, err)
-		}
+	if err := p.HistoryKnown(); err != nil {
+		return fmt.Errorf("%s-%d: %w", TxnStateTopic, index, err)
 	}
 	var recs []txn.Record
 	// To the log end, as for the offsets topic: a new leader's high

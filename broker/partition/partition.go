@@ -374,6 +374,25 @@ func (p *Partition) checkAppendable() error {
 	return nil
 }
 
+// HistoryKnown makes sure that a reader replaying the partition from its
+// log start (a coordinator loading __consumer_offsets or
+// __transaction_state) sees the bucket's part of it: a tiered partition
+// whose local log starts above 0, or was found empty at start-up (lost,
+// or just restored from the bucket: its history is all in the bucket),
+// reads its manifest first. ErrRemoteUnknown, retriable, when it cannot
+// yet; otherwise the replay would end early, at what the local log
+// holds, and the coordinator would serve state without the bucket's.
+func (p *Partition) HistoryKnown() error {
+	if p.remoteKnown.Load() || !p.Tiered() {
+		return nil
+	}
+	if p.log.StartOffset() == 0 && !p.emptyAtStart.Load() {
+		return nil // all of it is local
+	}
+	p.LoadRemote()
+	return p.CheckRemoteKnown()
+}
+
 // endUnknown reports whether the partition cannot say yet where its log
 // ends: a tiered log found empty at start-up (lost, or just restored from
 // the bucket) until its manifest is read, or a read replica until its

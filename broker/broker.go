@@ -190,6 +190,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		RebalanceInterval: cfg.LeaderRebalanceInterval,
 		ClusterID:         cfg.ClusterID,
 	}
+	if cfg.RaftListen != "" {
+		// A node without a raft port (one node, raft in-process) has no
+		// door to lock.
+		mcfg.TLS, mcfg.DialTLS = cfg.RaftTLS, cfg.RaftPeerTLS
+	}
 	if testHookMetaConfig != nil {
 		testHookMetaConfig(&mcfg)
 	}

@@ -59,6 +59,11 @@ type Config struct {
 	// listener when that listener is SSL or SASL_SSL: the cluster CA as
 	// RootCAs and this node's certificate as its client certificate.
 	PeerTLS *tls.Config
+	// RaftTLS and RaftPeerTLS are the raft port's server and client TLS
+	// (meta.Config's TLS and DialTLS): set, only nodes with a
+	// certificate of the cluster CA can join the metadata quorum or talk
+	// raft to it. Set both or neither.
+	RaftTLS, RaftPeerTLS *tls.Config
 	// PeerOpts are added to every client this broker opens to another
 	// broker (controller.go, peers): the hook through which SASL on the
 	// inter-broker listener gives its mechanism (kgo.SASL).

@@ -10,9 +10,10 @@ import (
 )
 
 // applyTLS loads the node's certificate (tls.*) and gives the broker what
-// it serves its TLS listeners with and what it dials other nodes with. The
-// files are reloaded when they change (internal/certs). Without a
-// certificate it changes nothing.
+// it serves its TLS listeners with and what it dials other nodes with;
+// with a CA file too, the raft port (raft, joins, voters queries) runs
+// over mutual TLS against that CA. The files are reloaded when they change
+// (internal/certs). Without a certificate it changes nothing.
 func applyTLS(cfg *broker.Config, t config.TLS) error {
 	if t.CertFile == "" {
 		return nil
@@ -29,6 +30,14 @@ func applyTLS(cfg *broker.Config, t config.TLS) error {
 		return err
 	}
 	cfg.PeerTLS = src.ClientConfig()
+	if t.CAFile != "" {
+		// The raft port admits only the cluster CA's certificates,
+		// whatever the Kafka listeners ask of clients.
+		if cfg.RaftTLS, err = src.ServerConfig(certs.ClientAuthRequire); err != nil {
+			return err
+		}
+		cfg.RaftPeerTLS = src.ClientConfig()
+	}
 	return nil
 }
 

@@ -43,7 +43,7 @@ type oauthExchange struct {
 	session Session
 	// rejected is the error JSON sent for a rejected token: the client's
 	// next message must be %x01, which fails the exchange with it.
-	rejected string
+	rejected  string
 	rejectErr error
 	over      bool
 }

@@ -64,6 +64,9 @@ type Broker struct {
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
 	groups *group.Coordinator
+	// sasl is the mechanisms SASL listeners offer (sasl.go); set in
+	// Start before the first connection is accepted.
+	sasl *saslServer
 	// txns is the transaction coordinator (broker/node's txns.go); set in
 	// Start before the first connection is accepted.
 	txns *txn.Coordinator
@@ -239,6 +242,18 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.goFunc(b.node.HeartbeatLoop)
 	if clusterID == "" {
 		b.goFunc(b.node.AwaitClusterID)
+	}
+	if err := b.startSASL(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.cfg.SASL.BootstrapUser != "" {
+		bctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		if err := b.ensureBootstrapUser(bctx); err != nil {
+			b.log.Warn("SASL bootstrap user not created yet; retrying in the background", "err", err)
+			b.goFunc(b.bootstrapUserLoop)
+		}
+		cancel()
 	}
 	b.goFunc(b.acceptLoop)
 	b.started = true

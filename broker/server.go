@@ -93,6 +93,8 @@ type conn struct {
 	// "Type:name" form (admit). Every connection is PLAINTEXT and
 	// unauthenticated: Kafka's User:ANONYMOUS.
 	principal string
+	// sasl is the connection's authentication state (sasl.go).
+	sasl saslConn
 
 	// body is reused across requests while it stays small (retainBody): a
 	// connection handles one request at a time, and no handler keeps a
@@ -152,6 +154,13 @@ func (b *Broker) serveConn(nc net.Conn) {
 	}
 	defer c.release()
 	for {
+		if c.sasl.raw { // after SaslHandshake v0: a bare SASL token
+			if err := c.rawSASL(); err != nil {
+				b.log.Info("closing connection", "remote", c.remote, "reason", err)
+				return
+			}
+			continue
+		}
 		req, err := c.readRequest()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
@@ -179,6 +188,10 @@ func (b *Broker) serveConn(nc net.Conn) {
 			if err := c.writeResponse(req, resp); err != nil {
 				return
 			}
+		}
+		if c.sasl.failed { // answered a failed authentication: close
+			c.w.Flush()
+			return
 		}
 		// The request is done with: its memory is free for others before
 		// the flush, which waits for the client.
@@ -238,6 +251,9 @@ func (c *conn) readRequest() (*request, error) {
 	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 	if size < 0 || size > c.b.cfg.MaxRequestBytes {
 		return nil, fmt.Errorf("%w: %d bytes (max %d)", errFrameTooLarge, uint32(size), c.b.cfg.MaxRequestBytes)
+	}
+	if limit := c.preAuthLimit(); limit > 0 && size > limit {
+		return nil, fmt.Errorf("%w: %d bytes before SASL authentication (sasl.server.max.receive.size %d)", errFrameTooLarge, size, limit)
 	}
 	if size < 8 {
 		return nil, fmt.Errorf("frame of %d bytes is shorter than a request header", size)
@@ -478,4 +494,9 @@ const anonymous = "User:ANONYMOUS"
 // against the same principal. Nothing is checked yet: every connection is
 // anonymous, and anonymous may do everything, as in Kafka without an
 // authorizer.
-func (b *Broker) admit(req *request) error { return nil }
+func (b *Broker) admit(req *request) error {
+	if err := req.conn.admitSASL(req.kreq.Key()); err != nil {
+		return err
+	}
+	return nil
+}

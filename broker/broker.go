@@ -67,6 +67,8 @@ type Broker struct {
 	// sasl is the mechanisms SASL listeners offer (sasl.go); set in
 	// Start before the first connection is accepted.
 	sasl *saslServer
+	// perIP counts connections per client address (connlimit.go).
+	perIP connsPerIP
 	// txns is the transaction coordinator (broker/node's txns.go); set in
 	// Start before the first connection is accepted.
 	txns *txn.Coordinator

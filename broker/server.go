@@ -45,10 +45,17 @@ func (b *Broker) acceptLoop() {
 			return
 		}
 		backoff = 0
+		ip := remoteIP(c)
+		if !b.perIP.acquire(ip, b.cfg.MaxConnectionsPerIP) {
+			c.Close() // max.connections.per.ip
+			b.log.Debug("refused a connection over max.connections.per.ip", "remote", c.RemoteAddr().String())
+			continue
+		}
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()
 			c.Close()
+			b.perIP.release(ip)
 			return
 		}
 		b.mu.conns[c] = struct{}{}
@@ -60,6 +67,7 @@ func (b *Broker) acceptLoop() {
 				delete(b.mu.conns, c)
 				b.mu.Unlock()
 				c.Close()
+				b.perIP.release(ip)
 				b.metrics.connections.Dec()
 			}()
 			b.serveConn(c)

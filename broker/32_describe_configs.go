@@ -141,7 +141,7 @@ func (b *Broker) brokerConfigs() [][2]string {
 		{"auto.create.topics.enable", strconv.FormatBool(b.cfg.AutoCreateTopics)},
 		{"num.partitions", strconv.Itoa(int(b.cfg.DefaultPartitions))},
 		{"socket.request.max.bytes", strconv.Itoa(int(b.cfg.MaxRequestBytes))},
-		{"advertised.listeners", "PLAINTEXT://" + b.AdvertisedAddr()},
+		{"advertised.listeners", b.advertisedListeners()},
 	}
 	if b.cfg.Rack != "" {
 		out = append(out, [2]string{"broker.rack", b.cfg.Rack})

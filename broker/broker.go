@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,11 +35,16 @@ type Broker struct {
 	metrics *metrics
 	logsDir string
 
-	ln       net.Listener
-	httpSrv  *http.Server
-	httpAddr net.Addr
-	advHost  string
-	advPort  int32
+	// listeners are the Kafka listeners, in the configured order; set
+	// in Start before any accept loop runs and not changed after.
+	listeners []*listener
+	httpSrv   *http.Server
+	httpAddr  net.Addr
+	// advHost and advPort are the inter-broker listener's advertised
+	// address: what this node registers as its Host and Port, which
+	// other brokers dial.
+	advHost string
+	advPort int32
 
 	// ctx is cancelled by Close; every goroutine the broker starts watches
 	// it and is tracked by wg.
@@ -106,6 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// SASL on the inter-broker listener: the peers authenticate as the
+	// bootstrap user (sasl.go).
+	cfg.PeerOpts = append(slices.Clip(cfg.PeerOpts), cfg.interBrokerSASL()...)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -157,14 +167,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		})
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		b.cancel()
-		return nil, fmt.Errorf("kafka listener %s: %w", cfg.Listen, err)
-	}
-	b.ln = ln
-	if err := b.setAdvertised(); err != nil {
-		ln.Close()
+	if err := b.openListeners(); err != nil {
+		b.closeListeners()
 		b.cancel()
 		return nil, err
 	}
@@ -257,35 +261,63 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		}
 		cancel()
 	}
-	b.goFunc(b.acceptLoop)
+	for _, l := range b.listeners {
+		b.goFunc(func() { b.acceptLoop(l) })
+	}
 	b.started = true
 	started = true
 	b.ready.Store(true)
 	// The one start-up summary; each partition's details are at debug.
 	in := build.Current()
-	b.log.Info("broker started", "node", cfg.NodeID, "listen", b.ln.Addr().String(), "advertised", b.AdvertisedAddr(),
+	b.log.Info("broker started", "node", cfg.NodeID, "listeners", b.listenerSummary(),
 		"partitions", len(b.partitionList()), "took", time.Since(begun).Round(time.Millisecond),
 		"version", in.Version, "revision", in.ShortRevision())
 	return b, nil
 }
 
-func (b *Broker) setAdvertised() error {
-	adv := b.cfg.Advertised
-	if adv == "" {
-		adv = b.ln.Addr().String()
+// openListeners listens on every configured listener and works out
+// what each advertises.
+func (b *Broker) openListeners() error {
+	for _, lc := range b.cfg.Listeners {
+		ln, err := net.Listen("tcp", lc.Addr)
+		if err != nil {
+			return fmt.Errorf("kafka listener %s %s: %w", lc.Name, lc.Addr, err)
+		}
+		l := &listener{name: lc.Name, security: lc.Security, ln: ln}
+		if lc.Security.TLS() {
+			l.tls = b.cfg.TLS
+		}
+		b.listeners = append(b.listeners, l)
+		if l.advHost, l.advPort, err = advertisedEndpoint(lc.Advertised, ln.Addr()); err != nil {
+			return fmt.Errorf("listener %s: %w", lc.Name, err)
+		}
+		if lc.Name == b.cfg.InterBrokerListener {
+			b.advHost, b.advPort = l.advHost, l.advPort
+		}
+	}
+	return nil
+}
+
+// advertisedEndpoint is the host and port a listener advertises: adv, or
+// the listener's own address when adv is empty; port 0 is the listener's
+// port, and an unspecified host this machine's name.
+func advertisedEndpoint(adv string, actual net.Addr) (string, int32, error) {
+	configured := adv != ""
+	if !configured {
+		adv = actual.String()
 	}
 	host, port, err := net.SplitHostPort(adv)
 	if err != nil {
-		return fmt.Errorf("advertised address %q: %w", adv, err)
+		return "", 0, fmt.Errorf("advertised address %q: %w", adv, err)
 	}
 	p, err := strconv.ParseInt(port, 10, 32)
 	if err != nil || p <= 0 || p > 65535 {
-		if p == 0 && b.cfg.Advertised != "" {
+		if p == 0 && configured {
 			// An advertised port of 0 means "the listener's port".
-			_, lport, _ := net.SplitHostPort(b.ln.Addr().String())
+			_, lport, _ := net.SplitHostPort(actual.String())
 			p, _ = strconv.ParseInt(lport, 10, 32)
 		} else {
-			return fmt.Errorf("advertised address %q: bad port", adv)
+			return "", 0, fmt.Errorf("advertised address %q: bad port", adv)
 		}
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
@@ -293,16 +325,61 @@ func (b *Broker) setAdvertised() error {
 			host = h
 		}
 	}
-	b.advHost, b.advPort = host, int32(p)
+	return host, int32(p), nil
+}
+
+// listenerSummary is the listeners for the start-up log line:
+// NAME=PROTO://listen (advertised) each.
+func (b *Broker) listenerSummary() []string {
+	var out []string
+	for _, l := range b.listeners {
+		out = append(out, fmt.Sprintf("%s=%s://%s (advertised %s)", l.name, l.security, l.ln.Addr(), l.advertised()))
+	}
+	return out
+}
+
+// Addr is the first Kafka listener's address.
+func (b *Broker) Addr() net.Addr { return b.listeners[0].ln.Addr() }
+
+// ListenerAddr is the address of the listener of that name, or nil.
+func (b *Broker) ListenerAddr(name string) net.Addr {
+	if l := b.listener(name); l != nil {
+		return l.ln.Addr()
+	}
 	return nil
 }
 
-// Addr is the Kafka listener's address.
-func (b *Broker) Addr() net.Addr { return b.ln.Addr() }
+// listener is the listener of that name, or nil.
+func (b *Broker) listener(name string) *listener {
+	for _, l := range b.listeners {
+		if l.name == name {
+			return l
+		}
+	}
+	return nil
+}
 
-// AdvertisedAddr is the host:port clients are told to use.
-func (b *Broker) AdvertisedAddr() string {
-	return net.JoinHostPort(b.advHost, strconv.Itoa(int(b.advPort)))
+// AdvertisedAddr is the host:port the first listener's clients are told
+// to use: the bootstrap address cmd prints.
+func (b *Broker) AdvertisedAddr() string { return b.listeners[0].advertised() }
+
+// ListenerAdvertisedAddr is the host:port the named listener's clients
+// are told to use, or "" when there is no such listener.
+func (b *Broker) ListenerAdvertisedAddr(name string) string {
+	if l := b.listener(name); l != nil {
+		return l.advertised()
+	}
+	return ""
+}
+
+// advertisedListeners is Kafka's advertised.listeners value for this
+// broker: NAME://host:port, comma-separated.
+func (b *Broker) advertisedListeners() string {
+	var parts []string
+	for _, l := range b.listeners {
+		parts = append(parts, l.name+"://"+l.advertised())
+	}
+	return strings.Join(parts, ",")
 }
 
 // HTTPAddr is the metrics/health listener's address, or nil.
@@ -318,8 +395,8 @@ func (b *Broker) goFunc(f func()) {
 }
 
 func (b *Broker) closeListeners() {
-	if b.ln != nil {
-		b.ln.Close()
+	for _, l := range b.listeners {
+		l.ln.Close()
 	}
 	if b.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

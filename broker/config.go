@@ -1,13 +1,17 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"strata/broker/node"
 	"strata/compactor"
@@ -32,7 +36,33 @@ type Config struct {
 	Listen string
 	// Advertised is the host:port clients are told to connect to. Empty
 	// means the listener's actual address.
+	//
+	// Listen and Advertised are the one-listener form: with Listeners
+	// empty, WithDefaults makes them the listener named PLAINTEXT.
 	Advertised string
+	// Listeners are the named Kafka listeners (Kafka's listeners and
+	// advertised.listeners). Each has its own accept loop; a client is
+	// told, in Metadata, FindCoordinator and DescribeCluster, every
+	// broker's endpoint for the listener it connected on.
+	Listeners []Listener
+	// InterBrokerListener names the listener other brokers use to reach
+	// this one: replica fetchers, forwarded requests and the controller
+	// requests dial its advertised address (inter.broker.listener.name).
+	// Empty means the first listener.
+	InterBrokerListener string
+	// TLS is the server side of every SSL and SASL_SSL listener (built by
+	// cmd from internal/certs, which reloads its files on change);
+	// required when such a listener exists. Its ClientAuth decides
+	// whether SSL clients must present a certificate.
+	TLS *tls.Config
+	// PeerTLS is the client side of TLS to other brokers' inter-broker
+	// listener when that listener is SSL or SASL_SSL: the cluster CA as
+	// RootCAs and this node's certificate as its client certificate.
+	PeerTLS *tls.Config
+	// PeerOpts are added to every client this broker opens to another
+	// broker (controller.go, peers): the hook through which SASL on the
+	// inter-broker listener gives its mechanism (kgo.SASL).
+	PeerOpts []kgo.Opt
 	// HTTPListen serves /metrics, /healthz and /readyz. Empty disables it.
 	HTTPListen string
 	// Rack is advertised in Metadata (client rack awareness).
@@ -189,8 +219,23 @@ const (
 // WithDefaults returns c with unset fields filled in.
 func (c Config) WithDefaults() Config {
 	c.Tier = c.Tier.WithDefaults()
-	if c.Listen == "" {
-		c.Listen = DefaultListen
+	if len(c.Listeners) == 0 {
+		if c.Listen == "" {
+			c.Listen = DefaultListen
+		}
+		c.Listeners = []Listener{{Name: DefaultListenerName, Security: Plaintext, Addr: c.Listen, Advertised: c.Advertised}}
+	} else {
+		c.Listeners = slices.Clone(c.Listeners)
+		for i := range c.Listeners {
+			// Kafka's listener.security.protocol.map defaults a listener
+			// named after a protocol to that protocol.
+			if l := &c.Listeners[i]; l.Security == "" && Security(l.Name).known() {
+				l.Security = Security(l.Name)
+			}
+		}
+	}
+	if c.InterBrokerListener == "" {
+		c.InterBrokerListener = c.Listeners[0].Name
 	}
 	if c.DefaultPartitions == 0 {
 		c.DefaultPartitions = 1
@@ -255,13 +300,8 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("data dir: must be set")
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("listen address %q: %v", c.Listen, err)
-	}
-	if c.Advertised != "" {
-		if _, _, err := net.SplitHostPort(c.Advertised); err != nil {
-			return fmt.Errorf("advertised address %q: %v", c.Advertised, err)
-		}
+	if err := c.validateListeners(); err != nil {
+		return err
 	}
 	if c.HTTPListen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
@@ -335,7 +375,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("topic default: %w", err)
 		}
 	}
-	if err := c.SASL.validate(); err != nil {
+	if err := c.validateSASL(); err != nil {
 		return err
 	}
 	if c.MaxConnectionsPerIP < 0 {
@@ -353,3 +393,95 @@ type ReadReplicaConfig = node.ReadReplicaConfig
 // MinOrphanGrace is the shortest tier.orphan_grace a broker accepts
 // (node.MinOrphanGrace).
 const MinOrphanGrace = node.MinOrphanGrace
+
+// DefaultListenerName names the listener that Listen and Advertised make.
+const DefaultListenerName = "PLAINTEXT"
+
+// Security is a listener's security protocol, in Kafka's names
+// (security.protocol).
+type Security string
+
+// The security protocols a listener may speak.
+const (
+	Plaintext     Security = "PLAINTEXT"
+	SSL           Security = "SSL"
+	SASLPlaintext Security = "SASL_PLAINTEXT"
+	SASLSSL       Security = "SASL_SSL"
+)
+
+// TLS reports whether the protocol runs over TLS.
+func (s Security) TLS() bool { return s == SSL || s == SASLSSL }
+
+// SASL reports whether connections must authenticate with SASL before
+// anything but ApiVersions and the SASL requests.
+func (s Security) SASL() bool { return s == SASLPlaintext || s == SASLSSL }
+
+func (s Security) known() bool {
+	switch s {
+	case Plaintext, SSL, SASLPlaintext, SASLSSL:
+		return true
+	}
+	return false
+}
+
+// ParseSecurity parses a protocol name, case-insensitively.
+func ParseSecurity(s string) (Security, error) {
+	if p := Security(strings.ToUpper(s)); p.known() {
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown security protocol %q (want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)", s)
+}
+
+// Listener is one named Kafka listener.
+type Listener struct {
+	// Name is the listener's name (Kafka's listener name), unique within
+	// the broker; clients never see it, but other brokers' listeners of
+	// the same name are what Metadata answers a client on this one with.
+	Name string
+	// Security is its protocol; empty means the protocol its Name is, if
+	// it is one.
+	Security Security
+	// Addr is host:port to listen on; port 0 picks a free port.
+	Addr string
+	// Advertised is the host:port clients of this listener are told to
+	// connect to. Empty means the listener's actual address; port 0
+	// means the actual port.
+	Advertised string
+}
+
+func (c Config) validateListeners() error {
+	if len(c.Listeners) == 0 {
+		return errors.New("listeners: none configured")
+	}
+	if c.Listen != "" && len(c.Listeners) > 0 && (c.Listeners[0].Name != DefaultListenerName || c.Listeners[0].Addr != c.Listen) {
+		return errors.New("listen address and listeners: set one or the other")
+	}
+	seen := make(map[string]bool, len(c.Listeners))
+	for _, l := range c.Listeners {
+		if l.Name == "" {
+			return fmt.Errorf("listener for %q: must have a name", l.Addr)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("listener %s: named twice", l.Name)
+		}
+		seen[l.Name] = true
+		if !l.Security.known() {
+			return fmt.Errorf("listener %s: unknown security protocol %q (want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)", l.Name, l.Security)
+		}
+		if _, _, err := net.SplitHostPort(l.Addr); err != nil {
+			return fmt.Errorf("listener %s: address %q: %v", l.Name, l.Addr, err)
+		}
+		if l.Advertised != "" {
+			if _, _, err := net.SplitHostPort(l.Advertised); err != nil {
+				return fmt.Errorf("listener %s: advertised address %q: %v", l.Name, l.Advertised, err)
+			}
+		}
+		if l.Security.TLS() && c.TLS == nil {
+			return fmt.Errorf("listener %s: %s needs a TLS certificate and key", l.Name, l.Security)
+		}
+	}
+	if !seen[c.InterBrokerListener] {
+		return fmt.Errorf("inter-broker listener %q: no listener of that name", c.InterBrokerListener)
+	}
+	return nil
+}

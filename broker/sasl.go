@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"strata/broker/auth"
 	"strata/meta"
@@ -116,6 +118,57 @@ func (c SASLConfig) validate() error {
 	return nil
 }
 
+// interBrokerSecurity is the inter-broker listener's protocol.
+func (c Config) interBrokerSecurity() Security {
+	for _, l := range c.Listeners {
+		if l.Name == c.InterBrokerListener {
+			return l.Security
+		}
+	}
+	return ""
+}
+
+// validateSASL checks the SASL settings against the listeners: a SASL
+// inter-broker listener needs the bootstrap user, as which the brokers
+// authenticate to each other with SCRAM-SHA-512 (or PeerOpts of the
+// embedder's own).
+func (c Config) validateSASL() error {
+	if err := c.SASL.validate(); err != nil {
+		return err
+	}
+	if !c.interBrokerSecurity().SASL() {
+		return nil
+	}
+	if c.SASL.BootstrapUser == "" && len(c.PeerOpts) == 0 {
+		return fmt.Errorf("inter-broker listener %s is %s: brokers authenticate to each other as the SASL bootstrap user, so one must be set", c.InterBrokerListener, c.interBrokerSecurity())
+	}
+	if c.SASL.BootstrapUser != "" && !slices.Contains(c.SASL.Mechanisms, auth.ScramSHA512) {
+		return fmt.Errorf("inter-broker listener %s is %s: brokers authenticate with SCRAM-SHA-512, which the SASL mechanisms must include", c.InterBrokerListener, c.interBrokerSecurity())
+	}
+	return nil
+}
+
+// InterBrokerPrincipal is the principal other brokers authenticate as on a
+// SASL inter-broker listener ("User:" and the bootstrap user), which the
+// authorizer treats as a super user; empty when brokers do not
+// authenticate with SASL.
+func (c Config) InterBrokerPrincipal() string {
+	if !c.interBrokerSecurity().SASL() || c.SASL.BootstrapUser == "" {
+		return ""
+	}
+	return "User:" + c.SASL.BootstrapUser
+}
+
+// interBrokerSASL is the client option with which this broker
+// authenticates to the others' inter-broker listener: SCRAM-SHA-512 as the
+// bootstrap user, when that listener is SASL.
+func (c Config) interBrokerSASL() []kgo.Opt {
+	if c.InterBrokerPrincipal() == "" {
+		return nil
+	}
+	return []kgo.Opt{kgo.SASL(scram.Auth{User: c.SASL.BootstrapUser, Pass: c.SASL.BootstrapPassword}.AsSha512Mechanism())}
+}
+
 // saslServer is the mechanisms this broker offers.
 type saslServer struct {
 	mechs map[string]auth.Mechanism
@@ -175,7 +228,7 @@ type saslConn struct {
 func (s *saslConn) authenticated() bool { return s.user != "" }
 
 // saslListener reports whether the connection must authenticate.
-func (c *conn) saslListener() bool { return false }
+func (c *conn) saslListener() bool { return c.listener != nil && c.listener.security.SASL() }
 
 // preAuthLimit is the largest frame the connection may send now: the
 // SASL receive size before authentication, 0 (no limit of its own) after.

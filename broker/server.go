@@ -19,11 +19,11 @@ import (
 	"strata/meta"
 )
 
-// acceptLoop accepts Kafka connections until Close.
-func (b *Broker) acceptLoop() {
+// acceptLoop accepts Kafka connections on one listener until Close.
+func (b *Broker) acceptLoop(l *listener) {
 	var backoff time.Duration
 	for {
-		c, err := b.ln.Accept()
+		c, err := l.ln.Accept()
 		if err != nil {
 			if b.ctx.Err() != nil {
 				return
@@ -41,7 +41,7 @@ func (b *Broker) acceptLoop() {
 				}
 				continue
 			}
-			b.log.Error("kafka listener stopped", "err", err)
+			b.log.Error("kafka listener stopped", "listener", l.name, "err", err)
 			return
 		}
 		backoff = 0
@@ -70,7 +70,7 @@ func (b *Broker) acceptLoop() {
 				b.perIP.release(ip)
 				b.metrics.connections.Dec()
 			}()
-			b.serveConn(c)
+			b.serveConn(c, l)
 		})
 	}
 }
@@ -97,9 +97,13 @@ type conn struct {
 	r      *bufio.Reader
 	w      *bufio.Writer
 	remote string
+	// listener is the listener the connection was accepted on: its name
+	// and security protocol (whether it must authenticate with SASL).
+	listener *listener
 	// principal is who the connection speaks for, in Kafka's
-	// "Type:name" form (admit). Every connection is PLAINTEXT and
-	// unauthenticated: Kafka's User:ANONYMOUS.
+	// "Type:name" form (admit): on an SSL listener, the subject of the
+	// client's verified certificate (certs.Principal); otherwise Kafka's
+	// User:ANONYMOUS until it authenticates.
 	principal string
 	// sasl is the connection's authentication state (sasl.go).
 	sasl saslConn
@@ -146,19 +150,27 @@ var errFrameTooLarge = errors.New("frame larger than the maximum request size")
 // counted as a bad request.
 var errCloseConn = errors.New("closing the connection to signal an error")
 
-func (b *Broker) serveConn(nc net.Conn) {
+func (b *Broker) serveConn(nc net.Conn, l *listener) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	remote := nc.RemoteAddr().String()
+	nc, principal, err := l.handshake(b.ctx, nc)
+	if err != nil {
+		if b.ctx.Err() == nil {
+			b.log.Info("closing connection", "remote", remote, "listener", l.name, "err", err)
+		}
+		return
+	}
 	ic := idleConn{Conn: nc, idle: b.cfg.ConnectionsMaxIdle}
 	c := &conn{
-		b:      b,
-		nc:     nc,
-		r:      bufio.NewReaderSize(ic, 64<<10),
-		w:      bufio.NewWriterSize(ic, 64<<10),
-		remote: nc.RemoteAddr().String(),
-		// Until a listener authenticates its connections.
-		principal: anonymous,
+		b:         b,
+		nc:        nc,
+		r:         bufio.NewReaderSize(ic, 64<<10),
+		w:         bufio.NewWriterSize(ic, 64<<10),
+		remote:    remote,
+		listener:  l,
+		principal: principal,
 	}
 	defer c.release()
 	for {

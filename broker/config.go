@@ -483,5 +483,10 @@ func (c Config) validateListeners() error {
 	if !seen[c.InterBrokerListener] {
 		return fmt.Errorf("inter-broker listener %q: no listener of that name", c.InterBrokerListener)
 	}
+	for _, l := range c.Listeners {
+		if l.Name == c.InterBrokerListener && l.Security.TLS() && c.PeerTLS == nil {
+			return fmt.Errorf("inter-broker listener %s: %s needs the cluster CA and this node's certificate to dial other brokers (peer TLS)", l.Name, l.Security)
+		}
+	}
 	return nil
 }

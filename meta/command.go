@@ -220,7 +220,7 @@ func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result
 	b := c.Broker
 	old, ok := s.Brokers[b.ID]
 	if ok && old.Incarnation == b.Incarnation && !old.Fenced && !old.ShuttingDown &&
-		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack {
+		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack && slices.Equal(old.Endpoints, b.Endpoints) {
 		return nil, result{epoch: old.Epoch}
 	}
 	next := s.clone()

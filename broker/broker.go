@@ -226,6 +226,16 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	// Early, so that the other nodes, whose inter-broker clients may
+	// authenticate as this user, can join soon.
+	if b.cfg.SASL.BootstrapUser != "" {
+		bctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		if err := b.ensureBootstrapUser(bctx); err != nil {
+			b.log.Warn("SASL bootstrap user not created yet; retrying in the background", "err", err)
+			b.goFunc(b.bootstrapUserLoop)
+		}
+		cancel()
+	}
 	if err := b.node.Open(ctx, clusterID); err != nil {
 		b.Close()
 		return nil, err
@@ -252,14 +262,6 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.startSASL(ctx); err != nil {
 		b.Close()
 		return nil, err
-	}
-	if b.cfg.SASL.BootstrapUser != "" {
-		bctx, cancel := context.WithTimeout(ctx, controlTimeout)
-		if err := b.ensureBootstrapUser(bctx); err != nil {
-			b.log.Warn("SASL bootstrap user not created yet; retrying in the background", "err", err)
-			b.goFunc(b.bootstrapUserLoop)
-		}
-		cancel()
 	}
 	for _, l := range b.listeners {
 		b.goFunc(func() { b.acceptLoop(l) })

@@ -42,6 +42,8 @@ type Config struct {
 	// Transactions configures the transaction coordinator.
 	Transactions Transactions
 	Logging      Logging
+	// SASL configures authentication on SASL listeners (sasl.go).
+	SASL SASL
 }
 
 // Node identifies this broker and where it keeps its data.
@@ -76,6 +78,7 @@ type Kafka struct {
 	QueuedMaxRequestBytes int64         // kafka.queued_max_request_bytes: request bytes held across connections
 	ConnectionsMaxIdle    time.Duration // kafka.connections_max_idle: close a connection idle this long
 	FetchMaxBytes         int32         // kafka.fetch_max_bytes: cap on one Fetch response
+	MaxConnectionsPerIP   int           // kafka.max_connections_per_ip: 0 is unbounded (max.connections.per.ip)
 }
 
 // HTTP is the metrics and health listener.

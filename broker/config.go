@@ -187,6 +187,13 @@ type Config struct {
 	// Compactor configures log compaction (docs/compaction.md). Its
 	// Logger, Now and SpoolDir are the broker's.
 	Compactor compactor.Config
+
+	// SASL configures authentication on SASL listeners (sasl.go).
+	SASL SASLConfig
+	// MaxConnectionsPerIP bounds the open connections from one client
+	// address (max.connections.per.ip); a connection over it is closed as
+	// soon as it is accepted. Zero means no bound, as in Kafka.
+	MaxConnectionsPerIP int
 }
 
 // Defaults applied by WithDefaults.
@@ -286,6 +293,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.SASL = c.SASL.withDefaults()
 	return c
 }
 
@@ -371,6 +379,12 @@ func (c Config) Validate() error {
 		if err := node.ValidateTopicConfig(k, v); err != nil {
 			return fmt.Errorf("topic default: %w", err)
 		}
+	}
+	if err := c.validateSASL(); err != nil {
+		return err
+	}
+	if c.MaxConnectionsPerIP < 0 {
+		return fmt.Errorf("max connections per ip %d: must not be negative", c.MaxConnectionsPerIP)
 	}
 	return nil
 }

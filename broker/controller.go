@@ -350,6 +350,8 @@ func (c controller) AlterPartition(ctx context.Context, topicID [16]byte, r meta
 var forwarded = map[int16]bool{
 	int16(kmsg.AlterConfigs):            true,
 	int16(kmsg.IncrementalAlterConfigs): true,
+	// 51_alter_user_scram_credentials.go
+	int16(kmsg.AlterUserSCRAMCredentials): true,
 }
 
 // forward sends req to the controller and returns its answer, in the

@@ -19,21 +19,22 @@ import (
 type kind uint8
 
 const (
-	_                       kind = iota // 0 is never written, so zeroed data fails loudly
-	kindBarrier                         // no payload; changes nothing
-	kindRegisterBroker                  // registerBrokerCmd
-	kindCreateTopic                     // createTopicCmd
-	kindDeleteTopic                     // deleteTopicCmd
-	kindCreatePartitions                // createPartitionsCmd
-	kindAlterConfigs                    // alterConfigsCmd
-	kindAllocateProducerIDs             // allocateProducerIDsCmd
-	kindFenceBroker                     // brokerEpochCmd
-	kindUnfenceBroker                   // brokerEpochCmd
-	kindAlterPartition                  // alterPartitionCmd
-	kindControlledShutdown              // brokerEpochCmd
-	kindElectLeaders                    // electLeadersCmd
-	kindInitCluster                     // initClusterCmd
-	kindRestoreTopic                    // restoreTopicCmd (restore.go)
+	_                         kind = iota // 0 is never written, so zeroed data fails loudly
+	kindBarrier                           // no payload; changes nothing
+	kindRegisterBroker                    // registerBrokerCmd
+	kindCreateTopic                       // createTopicCmd
+	kindDeleteTopic                       // deleteTopicCmd
+	kindCreatePartitions                  // createPartitionsCmd
+	kindAlterConfigs                      // alterConfigsCmd
+	kindAllocateProducerIDs               // allocateProducerIDsCmd
+	kindFenceBroker                       // brokerEpochCmd
+	kindUnfenceBroker                     // brokerEpochCmd
+	kindAlterPartition                    // alterPartitionCmd
+	kindControlledShutdown                // brokerEpochCmd
+	kindElectLeaders                      // electLeadersCmd
+	kindInitCluster                       // initClusterCmd
+	kindRestoreTopic                      // restoreTopicCmd (restore.go)
+	kindAlterScramCredentials             // alterScramCmd (scram.go)
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -125,7 +126,9 @@ type result struct {
 	partition Partition
 	// elected is ElectLeaders' outcome per partition.
 	elected map[TopicPartition]error
-	err     error
+	// scram is AlterScramCredentials' outcome per user.
+	scram map[string]error
+	err   error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -149,6 +152,8 @@ var applyTable = [...]applyFunc{
 	kindElectLeaders:        applyElectLeaders,
 	kindInitCluster:         applyInitCluster,
 	kindRestoreTopic:        applyRestoreTopic,
+
+	kindAlterScramCredentials: applyAlterScramCredentials,
 }
 
 // applyCommand decodes data and dispatches it.

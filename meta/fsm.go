@@ -135,6 +135,9 @@ type snapshotV1 struct {
 	HistoryID string `json:",omitempty"`
 	Brokers   []Broker
 	Topics    []*Topic
+	// ScramCredentials is State.ScramCredentials; absent when there are
+	// none, and from snapshots taken before they existed.
+	ScramCredentials map[string]map[string]ScramCredential `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -156,6 +159,9 @@ func encodeSnapshot(w io.Writer, s *State) error {
 	}
 	for _, name := range s.SortedTopicNames() {
 		snap.Topics = append(snap.Topics, s.Topics[name])
+	}
+	if len(s.ScramCredentials) > 0 {
+		snap.ScramCredentials = s.ScramCredentials
 	}
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
@@ -209,6 +215,12 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 			t.Configs = map[string]string{}
 		}
 		s.putTopic(t)
+	}
+	if err := checkScramState(snap.ScramCredentials); err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	if snap.ScramCredentials != nil {
+		s.ScramCredentials = snap.ScramCredentials
 	}
 	return s, nil
 }

@@ -148,6 +148,10 @@ type State struct {
 	// named before history ids existed gets one from its next
 	// controller.
 	HistoryID string
+	// ScramCredentials are the users' SCRAM credentials, by user and
+	// then mechanism (scram.go). A user's inner map is replaced, never
+	// modified, when its credentials change.
+	ScramCredentials map[string]map[string]ScramCredential
 
 	byID map[[16]byte]*Topic
 }
@@ -157,6 +161,8 @@ func newState() *State {
 		Brokers: map[int32]Broker{},
 		Topics:  map[string]*Topic{},
 		byID:    map[[16]byte]*Topic{},
+
+		ScramCredentials: map[string]map[string]ScramCredential{},
 	}
 }
 
@@ -212,6 +218,8 @@ func (s *State) clone() *State {
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),
+
+		ScramCredentials: maps.Clone(s.ScramCredentials),
 	}
 }
 

@@ -248,6 +248,18 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
 		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
 		InterBrokerListener:   c.Kafka.InterBrokerListener,
+		MaxConnectionsPerIP:   c.Kafka.MaxConnectionsPerIP,
+		SASL: broker.SASLConfig{
+			Mechanisms:           c.SASL.Mechanisms,
+			PlainUsersFile:       c.SASL.PlainUsersFile,
+			OAuthJWKS:            c.SASL.OAuthJWKS,
+			OAuthUnsecured:       c.SASL.OAuthUnsecured,
+			BootstrapUser:        c.SASL.BootstrapUser,
+			BootstrapPassword:    c.SASL.BootstrapPassword,
+			ConnectionsMaxReauth: c.SASL.ConnectionsMaxReauth,
+			MaxReceiveSize:       c.SASL.MaxReceiveSize,
+			FailedDelay:          c.SASL.FailedDelay,
+		},
 
 		DefaultReplicationFactor: c.Topics.DefaultReplicationFactor,
 		SessionTimeout:           c.Cluster.SessionTimeout,

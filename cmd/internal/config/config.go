@@ -45,6 +45,8 @@ type Config struct {
 	// connections to other nodes and the raft transport.
 	TLS     TLS
 	Logging Logging
+	// SASL configures authentication on SASL listeners (sasl.go).
+	SASL SASL
 }
 
 // Node identifies this broker and where it keeps its data.
@@ -90,6 +92,7 @@ type Kafka struct {
 	// InterBrokerListener is kafka.inter_broker_listener; empty means the
 	// first listener.
 	InterBrokerListener string
+	MaxConnectionsPerIP int // kafka.max_connections_per_ip: 0 is unbounded (max.connections.per.ip)
 }
 
 // HTTP is the metrics and health listener.

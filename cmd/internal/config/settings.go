@@ -506,6 +506,7 @@ var (
 )
 
 func init() {
+	settings = append(settings, saslSettings...) // sasl.go
 	for _, s := range settings {
 		byKey[s.key] = s
 		byEnv[s.env()] = s

@@ -36,6 +36,13 @@ const (
 	kindRestoreTopic                    // restoreTopicCmd (restore.go)
 )
 
+// Kinds given their numbers explicitly, so that kinds added in parallel
+// branches cannot shift them.
+const (
+	kindCreateACLs kind = 16 // createACLsCmd (acl.go)
+	kindDeleteACLs kind = 17 // deleteACLsCmd (acl.go)
+)
+
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
 // ShuttingDown are decided by Apply, not taken from the proposer.
 type registerBrokerCmd struct {
@@ -125,7 +132,9 @@ type result struct {
 	partition Partition
 	// elected is ElectLeaders' outcome per partition.
 	elected map[TopicPartition]error
-	err     error
+	// acl is CreateAcls' or DeleteAcls' outcome (acl.go).
+	acl *aclOutcome
+	err error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -149,6 +158,9 @@ var applyTable = [...]applyFunc{
 	kindElectLeaders:        applyElectLeaders,
 	kindInitCluster:         applyInitCluster,
 	kindRestoreTopic:        applyRestoreTopic,
+
+	kindCreateACLs: applyCreateACLs,
+	kindDeleteACLs: applyDeleteACLs,
 }
 
 // applyCommand decodes data and dispatches it.

@@ -135,6 +135,9 @@ type snapshotV1 struct {
 	HistoryID string `json:",omitempty"`
 	Brokers   []Broker
 	Topics    []*Topic
+	// ACLs is State.ACLs; absent when there are none, and from snapshots
+	// taken before they existed.
+	ACLs []ACL `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -157,6 +160,7 @@ func encodeSnapshot(w io.Writer, s *State) error {
 	for _, name := range s.SortedTopicNames() {
 		snap.Topics = append(snap.Topics, s.Topics[name])
 	}
+	snap.ACLs = s.ACLs
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
 		return fmt.Errorf("meta: encode snapshot: %w", err)
@@ -210,6 +214,11 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 		}
 		s.putTopic(t)
 	}
+	acls, err := checkACLs(snap.ACLs)
+	if err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	s.ACLs = acls
 	return s, nil
 }
 

@@ -116,6 +116,10 @@ type State struct {
 	// named before history ids existed gets one from its next
 	// controller.
 	HistoryID string
+	// ACLs are the stored access control lists in compareACLs order,
+	// without duplicates (acl.go). The slice is replaced, never modified,
+	// when they change, so states share it.
+	ACLs []ACL
 
 	byID map[[16]byte]*Topic
 }
@@ -180,6 +184,7 @@ func (s *State) clone() *State {
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),
+		ACLs:           s.ACLs,
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"strata/broker/acl"
 	"strata/broker/group"
 	"strata/broker/node"
 	"strata/broker/txn"
@@ -70,6 +71,11 @@ type Broker struct {
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
 	groups *group.Coordinator
+	// authz is the authorizer, nil when Config.Authorizer is off
+	// (authorize.go); set in Start before the first connection is
+	// accepted.
+	authz *acl.Authorizer
+
 	// txns is the transaction coordinator (broker/node's txns.go); set in
 	// Start before the first connection is accepted.
 	txns *txn.Coordinator
@@ -203,6 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	b.meta = m
+	b.authz = b.newAuthorizer()
 	b.metrics.reg.MustRegister(metaCollector{b})
 
 	b.node = b.newNode(m)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"strata/broker/acl"
 	"strata/broker/group"
 	"strata/broker/node"
 	"strata/broker/txn"
@@ -76,6 +77,11 @@ type Broker struct {
 	sasl *saslServer
 	// perIP counts connections per client address (connlimit.go).
 	perIP connsPerIP
+	// authz is the authorizer, nil when Config.Authorizer is off
+	// (authorize.go); set in Start before the first connection is
+	// accepted.
+	authz *acl.Authorizer
+
 	// txns is the transaction coordinator (broker/node's txns.go); set in
 	// Start before the first connection is accepted.
 	txns *txn.Coordinator
@@ -217,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	b.meta = m
+	b.authz = b.newAuthorizer()
 	b.metrics.reg.MustRegister(metaCollector{b})
 
 	b.node = b.newNode(m)

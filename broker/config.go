@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/compactor"
 	"strata/meta"
@@ -194,6 +195,17 @@ type Config struct {
 	// address (max.connections.per.ip); a connection over it is closed as
 	// soon as it is accepted. Zero means no bound, as in Kafka.
 	MaxConnectionsPerIP int
+	// Authorizer turns ACL authorization on (broker/acl): every request
+	// is checked against the ACLs in the metadata, as Kafka's
+	// StandardAuthorizer checks it. Off, everything is allowed and the
+	// ACL APIs answer SECURITY_DISABLED. Setting SuperUsers turns it on.
+	Authorizer bool
+	// SuperUsers may do everything (super.users), in Kafka's
+	// "Type:name" form, e.g. User:admin.
+	SuperUsers []string
+	// AllowEveryoneIfNoACLFound allows what no ACL on the resource speaks
+	// of (allow.everyone.if.no.acl.found); off by default, as in Kafka.
+	AllowEveryoneIfNoACLFound bool
 }
 
 // Defaults applied by WithDefaults.
@@ -294,6 +306,9 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.SASL = c.SASL.withDefaults()
+	if len(c.SuperUsers) > 0 {
+		c.Authorizer = true
+	}
 	return c
 }
 
@@ -306,6 +321,9 @@ func (c Config) Validate() error {
 		return errors.New("data dir: must be set")
 	}
 	if err := c.validateListeners(); err != nil {
+		return err
+	}
+	if err := (acl.Config{SuperUsers: c.SuperUsers}).Validate(); err != nil {
 		return err
 	}
 	if c.HTTPListen != "" {

@@ -352,6 +352,8 @@ var forwarded = map[int16]bool{
 	int16(kmsg.IncrementalAlterConfigs): true,
 	// 51_alter_user_scram_credentials.go
 	int16(kmsg.AlterUserSCRAMCredentials): true,
+	int16(kmsg.CreateACLs):                true,
+	int16(kmsg.DeleteACLs):                true,
 }
 
 // forward sends req to the controller and returns its answer, in the

@@ -50,6 +50,7 @@ var errorMap = []struct {
 	{meta.ErrInvalidPartitions, kerr.InvalidPartitions},
 	{meta.ErrInvalidReplicationFactor, kerr.InvalidReplicationFactor},
 	{meta.ErrNotController, kerr.NotController},
+	{meta.ErrInvalidACL, kerr.InvalidRequest},
 	{meta.ErrDuplicateBroker, kerr.DuplicateBrokerRegistration},
 	{meta.ErrStaleBrokerEpoch, kerr.StaleBrokerEpoch},
 	{meta.ErrFencedLeaderEpoch, kerr.FencedLeaderEpoch},

@@ -494,6 +494,19 @@ func (b *Broker) handle(req *request) (resp kmsg.Response, err error) {
 	if err := b.admit(req); err != nil {
 		return nil, err
 	}
+	// Authorized here, before forwarding: the controller sees the
+	// forwarding broker, not the client (authorize.go).
+	refuse, answer := b.gate(req)
+	if answer != nil {
+		return answer, nil
+	}
+	if refuse != nil {
+		defer func() {
+			if resp != nil && err == nil {
+				refuse(resp)
+			}
+		}()
+	}
 	if forwarded[key] && b.node.Clustered() && !b.meta.IsLeader() {
 		if resp, err := b.forward(req); !errors.Is(err, meta.ErrNotController) {
 			return resp, err

@@ -37,6 +37,13 @@ const (
 	kindAlterScramCredentials             // alterScramCmd (scram.go)
 )
 
+// Kinds given their numbers explicitly, so that kinds added in parallel
+// branches cannot shift them.
+const (
+	kindCreateACLs kind = 16 // createACLsCmd (acl.go)
+	kindDeleteACLs kind = 17 // deleteACLsCmd (acl.go)
+)
+
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
 // ShuttingDown are decided by Apply, not taken from the proposer.
 type registerBrokerCmd struct {
@@ -128,7 +135,9 @@ type result struct {
 	elected map[TopicPartition]error
 	// scram is AlterScramCredentials' outcome per user.
 	scram map[string]error
-	err   error
+	// acl is CreateAcls' or DeleteAcls' outcome (acl.go).
+	acl *aclOutcome
+	err error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -154,6 +163,8 @@ var applyTable = [...]applyFunc{
 	kindRestoreTopic:        applyRestoreTopic,
 
 	kindAlterScramCredentials: applyAlterScramCredentials,
+	kindCreateACLs:            applyCreateACLs,
+	kindDeleteACLs:            applyDeleteACLs,
 }
 
 // applyCommand decodes data and dispatches it.

@@ -138,6 +138,9 @@ type snapshotV1 struct {
 	// ScramCredentials is State.ScramCredentials; absent when there are
 	// none, and from snapshots taken before they existed.
 	ScramCredentials map[string]map[string]ScramCredential `json:",omitempty"`
+	// ACLs is State.ACLs; absent when there are none, and from snapshots
+	// taken before they existed.
+	ACLs []ACL `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -163,6 +166,7 @@ func encodeSnapshot(w io.Writer, s *State) error {
 	if len(s.ScramCredentials) > 0 {
 		snap.ScramCredentials = s.ScramCredentials
 	}
+	snap.ACLs = s.ACLs
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
 		return fmt.Errorf("meta: encode snapshot: %w", err)
@@ -222,6 +226,11 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 	if snap.ScramCredentials != nil {
 		s.ScramCredentials = snap.ScramCredentials
 	}
+	acls, err := checkACLs(snap.ACLs)
+	if err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	s.ACLs = acls
 	return s, nil
 }
 

@@ -152,6 +152,10 @@ type State struct {
 	// then mechanism (scram.go). A user's inner map is replaced, never
 	// modified, when its credentials change.
 	ScramCredentials map[string]map[string]ScramCredential
+	// ACLs are the stored access control lists in compareACLs order,
+	// without duplicates (acl.go). The slice is replaced, never modified,
+	// when they change, so states share it.
+	ACLs []ACL
 
 	byID map[[16]byte]*Topic
 }
@@ -220,6 +224,7 @@ func (s *State) clone() *State {
 		byID:           maps.Clone(s.byID),
 
 		ScramCredentials: maps.Clone(s.ScramCredentials),
+		ACLs:             s.ACLs,
 	}
 }
 

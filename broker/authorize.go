@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
+	"strata/meta"
+)
+
+// Authorization: each API's file asks the helpers below what Kafka's
+// KafkaApis asks its authorizer for that API (docs/security.md has the
+// table), and answers a refusal with the API's own error code; the
+// decisions are broker/acl's. Without an authorizer (Config.Authorizer
+// off), b.authz is nil and everything is allowed.
+//
+// A request the broker passes on to the controller (forwarded) reaches it
+// on the forwarding broker's own connection, as that broker's principal:
+// such APIs are authorized where the client connected, before forwarding,
+// by a gate (registerGate), which runs again on the controller against the
+// forwarding broker, a super user.
+
+// testHookPrincipal, when set by a test, gives the principal of a request
+// from its client id, in place of its connection's: so that clients with
+// different client ids act as different principals without
+// authenticating. An empty answer keeps the connection's.
+var testHookPrincipal func(clientID string) string
+
+// newAuthorizer returns the authorizer cfg asks for, or nil for none.
+func (b *Broker) newAuthorizer() *acl.Authorizer {
+	if !b.cfg.Authorizer {
+		return nil
+	}
+	return acl.New(acl.Config{
+		SuperUsers:                b.cfg.SuperUsers,
+		AllowEveryoneIfNoACLFound: b.cfg.AllowEveryoneIfNoACLFound,
+		Logger:                    b.log.With("component", "authorizer"),
+		Registerer:                b.metrics.reg,
+	}, func() []meta.ACL { return b.meta.State().ACLs })
+}
+
+// client is who sent req, for the authorizer.
+func (req *request) client() acl.Client {
+	p := req.conn.principal
+	if testHookPrincipal != nil {
+		if tp := testHookPrincipal(req.clientID); tp != "" {
+			p = tp
+		}
+	}
+	host, _, err := net.SplitHostPort(req.conn.remote)
+	if err != nil {
+		host = req.conn.remote
+	}
+	return acl.Client{Principal: p, Host: host, API: apiName(req.kreq.Key())}
+}
+
+// authorized reports whether req's principal may do op on the resource,
+// logging a refusal: for resources the request names.
+func (b *Broker) authorized(req *request, op acl.Operation, rt acl.ResourceType, name string) bool {
+	if b.authz == nil {
+		return true
+	}
+	return b.authz.Authorize(req.client(), op, rt, name)
+}
+
+// allowed is authorized without the log: for what the request did not
+// name (filtering listings) and for second thoughts Kafka does not log
+// (CREATE on the cluster before CREATE on each topic).
+func (b *Broker) allowed(req *request, op acl.Operation, rt acl.ResourceType, name string) bool {
+	if b.authz == nil {
+		return true
+	}
+	return b.authz.Allowed(req.client(), op, rt, name)
+}
+
+// authorizedCluster is authorized on the cluster resource.
+func (b *Broker) authorizedCluster(req *request, op acl.Operation) bool {
+	return b.authorized(req, op, acl.Cluster, acl.ClusterName)
+}
+
+// authorizedOps is a resource's authorized-operations field (KIP-430).
+func (b *Broker) authorizedOps(req *request, rt acl.ResourceType, name string) int32 {
+	return b.authz.AuthorizedOperations(req.client(), rt, name) // all of them when nil
+}
+
+// topicAuth remembers one request's answers per topic name: a request
+// names a topic once per partition list, and asks once.
+type topicAuth struct {
+	b    *Broker
+	req  *request
+	op   acl.Operation
+	seen map[string]bool
+}
+
+func (b *Broker) topicAuth(req *request, op acl.Operation) *topicAuth {
+	return &topicAuth{b: b, req: req, op: op}
+}
+
+// ok reports whether the request may do the operation on topic.
+func (a *topicAuth) ok(topic string) bool {
+	if a.b.authz == nil {
+		return true
+	}
+	if v, done := a.seen[topic]; done {
+		return v
+	}
+	if a.seen == nil {
+		a.seen = map[string]bool{}
+	}
+	v := a.b.authz.Authorize(a.req.client(), a.op, acl.Topic, topic)
+	a.seen[topic] = v
+	return v
+}
+
+// mayCreateTopic reports whether req may create topic: CREATE on the
+// cluster, else on the topic (Kafka's CreateTopics and auto-creation).
+func (b *Broker) mayCreateTopic(req *request, topic string) bool {
+	return b.allowed(req, acl.Create, acl.Cluster, acl.ClusterName) || b.authorized(req, acl.Create, acl.Topic, topic)
+}
+
+// autoCreateFor is autoCreate for a request: a topic the request's
+// principal may not create is unknown to it.
+func (b *Broker) autoCreateFor(req *request, name string) (*meta.Topic, error) {
+	if t, ok := b.meta.State().Topics[name]; ok || b.mayCreateTopic(req, name) {
+		if ok {
+			return t, nil
+		}
+		return b.autoCreate(b.ctx, name)
+	}
+	return nil, kerr.UnknownTopicOrPartition
+}
+
+// configResourceAuth is the operation's resource for a config resource
+// (Describe/AlterConfigs, IncrementalAlterConfigs) and the error a
+// refusal answers, or ok false for a type with no authorization of its
+// own (its handler refuses it).
+func configResourceAuth(t kmsg.ConfigResourceType, name string) (rt acl.ResourceType, rname string, refused *kerr.Error, ok bool) {
+	switch t {
+	case kmsg.ConfigResourceTypeTopic:
+		return acl.Topic, name, kerr.TopicAuthorizationFailed, true
+	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger, kmsg.ConfigResourceType(16): // 16: CLIENT_METRICS
+		return acl.Cluster, acl.ClusterName, kerr.ClusterAuthorizationFailed, true
+	case kmsg.ConfigResourceType(32): // GROUP
+		return acl.Group, name, kerr.GroupAuthorizationFailed, true
+	}
+	return 0, "", nil, false
+}
+
+// A gate authorizes a request before it is forwarded or handled. It may
+// take out of the request what the principal may not do, and returns
+// refuse, which puts those parts' refusals into the response whoever
+// answers it, and answer, a whole response to send instead of handling
+// the request at all.
+type gateFunc func(b *Broker, req *request) (refuse func(kmsg.Response), answer kmsg.Response)
+
+// gates are the APIs' gates by key; filled by registerGate from the API
+// files' init and only read afterwards.
+var gates = map[int16]gateFunc{}
+
+func registerGate(key kmsg.Key, g gateFunc) { gates[int16(key)] = g }
+
+// gate runs req's API's gate, if it has one.
+func (b *Broker) gate(req *request) (refuse func(kmsg.Response), answer kmsg.Response) {
+	g, ok := gates[req.kreq.Key()]
+	if !ok {
+		return nil, nil
+	}
+	return g(b, req)
+}

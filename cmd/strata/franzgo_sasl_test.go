@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"strata/broker"
 )
 
 // TestFranzGoSASLSuite runs franz-go's own SASL integration tests
@@ -22,9 +20,8 @@ import (
 // tests skip themselves when their settings are missing, so each must be
 // seen to PASS in the -v output, not merely not fail.
 //
-// The node runs in this process, started as `strata serve` starts one:
-// the --listener flags that would let the binary open two listeners are
-// not in yet.
+// The node is a `strata serve` process, the bootstrap user's password
+// given by reference (env:) as an operator would.
 func TestFranzGoSASLSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs franz-go's kgo tests")
@@ -32,27 +29,12 @@ func TestFranzGoSASLSuite(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to run franz-go's tests with")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := broker.Start(ctx, broker.Config{
-		DataDir: t.TempDir(),
-		Listeners: []broker.Listener{
-			{Name: "PLAINTEXT", Security: broker.Plaintext, Addr: "127.0.0.1:0"},
-			{Name: "SASL", Security: broker.SASLPlaintext, Addr: "127.0.0.1:0"},
-		},
-		AutoCreateTopics: true,
-		SASL: broker.SASLConfig{
-			Mechanisms:        []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"},
-			OAuthUnsecured:    true,
-			BootstrapUser:     "kgo",
-			BootstrapPassword: "kgo-secret",
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	plain, sasl := b.ListenerAddr("PLAINTEXT").String(), b.ListenerAddr("SASL").String()
+	addrs := freeAddrs(t, 2)
+	plain, sasl := addrs[0], addrs[1]
+	n := startNode(t, []string{"KGO_PASSWORD=kgo-secret"}, "serve", "--data-dir", t.TempDir(), "--http-listen", "off",
+		"--listener", "PLAINTEXT=PLAINTEXT://"+plain, "--listener", "SASL=SASL_PLAINTEXT://"+sasl,
+		"--sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", "--sasl-oauthbearer-unsecured",
+		"--sasl-bootstrap-user", "kgo:env:KGO_PASSWORD")
 
 	tests := []string{"TestSCRAMAuth", "TestSCRAMAuthBadCredentials", "TestOAuthAuth"}
 	for _, bits := range []string{"256", "512"} {
@@ -82,5 +64,8 @@ func TestFranzGoSASLSuite(t *testing.T) {
 				t.Errorf("a franz-go test skipped:\n%s", out)
 			}
 		})
+	}
+	if strings.Contains(n.stderr.String(), "kgo-secret") {
+		t.Error("the node logged the bootstrap user's password")
 	}
 }

@@ -303,7 +303,11 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 		line += ", bucket " + where
 	}
 	if a := b.HTTPAddr(); a != nil {
-		line += fmt.Sprintf(", metrics http://%s/metrics", a)
+		scheme := "http"
+		if cfg.HTTPTLS != nil {
+			scheme = "https"
+		}
+		line += fmt.Sprintf(", metrics %s://%s/metrics", scheme, a)
 	}
 	fmt.Fprintln(out, line+")")
 	if r.announce != nil {

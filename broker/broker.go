@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,6 +166,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("http listener %s: %w", cfg.HTTPListen, err)
 		}
 		b.httpAddr = hl.Addr()
+		if cfg.HTTPTLS != nil {
+			hl = tls.NewListener(hl, cfg.HTTPTLS)
+		}
 		b.httpSrv = &http.Server{Handler: b.httpHandler(gath), ReadHeaderTimeout: 10 * time.Second}
 		b.goFunc(func() {
 			if err := b.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {

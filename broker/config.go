@@ -71,6 +71,13 @@ type Config struct {
 	PeerOpts []kgo.Opt
 	// HTTPListen serves /metrics, /healthz and /readyz. Empty disables it.
 	HTTPListen string
+	// HTTPTLS, when set, serves HTTPListen over TLS (the node's
+	// certificate, internal/certs).
+	HTTPTLS *tls.Config
+	// HTTPBearerToken, when set, is required on /metrics and /readyz as
+	// "Authorization: Bearer <token>" (401 otherwise); /healthz stays
+	// open, since a liveness probe says nothing worth hiding.
+	HTTPBearerToken string
 	// Rack is advertised in Metadata (client rack awareness).
 	Rack string
 	// ClusterID names a new cluster: its first controller writes it into

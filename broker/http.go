@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"crypto/subtle"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,11 +16,11 @@ import (
 // connections, can create topics and answer Metadata.
 func (b *Broker) httpHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", b.bearer(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /readyz", b.bearer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !b.ready.Load() {
 			http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
 			return
@@ -28,6 +30,27 @@ func (b *Broker) httpHandler(g prometheus.Gatherer) http.Handler {
 			return
 		}
 		w.Write([]byte("ready\n"))
-	})
+	})))
 	return mux
+}
+
+// bearer requires Config.HTTPBearerToken, when set, as the request's
+// bearer token (RFC 6750), compared in constant time; a request without
+// it is answered 401.
+func (b *Broker) bearer(h http.Handler) http.Handler {
+	want := b.cfg.HTTPBearerToken
+	if want == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const prefix = "Bearer "
+		got := r.Header.Get("Authorization")
+		if len(got) < len(prefix) || !strings.EqualFold(got[:len(prefix)], prefix) ||
+			subtle.ConstantTimeCompare([]byte(got[len(prefix):]), []byte(want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="strata"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -92,7 +92,7 @@ are for 'strata serve', and each one set is reported as ignored.`,
 			cfg.Listen, cfg.Listeners = "", c.BrokerListeners()
 		}
 		cfg.InterBrokerListener = c.Kafka.InterBrokerListener
-		if err := applyTLS(&cfg, c.TLS); err != nil {
+		if err := applyTLS(&cfg, c); err != nil {
 			return err
 		}
 		for _, w := range warnings {
@@ -177,7 +177,7 @@ set. See docs/operations.md for the file format.`,
 		}
 		cfg := brokerConfig(c, log)
 		cfg.Restore = *restore
-		if err := applyTLS(&cfg, c.TLS); err != nil {
+		if err := applyTLS(&cfg, c); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := cfg.WithDefaults().Validate(); err != nil {
@@ -315,7 +315,11 @@ func runNode(ctx context.Context, r nodeRun, out io.Writer) error {
 		line += ", bucket " + where
 	}
 	if a := b.HTTPAddr(); a != nil {
-		line += fmt.Sprintf(", metrics http://%s/metrics", a)
+		scheme := "http"
+		if cfg.HTTPTLS != nil {
+			scheme = "https"
+		}
+		line += fmt.Sprintf(", metrics %s://%s/metrics", scheme, a)
 	}
 	fmt.Fprintln(out, line+")")
 	if r.announce != nil {

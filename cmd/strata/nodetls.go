@@ -9,12 +9,15 @@ import (
 	"strata/internal/certs"
 )
 
-// applyTLS loads the node's certificate (tls.*) and gives the broker what
-// it serves its TLS listeners with and what it dials other nodes with;
-// with a CA file too, the raft port (raft, joins, voters queries) runs
-// over mutual TLS against that CA. The files are reloaded when they change
-// (internal/certs). Without a certificate it changes nothing.
-func applyTLS(cfg *broker.Config, t config.TLS) error {
+// applyTLS sets the HTTP port's bearer token and loads the node's
+// certificate (tls.*), giving the broker what it serves its TLS listeners
+// (and, with http.tls, its HTTP port) with and what it dials other nodes
+// with; with a CA file too, the raft port (raft, joins, voters queries)
+// runs over mutual TLS against that CA. The files are reloaded when they
+// change (internal/certs).
+func applyTLS(cfg *broker.Config, c config.Config) error {
+	cfg.HTTPBearerToken = c.HTTP.BearerToken
+	t := c.TLS
 	if t.CertFile == "" {
 		return nil
 	}
@@ -30,6 +33,11 @@ func applyTLS(cfg *broker.Config, t config.TLS) error {
 		return err
 	}
 	cfg.PeerTLS = src.ClientConfig()
+	if c.HTTP.TLS {
+		if cfg.HTTPTLS, err = src.ServerConfig(certs.ClientAuthNone); err != nil {
+			return err
+		}
+	}
 	if t.CAFile != "" {
 		// The raft port admits only the cluster CA's certificates,
 		// whatever the Kafka listeners ask of clients.

@@ -51,6 +51,10 @@ func s3Config(c config.S3) objstore.S3Config {
 		AccessKey:  c.AccessKey,
 		SecretKey:  c.SecretKey,
 		MaxRetries: -1, // see s3Retry
+
+		CAFile:      c.CAFile,
+		SSE:         c.SSE,
+		SSEKMSKeyID: c.SSEKMSKeyID,
 	}
 }
 

@@ -496,6 +496,16 @@ func TestACLMatrix(t *testing.T) {
 			req.Filters = append(req.Filters, f)
 			return send[*kmsg.DeleteACLsResponse](t, cl, req).Results[0].ErrorCode
 		}},
+		{api: "DescribeUserScramCredentials", needs: []need{clusterNeed(acl.Describe)}, ok: 0, call: func(t *testing.T, cl *kgo.Client) int16 {
+			return send[*kmsg.DescribeUserSCRAMCredentialsResponse](t, cl, kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()).ErrorCode
+		}},
+		{api: "AlterUserScramCredentials", needs: []need{clusterNeed(acl.Alter)}, ok: kerr.ResourceNotFound.Code, call: func(t *testing.T, cl *kgo.Client) int16 {
+			req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+			d := kmsg.NewAlterUserSCRAMCredentialsRequestDeletion()
+			d.Name, d.Mechanism = "nobody", 1
+			req.Deletions = append(req.Deletions, d)
+			return send[*kmsg.AlterUserSCRAMCredentialsResponse](t, cl, req).Results[0].ErrorCode
+		}},
 		{api: "WriteTxnMarkers", needs: []need{clusterNeed(acl.ClusterAction)}, ok: any_, call: func(t *testing.T, cl *kgo.Client) int16 {
 			req := kmsg.NewPtrWriteTxnMarkersRequest()
 			m := kmsg.NewWriteTxnMarkersRequestMarker()

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"net"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,8 +35,16 @@ func (b *Broker) newAuthorizer() *acl.Authorizer {
 	if !b.cfg.Authorizer {
 		return nil
 	}
+	supers := b.cfg.SuperUsers
+	if p := b.cfg.InterBrokerPrincipal(); p != "" {
+		// Other brokers (replica fetches, forwarded requests, the
+		// controller's requests): Kafka's operators list the brokers'
+		// principal in super.users; here the brokers' principal is
+		// Strata's choice, so it is added.
+		supers = append(slices.Clip(supers), p)
+	}
 	return acl.New(acl.Config{
-		SuperUsers:                b.cfg.SuperUsers,
+		SuperUsers:                supers,
 		AllowEveryoneIfNoACLFound: b.cfg.AllowEveryoneIfNoACLFound,
 		Logger:                    b.log.With("component", "authorizer"),
 		Registerer:                b.metrics.reg,

@@ -19,21 +19,22 @@ import (
 type kind uint8
 
 const (
-	_                       kind = iota // 0 is never written, so zeroed data fails loudly
-	kindBarrier                         // no payload; changes nothing
-	kindRegisterBroker                  // registerBrokerCmd
-	kindCreateTopic                     // createTopicCmd
-	kindDeleteTopic                     // deleteTopicCmd
-	kindCreatePartitions                // createPartitionsCmd
-	kindAlterConfigs                    // alterConfigsCmd
-	kindAllocateProducerIDs             // allocateProducerIDsCmd
-	kindFenceBroker                     // brokerEpochCmd
-	kindUnfenceBroker                   // brokerEpochCmd
-	kindAlterPartition                  // alterPartitionCmd
-	kindControlledShutdown              // brokerEpochCmd
-	kindElectLeaders                    // electLeadersCmd
-	kindInitCluster                     // initClusterCmd
-	kindRestoreTopic                    // restoreTopicCmd (restore.go)
+	_                         kind = iota // 0 is never written, so zeroed data fails loudly
+	kindBarrier                           // no payload; changes nothing
+	kindRegisterBroker                    // registerBrokerCmd
+	kindCreateTopic                       // createTopicCmd
+	kindDeleteTopic                       // deleteTopicCmd
+	kindCreatePartitions                  // createPartitionsCmd
+	kindAlterConfigs                      // alterConfigsCmd
+	kindAllocateProducerIDs               // allocateProducerIDsCmd
+	kindFenceBroker                       // brokerEpochCmd
+	kindUnfenceBroker                     // brokerEpochCmd
+	kindAlterPartition                    // alterPartitionCmd
+	kindControlledShutdown                // brokerEpochCmd
+	kindElectLeaders                      // electLeadersCmd
+	kindInitCluster                       // initClusterCmd
+	kindRestoreTopic                      // restoreTopicCmd (restore.go)
+	kindAlterScramCredentials             // alterScramCmd (scram.go)
 )
 
 // Kinds given their numbers explicitly, so that kinds added in parallel
@@ -134,7 +135,9 @@ type result struct {
 	elected map[TopicPartition]error
 	// acl is CreateAcls' or DeleteAcls' outcome (acl.go).
 	acl *aclOutcome
-	err error
+	// scram is AlterScramCredentials' outcome per user.
+	scram map[string]error
+	err   error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -158,6 +161,8 @@ var applyTable = [...]applyFunc{
 	kindElectLeaders:        applyElectLeaders,
 	kindInitCluster:         applyInitCluster,
 	kindRestoreTopic:        applyRestoreTopic,
+
+	kindAlterScramCredentials: applyAlterScramCredentials,
 
 	kindCreateACLs: applyCreateACLs,
 	kindDeleteACLs: applyDeleteACLs,
@@ -227,7 +232,7 @@ func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result
 	b := c.Broker
 	old, ok := s.Brokers[b.ID]
 	if ok && old.Incarnation == b.Incarnation && !old.Fenced && !old.ShuttingDown &&
-		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack {
+		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack && slices.Equal(old.Endpoints, b.Endpoints) {
 		return nil, result{epoch: old.Epoch}
 	}
 	next := s.clone()

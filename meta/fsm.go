@@ -138,6 +138,9 @@ type snapshotV1 struct {
 	// ACLs is State.ACLs; absent when there are none, and from snapshots
 	// taken before they existed.
 	ACLs []ACL `json:",omitempty"`
+	// ScramCredentials is State.ScramCredentials; absent when there are
+	// none, and from snapshots taken before they existed.
+	ScramCredentials map[string]map[string]ScramCredential `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -161,6 +164,9 @@ func encodeSnapshot(w io.Writer, s *State) error {
 		snap.Topics = append(snap.Topics, s.Topics[name])
 	}
 	snap.ACLs = s.ACLs
+	if len(s.ScramCredentials) > 0 {
+		snap.ScramCredentials = s.ScramCredentials
+	}
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
 		return fmt.Errorf("meta: encode snapshot: %w", err)
@@ -219,6 +225,12 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("meta: snapshot: %w", err)
 	}
 	s.ACLs = acls
+	if err := checkScramState(snap.ScramCredentials); err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	if snap.ScramCredentials != nil {
+		s.ScramCredentials = snap.ScramCredentials
+	}
 	return s, nil
 }
 

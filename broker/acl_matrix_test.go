@@ -797,3 +797,83 @@ func TestACLAPIs(t *testing.T) {
 		t.Fatalf("%d ACLs left", n)
 	}
 }
+
+// In a cluster, the requests a broker forwards to the controller arrive
+// there as the forwarding broker (here User:ANONYMOUS, the brokers' own
+// principal on a PLAINTEXT listener, hence a super user): they are
+// authorized on the broker the client talks to, before forwarding. An ACL
+// created on one node applies on every node.
+func TestACLClusterForwarding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := testCluster(t, 3, func(cfg *Config) { cfg.SuperUsers = []string{aclAdmin, anonymous} })
+	var other *Broker
+	c.waitFor("a controller", 10*time.Second, func() bool {
+		ctrl := c.any().meta.ControllerID()
+		for _, b := range c.nodes {
+			if ctrl >= 0 && b.cfg.NodeID != ctrl {
+				other = b
+				return true
+			}
+		}
+		return false
+	})
+	adm := kadm.NewClient(asPrincipal(t, other, aclAdmin))
+	createTopic(t, adm, "fwd", 1, nil)
+	alice := asPrincipal(t, other, "User:alice")
+
+	creq := kmsg.NewPtrCreateACLsRequest()
+	cr := kmsg.NewCreateACLsRequestCreation()
+	cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = acl.Topic, "fwd", acl.Literal
+	cr.Principal, cr.Host, cr.Operation, cr.PermissionType = "User:alice", "*", acl.All, acl.Allow
+	creq.Creations = append(creq.Creations, cr)
+	if code := send[*kmsg.CreateACLsResponse](t, alice, creq).Results[0].ErrorCode; code != caf {
+		t.Fatalf("alice's CreateAcls through a non-controller: code %d, want CLUSTER_AUTHORIZATION_FAILED", code)
+	}
+	if n := len(other.meta.State().ACLs); n != 0 {
+		t.Fatalf("%d ACLs stored after a refused CreateAcls", n)
+	}
+	alter := func() int16 {
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "fwd"
+		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		cfg.Name, cfg.Value = "retention.ms", kmsg.StringPtr("123456")
+		rr.Configs = append(rr.Configs, cfg)
+		req.Resources = append(req.Resources, rr)
+		return send[*kmsg.IncrementalAlterConfigsResponse](t, alice, req).Resources[0].ErrorCode
+	}
+	if code := alter(); code != taf {
+		t.Fatalf("alice's IncrementalAlterConfigs through a non-controller: code %d, want TOPIC_AUTHORIZATION_FAILED", code)
+	}
+	if v := other.meta.State().Topics["fwd"].Configs["retention.ms"]; v != "" {
+		t.Fatalf("a refused alter changed retention.ms to %s", v)
+	}
+
+	// The super user's CreateAcls, forwarded, applies on every node.
+	if code := send[*kmsg.CreateACLsResponse](t, asPrincipal(t, other, aclAdmin), creq).Results[0].ErrorCode; code != 0 {
+		t.Fatalf("admin's CreateAcls: code %d", code)
+	}
+	c.waitFor("the ACL on every node", 5*time.Second, func() bool {
+		for _, b := range c.nodes {
+			if len(b.meta.State().ACLs) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if code := alter(); code != 0 {
+		t.Fatalf("alice's IncrementalAlterConfigs with ALL on the topic: code %d", code)
+	}
+	for _, b := range c.nodes {
+		cl := asPrincipal(t, b, "User:alice")
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "fwd"
+		req.Resources = append(req.Resources, rr)
+		if code := send[*kmsg.DescribeConfigsResponse](t, cl, req).Resources[0].ErrorCode; code != 0 {
+			t.Errorf("node %d: alice's DescribeConfigs: code %d", b.cfg.NodeID, code)
+		}
+	}
+}

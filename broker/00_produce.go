@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/partition"
 	"strata/broker/txn"
 )
@@ -69,6 +70,13 @@ import (
 // id starts at any sequence (KIP-360), so UNKNOWN_PRODUCER_ID is never
 // sent.
 //
+// Authorization (Kafka's): transactional batches need WRITE on the
+// transactional id (else the whole request is
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED); each topic needs WRITE (else its
+// partitions are TOPIC_AUTHORIZATION_FAILED, whether it exists or not);
+// auto-creation needs CREATE on the cluster or the topic (else the topic
+// is unknown).
+//
 // Not done: KIP-890 part 2's implicit AddPartitionsToTxn on produce v12
 // (clients rely on it only where the broker finalizes the
 // transaction.version 2 feature), message.timestamp.type=LogAppendTime, v13
@@ -88,6 +96,10 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	if topLevel == nil {
 		producer, topLevel = transactionalProducer(r)
 	}
+	if topLevel == nil && producer.ok && !b.authorized(req, acl.Write, acl.TransactionalID, producer.id) {
+		topLevel = kerr.TransactionalIDAuthorizationFailed
+	}
+	writable := b.topicAuth(req, acl.Write)
 
 	// Every partition is checked, then the ones that would open a
 	// transaction are verified with the coordinator in one call, then
@@ -103,8 +115,11 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
 		topicErr := topLevel
+		if topicErr == nil && !writable.ok(rt.Topic) {
+			topicErr = kerr.TopicAuthorizationFailed
+		}
 		if topicErr == nil {
-			_, topicErr = b.autoCreate(b.ctx, rt.Topic)
+			_, topicErr = b.autoCreateFor(req, rt.Topic)
 		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]

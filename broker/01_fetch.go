@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/partition"
 )
 
@@ -52,6 +53,11 @@ import (
 // for the last stable offset to move: the marker that ends a transaction
 // wakes it.
 //
+// Authorization (Kafka's): a follower needs CLUSTER_ACTION on the
+// cluster (else every partition is TOPIC_AUTHORIZATION_FAILED), a
+// consumer READ on each topic (else TOPIC_AUTHORIZATION_FAILED, whether
+// it exists or not; an unknown topic id stays UNKNOWN_TOPIC_ID).
+//
 // Not done: fetch sessions are declined (SessionID 0 in every response, a
 // choice the protocol allows: clients then send full fetches); consumers
 // fetch from the leader only (no KIP-392 follower fetching).
@@ -81,6 +87,10 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 	st := b.meta.State()
 	staleErr := staleReplica(st, replicaID, replicaEpoch)
+	// A follower needs CLUSTER_ACTION for all it fetches, a consumer READ
+	// on each topic, named or found by id.
+	readable := b.topicAuth(req, acl.Read)
+	replicaAllowed := replicaID < 0 || b.authorizedCluster(req, acl.ClusterAction)
 	// One allocation for every partition's state, not one each.
 	n := 0
 	for i := range r.Topics {
@@ -103,6 +113,12 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 			id = t.ID
 		} else {
 			topicErr = kerr.UnknownTopicOrPartition
+		}
+		switch {
+		case !replicaAllowed:
+			topicErr = kerr.TopicAuthorizationFailed
+		case replicaID < 0 && (r.Version < 13 || topicErr == nil) && !readable.ok(name):
+			topicErr = kerr.TopicAuthorizationFailed
 		}
 		ft := kmsg.NewFetchResponseTopic()
 		ft.Topic, ft.TopicID = name, id

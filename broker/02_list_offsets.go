@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/partition"
 )
 
@@ -36,6 +37,9 @@ import (
 // negative value, is UNSUPPORTED_VERSION for that partition; a partition
 // listed twice is INVALID_REQUEST for both entries.
 //
+// Authorization (Kafka's): DESCRIBE on each topic, else its partitions
+// are TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+//
 // Version notes: v2 isolation level; v4 CurrentLeaderEpoch (KIP-320) and
 // LeaderEpoch in the response; v6 flexible.
 func init() { register(kmsg.ListOffsets, 1, 9, (*Broker).handleListOffsets) }
@@ -61,6 +65,7 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 			break
 		}
 	}
+	describable := b.topicAuth(req, acl.Describe)
 	for _, rt := range r.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
@@ -69,7 +74,9 @@ func (b *Broker) handleListOffsets(req *request) (kmsg.Response, error) {
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
 			var err error
-			if seen[tp{rt.Topic, rp.Partition}] > 1 {
+			if !describable.ok(rt.Topic) {
+				err = kerr.TopicAuthorizationFailed
+			} else if seen[tp{rt.Topic, rp.Partition}] > 1 {
 				err = kerr.InvalidRequest
 			} else {
 				err = b.listOffset(rt.Topic, rp, r.Version, r.IsolationLevel == 1, &sp)

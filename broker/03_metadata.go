@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/meta"
 )
@@ -22,8 +23,16 @@ import (
 // means every topic (v1+). Unknown topics are auto-created when both the
 // broker (auto.create.topics.enable) and, from v4, the request allow it.
 //
-// Not done: authorized operations (no ACLs yet; reported as not requested)
-// and v13's top-level error code (KIP-1102).
+// Authorization (Kafka's): a listing of every topic shows the topics the
+// principal may DESCRIBE and no others; a topic named (or found by id)
+// without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or
+// not, without its id (a topic asked for by id keeps it: ids are not
+// secret). Auto-creating a topic needs CREATE on the cluster or the topic,
+// else it is TOPIC_AUTHORIZATION_FAILED. Authorized operations (v8+,
+// KIP-430) are sent when asked for: each listed topic's, and (v8-10) the
+// cluster's when the principal may DESCRIBE it (0 otherwise).
+//
+// Not done: v13's top-level error code (KIP-1102).
 func init() { register(kmsg.Metadata, 0, 12, (*Broker).handleMetadata) }
 
 // authorizedOperationsOmitted is Kafka's "not requested" marker.
@@ -52,6 +61,13 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 	} // else null, Kafka's "not known": the controller has not named the cluster yet
 	resp.ControllerID = b.meta.ControllerID()
 	resp.AuthorizedOperations = authorizedOperationsOmitted
+	if r.Version >= 8 && r.Version <= 10 && r.IncludeClusterAuthorizedOperations {
+		resp.AuthorizedOperations = 0
+		if b.authorizedCluster(req, acl.Describe) {
+			resp.AuthorizedOperations = b.authorizedOps(req, acl.Cluster, acl.ClusterName)
+		}
+	}
+	topicOps := r.Version >= 8 && r.IncludeTopicAuthorizedOperations
 
 	addTopic := func(t *meta.Topic) {
 		mt := kmsg.NewMetadataResponseTopic()
@@ -59,6 +75,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 		mt.TopicID = t.ID
 		mt.IsInternal = t.Internal
 		mt.AuthorizedOperations = authorizedOperationsOmitted
+		if topicOps {
+			mt.AuthorizedOperations = b.authorizedOps(req, acl.Topic, t.Name)
+		}
 		for _, p := range t.Partitions {
 			mp := kmsg.NewMetadataResponseTopicPartition()
 			mp.Partition = p.Index
@@ -86,7 +105,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 
 	if r.Topics == nil && r.Version >= 1 || r.Version == 0 && len(r.Topics) == 0 {
 		for _, name := range st.SortedTopicNames() {
-			addTopic(st.Topics[name])
+			if b.allowed(req, acl.Describe, acl.Topic, name) {
+				addTopic(st.Topics[name])
+			}
 		}
 		return resp, nil
 	}
@@ -96,7 +117,9 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 				missing(rt.Topic, rt.TopicID, kerr.InvalidRequest)
 				continue
 			}
-			if t, ok := st.TopicByID(rt.TopicID); ok {
+			if t, ok := st.TopicByID(rt.TopicID); ok && !b.authorized(req, acl.Describe, acl.Topic, t.Name) {
+				missing(nil, rt.TopicID, kerr.TopicAuthorizationFailed)
+			} else if ok {
 				addTopic(t)
 			} else {
 				missing(nil, rt.TopicID, kerr.UnknownTopicID)
@@ -104,6 +127,10 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			continue
 		}
 		name := *rt.Topic
+		if !b.authorized(req, acl.Describe, acl.Topic, name) {
+			missing(rt.Topic, [16]byte{}, kerr.TopicAuthorizationFailed)
+			continue
+		}
 		if t, ok := st.Topics[name]; ok {
 			addTopic(t)
 			continue
@@ -114,6 +141,10 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 		}
 		if !allowAuto {
 			missing(rt.Topic, [16]byte{}, kerr.UnknownTopicOrPartition)
+			continue
+		}
+		if b.cfg.AutoCreateTopics && !b.mayCreateTopic(req, name) {
+			missing(rt.Topic, [16]byte{}, kerr.TopicAuthorizationFailed)
 			continue
 		}
 		if t, err := b.node.AutoCreate(b.ctx, name); err != nil {

@@ -1,6 +1,11 @@
 package broker
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
+)
 
 // OffsetCommit: v2-9
 //
@@ -14,12 +19,37 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // epoch (KIP-320); v7 group.instance.id (KIP-345); v8 flexible; v9 no
 // change for classic groups (KIP-848).
 //
+// Authorization (Kafka's): READ on the group, else every partition is
+// GROUP_AUTHORIZATION_FAILED; READ on each topic, else its partitions are
+// TOPIC_AUTHORIZATION_FAILED (whether it exists or not).
+//
 // Not done: v10 (topic ids, KIP-848); offsets of unknown partitions are
 // refused with UNKNOWN_TOPIC_OR_PARTITION.
 func init() { register(kmsg.OffsetCommit, 2, 9, (*Broker).handleOffsetCommit) }
 
 func (b *Broker) handleOffsetCommit(req *request) (kmsg.Response, error) {
-	resp := b.groups.OffsetCommit(b.ctx, req.kreq.(*kmsg.OffsetCommitRequest))
+	r := req.kreq.(*kmsg.OffsetCommitRequest)
+	var refused []kmsg.OffsetCommitRequestTopic
+	code := kerr.TopicAuthorizationFailed.Code
+	if !b.authorized(req, acl.Read, acl.Group, r.Group) {
+		refused, r.Topics, code = r.Topics, nil, kerr.GroupAuthorizationFailed.Code
+	} else {
+		refused = splitTopics(&r.Topics, func(t *kmsg.OffsetCommitRequestTopic) string { return t.Topic }, b.topicAuth(req, acl.Read).ok)
+	}
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	if len(r.Topics) > 0 || len(refused) == 0 {
+		resp = b.groups.OffsetCommit(b.ctx, r)
+	}
+	for _, t := range refused {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			b.metrics.countError(kmsg.OffsetCommit, p.ErrorCode)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/group"
 	"strata/broker/node"
 )
@@ -20,6 +21,10 @@ import (
 // Version notes: v1 key type and error message; v3 flexible; v4 batched
 // keys; v5-6 no change for groups (KIP-890, KIP-932 share-group keys).
 //
+// Authorization (Kafka's): DESCRIBE on the group (else
+// GROUP_AUTHORIZATION_FAILED) or the transactional id (else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key.
+//
 // Not done: share-group keys (type 2) are INVALID_REQUEST.
 func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
 
@@ -33,7 +38,11 @@ func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
 	for _, key := range keys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
 		c.Key, c.NodeID = key, -1
-		if err := b.findCoordinator(key, r.CoordinatorType, &c); err != nil {
+		err := b.coordinatorAuthorized(req, key, r.CoordinatorType)
+		if err == nil {
+			err = b.findCoordinator(key, r.CoordinatorType, &c)
+		}
+		if err != nil {
 			c.ErrorCode, c.ErrorMessage = b.answerError(kmsg.FindCoordinator, err)
 		} else if br, ok := b.meta.State().Brokers[c.NodeID]; ok {
 			// The coordinator's endpoint on the listener the client came in on.
@@ -48,6 +57,17 @@ func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
 		resp.NodeID, resp.Host, resp.Port = c.NodeID, c.Host, c.Port
 	}
 	return resp, nil
+}
+
+// coordinatorAuthorized refuses a key the principal may not DESCRIBE.
+func (b *Broker) coordinatorAuthorized(req *request, key string, typ int8) error {
+	switch {
+	case typ == 0 && !b.authorized(req, acl.Describe, acl.Group, key):
+		return kerr.GroupAuthorizationFailed
+	case typ == 1 && !b.authorized(req, acl.Describe, acl.TransactionalID, key):
+		return kerr.TransactionalIDAuthorizationFailed
+	}
+	return nil
 }
 
 func (b *Broker) findCoordinator(key string, typ int8, c *kmsg.FindCoordinatorResponseCoordinator) error {

@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
+)
 
 // JoinGroup: v0-9
 //
@@ -14,12 +18,18 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // flexible; v7 protocol type in the response; v8 reason (KIP-800); v9
 // SkipAssignment for a static leader rejoining a stable group (KIP-814).
 //
+// Authorization (Kafka's): READ on the group, else
+// GROUP_AUTHORIZATION_FAILED.
+//
 // Not done: GROUP_MAX_SIZE_REACHED is only returned when a max size is
 // configured (none by default).
 func init() { register(kmsg.JoinGroup, 0, 9, (*Broker).handleJoinGroup) }
 
 func (b *Broker) handleJoinGroup(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.JoinGroupRequest)
+	if !b.authorized(req, acl.Read, acl.Group, r.Group) {
+		return b.groupRefused(kmsg.JoinGroup, r.ResponseKind()), nil
+	}
 	resp := b.groups.JoinGroup(b.ctx, r, req.clientID, clientHost(req))
 	b.metrics.countError(kmsg.JoinGroup, resp.ErrorCode)
 	return resp, nil

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 )
 
@@ -20,6 +21,11 @@ import (
 //
 // Version notes: v4 broker defaults for -1; v5 flexible, and configs in
 // the response (KIP-525); v7 topic id in the response (KIP-516).
+//
+// Authorization (Kafka's): CREATE on the cluster, or on each topic (else
+// TOPIC_AUTHORIZATION_FAILED); the configs in the response (v5+) need
+// DESCRIBE_CONFIGS on the topic, else they are left out and
+// TopicConfigErrorCode is TOPIC_AUTHORIZATION_FAILED.
 //
 // An explicit replica assignment places each partition on the listed
 // registered brokers, the first its preferred leader; the lists must be
@@ -38,11 +44,20 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 	// The checks below read this node's metadata: a topic deleted through
 	// another node a moment ago must not be "already there" (broker/node/metasync.go).
 	b.node.SyncMetadata()
+	clusterCreate := b.allowed(req, acl.Create, acl.Cluster, acl.ClusterName)
 	for _, rt := range r.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		st.NumPartitions, st.ReplicationFactor = -1, -1
-		err := b.createFromRequest(r, rt, count[rt.Topic], &st)
+		var err error
+		switch {
+		case count[rt.Topic] > 1:
+			err = fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
+		case !clusterCreate && !b.authorized(req, acl.Create, acl.Topic, rt.Topic):
+			err = kerr.TopicAuthorizationFailed
+		default:
+			err = b.createFromRequest(r, rt, b.allowed(req, acl.DescribeConfigs, acl.Topic, rt.Topic), &st)
+		}
 		if err != nil {
 			st.ErrorCode, st.ErrorMessage = b.answerError(kmsg.CreateTopics, err)
 		}
@@ -51,10 +66,9 @@ func (b *Broker) handleCreateTopics(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
-func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTopicsRequestTopic, seen int, st *kmsg.CreateTopicsResponseTopic) error {
-	if seen > 1 {
-		return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
-	}
+// createFromRequest creates one topic of a request; describeConfigs says
+// whether the response may show its configs.
+func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTopicsRequestTopic, describeConfigs bool, st *kmsg.CreateTopicsResponseTopic) error {
 	c := node.TopicCreate{
 		Name:              rt.Topic,
 		Partitions:        rt.NumPartitions,
@@ -99,7 +113,9 @@ func (b *Broker) createFromRequest(r *kmsg.CreateTopicsRequest, rt kmsg.CreateTo
 	}
 	st.TopicID = t.ID
 	st.NumPartitions, st.ReplicationFactor = c.Partitions, c.ReplicationFactor
-	if r.Version >= 5 {
+	if r.Version >= 5 && !describeConfigs {
+		st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
+	} else if r.Version >= 5 {
 		for _, name := range node.TopicConfigNames {
 			v, src := b.node.TopicConfigValue(c.Configs, name)
 			rc := kmsg.NewCreateTopicsResponseTopicConfig()

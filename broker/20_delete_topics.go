@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
 )
 
 // DeleteTopics: v1-6
@@ -21,6 +23,14 @@ import (
 // only through the authorizer), so a Kafka cluster that protects its
 // internal topics refuses with that code; INVALID_REQUEST would tell the
 // client its request was malformed.
+//
+// Authorization (Kafka's ControllerApis): DELETE on the cluster, or
+// DESCRIBE and DELETE on each topic. A topic named without DESCRIBE is
+// TOPIC_AUTHORIZATION_FAILED whether it exists or not; one the principal
+// may describe but not delete is TOPIC_AUTHORIZATION_FAILED once it is
+// known to exist; a topic given by id that may not be deleted is
+// TOPIC_AUTHORIZATION_FAILED, without its name unless it may be
+// described.
 //
 // Version notes: v4 flexible; v5 ErrorMessage; v6 topic ids.
 func init() { register(kmsg.DeleteTopics, 1, 6, (*Broker).handleDeleteTopics) }
@@ -47,6 +57,10 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 	// A topic created through another node a moment ago is not unknown
 	// (broker/node/metasync.go).
 	b.node.SyncMetadata()
+	clusterDelete := b.allowed(req, acl.Delete, acl.Cluster, acl.ClusterName)
+	may := func(op acl.Operation, name string) bool {
+		return clusterDelete || b.authorized(req, op, acl.Topic, name)
+	}
 	deleted := false
 	for _, tg := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()
@@ -57,6 +71,9 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 			switch {
 			case tg.name != nil && *tg.name != "":
 				name = *tg.name
+				if !may(acl.Describe, name) {
+					return kerr.TopicAuthorizationFailed
+				}
 				t, ok := state.Topics[name]
 				if !ok {
 					return fmt.Errorf("%w: topic %q does not exist", kerr.UnknownTopicOrPartition, name)
@@ -70,10 +87,19 @@ func (b *Broker) handleDeleteTopics(req *request) (kmsg.Response, error) {
 					return kerr.UnknownTopicID
 				}
 				name = t.Name
+				if !may(acl.Delete, name) {
+					if may(acl.Describe, name) {
+						st.Topic = &t.Name
+					}
+					return kerr.TopicAuthorizationFailed
+				}
 				n := name
 				st.Topic = &n
 			default:
 				return fmt.Errorf("%w: neither a topic name nor an id", kerr.InvalidRequest)
+			}
+			if !may(acl.Delete, name) {
+				return kerr.TopicAuthorizationFailed
 			}
 			if t := state.Topics[name]; t.Internal {
 				return fmt.Errorf("%w: %q is an internal topic; it cannot be deleted", kerr.TopicAuthorizationFailed, name)

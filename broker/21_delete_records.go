@@ -4,7 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
 )
 
 // DeleteRecords: v0-2
@@ -17,6 +20,9 @@ import (
 // it at once; LowWatermark is the log start after. Only the leader
 // answers; an offset above the high watermark is OFFSET_OUT_OF_RANGE.
 // Followers take the new start from their next fetch.
+//
+// Authorization (Kafka's): DELETE on each topic, else its partitions are
+// TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
 //
 // Version notes: v2 flexible.
 //
@@ -34,6 +40,7 @@ func (b *Broker) handleDeleteRecords(req *request) (kmsg.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
+	deletable := b.topicAuth(req, acl.Delete)
 	for _, rt := range r.Topics {
 		ot := kmsg.NewDeleteRecordsResponseTopic()
 		ot.Topic = rt.Topic
@@ -41,7 +48,10 @@ func (b *Broker) handleDeleteRecords(req *request) (kmsg.Response, error) {
 			op := kmsg.NewDeleteRecordsResponseTopicPartition()
 			op.Partition = rp.Partition
 			op.LowWatermark = -1
-			low, err := b.deleteRecords(ctx, rt.Topic, rp.Partition, rp.Offset)
+			low, err := int64(-1), error(kerr.TopicAuthorizationFailed)
+			if deletable.ok(rt.Topic) {
+				low, err = b.deleteRecords(ctx, rt.Topic, rp.Partition, rp.Offset)
+			}
 			if err != nil {
 				op.ErrorCode, _ = b.answerError(kmsg.DeleteRecords, err)
 			} else {

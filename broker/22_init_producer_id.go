@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/txn"
 )
@@ -29,6 +30,11 @@ import (
 // transaction aborted first and CONCURRENT_TRANSACTIONS, which the client
 // retries.
 //
+// Authorization (Kafka's): with a transactional id, WRITE on it (else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without, IDEMPOTENT_WRITE on
+// the cluster or WRITE on at least one topic (else
+// CLUSTER_AUTHORIZATION_FAILED).
+//
 // Version notes: v2 throttle; v3 ProducerID/ProducerEpoch in the request
 // (KIP-360); v4 flexible, and PRODUCER_FENCED instead of
 // INVALID_PRODUCER_EPOCH (KIP-588); v5 no wire change (KIP-890).
@@ -39,9 +45,17 @@ func (b *Broker) handleInitProducerID(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
-		if err := b.initTransactional(r, resp); err != nil {
+		err := error(kerr.TransactionalIDAuthorizationFailed)
+		if b.authorized(req, acl.Write, acl.TransactionalID, *r.TransactionalID) {
+			err = b.initTransactional(r, resp)
+		}
+		if err != nil {
 			resp.ErrorCode, _ = b.answerError(kmsg.InitProducerID, err)
 		}
+		return resp, nil
+	}
+	if !b.mayWriteIdempotently(req) {
+		resp.ErrorCode, _ = b.answerError(kmsg.InitProducerID, kerr.ClusterAuthorizationFailed)
 		return resp, nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)

@@ -1,7 +1,11 @@
 package broker
 
 import (
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
+	"strata/broker/partition"
 )
 
 // OffsetForLeaderEpoch: v0-4
@@ -15,6 +19,10 @@ import (
 // is answered with the requested epoch and the log's first epoch start, as
 // Kafka's leader-epoch cache answers it.
 //
+// Authorization (Kafka's): CLUSTER_ACTION on the cluster (followers), or
+// DESCRIBE on each topic (consumers, KIP-320), else its partitions are
+// TOPIC_AUTHORIZATION_FAILED.
+//
 // Version notes: v1 LeaderEpoch in the answer; v2 CurrentLeaderEpoch; v3
 // ReplicaID; v4 flexible.
 func init() { register(kmsg.OffsetForLeaderEpoch, 0, 4, (*Broker).handleOffsetForLeaderEpoch) }
@@ -22,14 +30,21 @@ func init() { register(kmsg.OffsetForLeaderEpoch, 0, 4, (*Broker).handleOffsetFo
 func (b *Broker) handleOffsetForLeaderEpoch(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.OffsetForLeaderEpochRequest)
 	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	replica := b.allowed(req, acl.ClusterAction, acl.Cluster, acl.ClusterName)
+	describable := b.topicAuth(req, acl.Describe)
 	for _, rt := range r.Topics {
+		allowed := replica || describable.ok(rt.Topic)
 		ot := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		ot.Topic = rt.Topic
 		for _, rp := range rt.Partitions {
 			op := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			op.Partition = rp.Partition
 			op.LeaderEpoch, op.EndOffset = -1, -1
-			p, err := b.led(rt.Topic, rp.Partition)
+			var p *partition.Partition
+			err := error(kerr.TopicAuthorizationFailed)
+			if allowed {
+				p, err = b.led(rt.Topic, rp.Partition)
+			}
 			if err == nil {
 				err = p.CheckLeaderEpoch(rp.CurrentLeaderEpoch)
 			}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/txn"
 )
@@ -31,6 +32,13 @@ import (
 // v4+ add that is not verify-only adds the partitions for the producer; at
 // v5 it marks the client as a KIP-890 part 2 one.
 //
+// Authorization (Kafka's): v4+ comes from brokers and needs CLUSTER_ACTION
+// (else the top-level CLUSTER_AUTHORIZATION_FAILED); v0-3 need WRITE on
+// the transactional id (else every partition is
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic, which
+// internal topics never have (else TOPIC_AUTHORIZATION_FAILED, the others
+// OPERATION_NOT_ATTEMPTED).
+//
 // Version notes: v1 no change; v2 PRODUCER_FENCED for fenced epochs
 // (KIP-588; v0-1 get INVALID_PRODUCER_EPOCH); v3 flexible; v4 batched,
 // top-level error (KIP-890); v5 TV2 adds.
@@ -39,6 +47,10 @@ func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartiti
 func (b *Broker) handleAddPartitionsToTxn(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.AddPartitionsToTxnRequest)
 	resp := r.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	if r.Version >= 4 && !b.authorizedCluster(req, acl.ClusterAction) {
+		resp.ErrorCode, _ = b.answerError(kmsg.AddPartitionsToTxn, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	if r.Version < 4 {
 		rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
 		rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
@@ -47,7 +59,11 @@ func (b *Broker) handleAddPartitionsToTxn(req *request) (kmsg.Response, error) {
 			tt.Topic, tt.Partitions = t.Topic, t.Partitions
 			rt.Topics = append(rt.Topics, tt)
 		}
-		out := b.addPartitionsToTxn(&rt, r.Version)
+		writable := b.topicAuth(req, acl.Write).ok
+		if !b.authorized(req, acl.Write, acl.TransactionalID, r.TransactionalID) {
+			writable = nil // every partition refused
+		}
+		out := b.addPartitionsToTxn(&rt, r.Version, writable)
 		for _, t := range out.Topics {
 			ct := kmsg.NewAddPartitionsToTxnResponseTopic()
 			ct.Topic = t.Topic
@@ -61,24 +77,35 @@ func (b *Broker) handleAddPartitionsToTxn(req *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 	for i := range r.Transactions {
-		resp.Transactions = append(resp.Transactions, b.addPartitionsToTxn(&r.Transactions[i], r.Version))
+		resp.Transactions = append(resp.Transactions, b.addPartitionsToTxn(&r.Transactions[i], r.Version, nil))
 	}
 	return resp, nil
 }
 
-// addPartitionsToTxn answers one transaction of an AddPartitionsToTxn.
-func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransaction, version int16) kmsg.AddPartitionsToTxnResponseTransaction {
+// addPartitionsToTxn answers one transaction of an AddPartitionsToTxn. A
+// client's (v0-3) comes with writable, whether it may write to a topic,
+// nil when it may not write for the transactional id; a broker's with
+// nothing to check.
+func (b *Broker) addPartitionsToTxn(rt *kmsg.AddPartitionsToTxnRequestTransaction, version int16, writable func(string) bool) kmsg.AddPartitionsToTxnResponseTransaction {
 	out := kmsg.NewAddPartitionsToTxnResponseTransaction()
 	out.TransactionalID = rt.TransactionalID
 	var parts []txn.TopicPartition
 	codes := make(map[txn.TopicPartition]int16)
 	refused := false
+	client := version < 4
 	for _, t := range rt.Topics {
 		mt, ok := b.node.TopicByName(t.Topic)
+		denied := client && (writable == nil || t.Topic == offsetsTopic || t.Topic == node.TxnStateTopic || !writable(t.Topic))
 		for _, p := range t.Partitions {
 			tp := txn.TopicPartition{Topic: t.Topic, Partition: p}
 			parts = append(parts, tp)
-			if !ok || p < 0 || int(p) >= len(mt.Partitions) {
+			if client && writable == nil {
+				codes[tp] = kerr.TransactionalIDAuthorizationFailed.Code
+				refused = true
+			} else if denied {
+				codes[tp] = kerr.TopicAuthorizationFailed.Code
+				refused = true
+			} else if !ok || p < 0 || int(p) >= len(mt.Partitions) {
 				codes[tp] = kerr.UnknownTopicOrPartition.Code
 				refused = true
 			} else if err := node.CheckTxnWrite(mt); err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/txn"
 )
@@ -19,12 +20,23 @@ import (
 //
 // Version notes: v1 no change; v2 PRODUCER_FENCED (KIP-588; v0-1 get
 // INVALID_PRODUCER_EPOCH); v3 flexible; v4 no wire change (KIP-890).
+//
+// Authorization (Kafka's): WRITE on the transactional id (else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the group (else
+// GROUP_AUTHORIZATION_FAILED).
 func init() { register(kmsg.AddOffsetsToTxn, 0, 4, (*Broker).handleAddOffsetsToTxn) }
 
 func (b *Broker) handleAddOffsetsToTxn(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.AddOffsetsToTxnRequest)
 	resp := r.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
-	if err := b.addOffsetsToTxn(r); err != nil {
+	err := error(kerr.TransactionalIDAuthorizationFailed)
+	if b.authorized(req, acl.Write, acl.TransactionalID, r.TransactionalID) {
+		err = kerr.GroupAuthorizationFailed
+		if b.authorized(req, acl.Read, acl.Group, r.Group) {
+			err = b.addOffsetsToTxn(r)
+		}
+	}
+	if err != nil {
 		resp.ErrorCode, _ = b.answerError(kmsg.AddOffsetsToTxn, err)
 	}
 	return resp, nil

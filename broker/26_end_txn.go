@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/txn"
 )
@@ -25,13 +26,20 @@ import (
 // INVALID_PRODUCER_EPOCH); v3 flexible; v4 no wire change; v5 (KIP-890
 // part 2): every end bumps the epoch, and the response carries the
 // producer id and epoch to continue with.
+//
+// Authorization (Kafka's): WRITE on the transactional id, else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 func init() { register(kmsg.EndTxn, 0, 5, (*Broker).handleEndTxn) }
 
 func (b *Broker) handleEndTxn(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.EndTxnRequest)
 	resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
-	if err := b.endTxn(r, resp); err != nil {
+	err := error(kerr.TransactionalIDAuthorizationFailed)
+	if b.authorized(req, acl.Write, acl.TransactionalID, r.TransactionalID) {
+		err = b.endTxn(r, resp)
+	}
+	if err != nil {
 		resp.ErrorCode, _ = b.answerError(kmsg.EndTxn, err)
 		resp.ProducerID, resp.ProducerEpoch = -1, -1
 	}

@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/txn"
 )
@@ -25,6 +27,9 @@ import (
 //
 // Version notes: v1 flexible; v2 TransactionVersion per marker (KIP-1228),
 // which changes nothing here.
+//
+// Authorization (Kafka's): ALTER or CLUSTER_ACTION on the cluster, else
+// every partition is CLUSTER_AUTHORIZATION_FAILED.
 func init() { register(kmsg.WriteTxnMarkers, 0, 2, (*Broker).handleWriteTxnMarkers) }
 
 func (b *Broker) handleWriteTxnMarkers(req *request) (kmsg.Response, error) {
@@ -32,6 +37,7 @@ func (b *Broker) handleWriteTxnMarkers(req *request) (kmsg.Response, error) {
 	resp := r.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
 	ctx, cancel := context.WithTimeout(b.ctx, node.TxnWriteTimeout)
 	defer cancel()
+	allowed := b.allowed(req, acl.Alter, acl.Cluster, acl.ClusterName) || b.authorizedCluster(req, acl.ClusterAction)
 	for _, m := range r.Markers {
 		var tps []txn.TopicPartition
 		for _, t := range m.Topics {
@@ -39,7 +45,15 @@ func (b *Broker) handleWriteTxnMarkers(req *request) (kmsg.Response, error) {
 				tps = append(tps, txn.TopicPartition{Topic: t.Topic, Partition: p})
 			}
 		}
-		errs := b.node.WriteMarkersLocal(ctx, m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch, tps)
+		var errs map[txn.TopicPartition]error
+		if allowed {
+			errs = b.node.WriteMarkersLocal(ctx, m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch, tps)
+		} else {
+			errs = map[txn.TopicPartition]error{}
+			for _, tp := range tps {
+				errs[tp] = kerr.ClusterAuthorizationFailed
+			}
+		}
 		rm := kmsg.NewWriteTxnMarkersResponseMarker()
 		rm.ProducerID = m.ProducerID
 		for _, t := range m.Topics {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 	"strata/broker/partition"
 	"strata/broker/txn"
@@ -28,6 +29,11 @@ import (
 // generation is refused as by OffsetCommit, and a request without them is
 // accepted whatever the group's state.
 //
+// Authorization (Kafka's): WRITE on the transactional id, else every
+// partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; READ on the group,
+// else GROUP_AUTHORIZATION_FAILED; READ on each topic, else its
+// partitions are TOPIC_AUTHORIZATION_FAILED.
+//
 // Not done: v5, where the commit itself adds the group to the transaction
 // (KIP-890 part 2: the client still sends AddOffsetsToTxn); v6 (topic
 // ids, KIP-1319).
@@ -36,8 +42,26 @@ func init() { register(kmsg.TxnOffsetCommit, 0, 4, (*Broker).handleTxnOffsetComm
 func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.TxnOffsetCommitRequest)
 	var resp *kmsg.TxnOffsetCommitResponse
-	p, tx, e := b.verifyTxnOffsets(r)
-	if e != nil {
+	var refused []kmsg.TxnOffsetCommitRequestTopic
+	var p *partition.Partition
+	var tx *partition.TxnAppend
+	var e *kerr.Error
+	switch {
+	case !b.authorized(req, acl.Write, acl.TransactionalID, r.TransactionalID):
+		e = kerr.TransactionalIDAuthorizationFailed
+	case !b.authorized(req, acl.Read, acl.Group, r.Group):
+		e = kerr.GroupAuthorizationFailed
+	default:
+		refused = splitTopics(&r.Topics, func(t *kmsg.TxnOffsetCommitRequestTopic) string { return t.Topic }, b.topicAuth(req, acl.Read).ok)
+		if len(r.Topics) == 0 && len(refused) > 0 {
+			resp = r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+			break
+		}
+		p, tx, e = b.verifyTxnOffsets(r)
+	}
+	switch {
+	case resp != nil:
+	case e != nil:
 		resp = r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 		for _, t := range r.Topics {
 			rt := kmsg.NewTxnOffsetCommitResponseTopic()
@@ -49,7 +73,7 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 			}
 			resp.Topics = append(resp.Topics, rt)
 		}
-	} else {
+	default:
 		ctx := b.ctx
 		if tx != nil {
 			ctx = node.WithTxnAppend(ctx, tx)
@@ -60,6 +84,16 @@ func (b *Broker) handleTxnOffsetCommit(req *request) (kmsg.Response, error) {
 			// partition): nothing will use the verification.
 			p.DropTxnVerification(tx.PID, tx.Guard)
 		}
+	}
+	for _, t := range refused {
+		rt := kmsg.NewTxnOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, kerr.TopicAuthorizationFailed.Code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/extension"
 	"strata/broker/node"
 	"strata/tier/format"
@@ -29,6 +30,9 @@ import (
 //
 // The request runs synchronously, within its TimeoutMillis (a minute when
 // unset): the client that asked waits for the answer, as for CreateTopics.
+//
+// Authorization: ALTER and CREATE on the cluster (a restore creates
+// topics and changes the metadata), else CLUSTER_AUTHORIZATION_FAILED.
 func init() {
 	register(kmsg.Key(extension.RestoreKey), 0, 0, (*Broker).handleRestore)
 }
@@ -50,6 +54,9 @@ func (b *Broker) handleRestore(req *request) (kmsg.Response, error) {
 		b.metrics.countError(kmsg.Key(extension.RestoreKey), code)
 		resp.ErrorCode, resp.ErrorMessage = code, err.Error()
 		return resp, nil
+	}
+	if !b.authorizedCluster(req, acl.Alter) || !b.authorizedCluster(req, acl.Create) {
+		return fail(fmt.Errorf("%w: restoring a cluster needs ALTER and CREATE on the cluster", kerr.ClusterAuthorizationFailed))
 	}
 	if b.node.Clustered() && !b.meta.IsLeader() {
 		return fail(fmt.Errorf("%w: node %d is not the controller (node %d is)", kerr.NotController, b.cfg.NodeID, b.meta.ControllerID()))

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 )
 
@@ -16,6 +17,10 @@ import (
 // force and where it comes from (topic override, broker default or Kafka
 // default), optionally filtered to the requested keys. BROKER resources:
 // the broker settings that shape topics and requests.
+//
+// Authorization (Kafka's): DESCRIBE_CONFIGS on the topic, or on the
+// cluster for BROKER resources, else that resource is TOPIC_ or
+// CLUSTER_AUTHORIZATION_FAILED.
 //
 // Version notes: v1 synonyms (IncludeSynonyms lists the broker default
 // under a topic value); v3 config type and documentation; v4 flexible.
@@ -45,6 +50,11 @@ func (b *Broker) handleDescribeConfigs(req *request) (kmsg.Response, error) {
 	for _, rr := range r.Resources {
 		sr := kmsg.NewDescribeConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		if e := b.configRefused(req, acl.DescribeConfigs, rr.ResourceType, rr.ResourceName); e != nil {
+			sr.ErrorCode, sr.ErrorMessage = b.answerError(kmsg.DescribeConfigs, e)
+			resp.Resources = append(resp.Resources, sr)
+			continue
+		}
 		wanted := func(name string) bool {
 			return rr.ConfigNames == nil || slices.Contains(rr.ConfigNames, name)
 		}

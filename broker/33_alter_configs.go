@@ -20,11 +20,18 @@ import (
 // response. A resource named twice in one request is INVALID_REQUEST for
 // each.
 //
+// Authorization (Kafka's), before the request is forwarded (gateAlterConfigs):
+// ALTER_CONFIGS on the topic, or on the cluster for BROKER resources, else
+// that resource is TOPIC_ or CLUSTER_AUTHORIZATION_FAILED.
+//
 // Version notes: v1 throttle behaviour only; v2 flexible.
 //
 // Not done: BROKER resources (broker settings are static: flags, file and
 // environment). IncrementalAlterConfigs (KIP-339) is the API to prefer.
-func init() { register(kmsg.AlterConfigs, 0, 2, (*Broker).handleAlterConfigs) }
+func init() {
+	register(kmsg.AlterConfigs, 0, 2, (*Broker).handleAlterConfigs)
+	registerGate(kmsg.AlterConfigs, gateAlterConfigs)
+}
 
 func (b *Broker) handleAlterConfigs(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.AlterConfigsRequest)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/partition"
 )
 
@@ -34,11 +35,18 @@ import (
 // Not done: v0 (removed by Kafka 4.0, KIP-896); future replicas and
 // OffsetLag (there is one log directory per broker, so nothing ever moves
 // between them).
+//
+// Authorization (Kafka's): DESCRIBE on the cluster, else the top-level
+// CLUSTER_AUTHORIZATION_FAILED and no directories.
 func init() { register(kmsg.DescribeLogDirs, 1, 5, (*Broker).handleDescribeLogDirs) }
 
 func (b *Broker) handleDescribeLogDirs(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeLogDirsRequest)
 	resp := r.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+	if !b.authorizedCluster(req, acl.Describe) {
+		resp.ErrorCode, _ = b.answerError(kmsg.DescribeLogDirs, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 
 	parts := b.describedPartitions(r.Topics)
 

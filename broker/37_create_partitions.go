@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/node"
 )
 
@@ -21,6 +22,9 @@ import (
 //
 // Not done: explicit assignments for the new partitions other than onto
 // registered brokers (placement is the controller's).
+//
+// Authorization (Kafka's): ALTER on each topic, else
+// TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
 func init() { register(kmsg.CreatePartitions, 0, 3, (*Broker).handleCreatePartitions) }
 
 func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
@@ -40,6 +44,9 @@ func (b *Broker) handleCreatePartitions(req *request) (kmsg.Response, error) {
 		err := func() error {
 			if count[rt.Topic] > 1 {
 				return fmt.Errorf("%w: topic %q is named more than once", kerr.InvalidRequest, rt.Topic)
+			}
+			if !b.authorized(req, acl.Alter, acl.Topic, rt.Topic) {
+				return kerr.TopicAuthorizationFailed
 			}
 			t, ok := b.node.TopicByName(rt.Topic)
 			if !ok {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/meta"
 )
 
@@ -21,6 +23,10 @@ import (
 // there).
 //
 // Version notes: v1 ElectionType and the top-level error; v2 flexible.
+//
+// Authorization (Kafka's): ALTER on the cluster, else
+// CLUSTER_AUTHORIZATION_FAILED (top-level from v1, and for every
+// partition named).
 func init() { register(kmsg.ElectLeaders, 0, 2, (*Broker).handleElectLeaders) }
 
 func (b *Broker) handleElectLeaders(req *request) (kmsg.Response, error) {
@@ -42,7 +48,20 @@ func (b *Broker) handleElectLeaders(req *request) (kmsg.Response, error) {
 			}
 		}
 	}
-	results, err := b.meta.ElectLeaders(ctx, r.ElectionType == 1, parts)
+	var results map[meta.TopicPartition]error
+	err := error(kerr.ClusterAuthorizationFailed)
+	if b.authorizedCluster(req, acl.Alter) {
+		results, err = b.meta.ElectLeaders(ctx, r.ElectionType == 1, parts)
+	} else {
+		results = map[meta.TopicPartition]error{}
+		for _, p := range parts {
+			results[p] = err
+		}
+		if r.Version >= 1 {
+			resp.ErrorCode, _ = b.answerError(kmsg.ElectLeaders, err)
+		}
+		err = nil
+	}
 	if err != nil {
 		code, _ := b.answerError(kmsg.ElectLeaders, err)
 		if r.Version >= 1 {

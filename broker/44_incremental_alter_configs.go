@@ -21,11 +21,19 @@ import (
 // written; ValidateOnly writes nothing. Open partitions apply the new
 // settings before the response.
 //
+// Authorization (Kafka's), before the request is forwarded (gateAlterConfigs):
+// ALTER_CONFIGS on the topic, the group, or the cluster for BROKER and
+// BROKER_LOGGER resources, else that resource is TOPIC_, GROUP_ or
+// CLUSTER_AUTHORIZATION_FAILED.
+//
 // Version notes: v1 flexible.
 //
 // Not done: BROKER resources (broker settings are static: flags, file and
 // environment).
-func init() { register(kmsg.IncrementalAlterConfigs, 0, 1, (*Broker).handleIncrementalAlterConfigs) }
+func init() {
+	register(kmsg.IncrementalAlterConfigs, 0, 1, (*Broker).handleIncrementalAlterConfigs)
+	registerGate(kmsg.IncrementalAlterConfigs, gateAlterConfigs)
+}
 
 // IncrementalAlterConfigs operations.
 const (

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/auth"
 )
 
@@ -17,6 +18,9 @@ import (
 // iterations (KIP-554), from this node's metadata; never the salt or the
 // keys. No users (null or empty) describes every user. A user named twice
 // is DUPLICATE_RESOURCE, a user without credentials RESOURCE_NOT_FOUND.
+//
+// Authorization (Kafka's): DESCRIBE on the cluster, else the top-level
+// CLUSTER_AUTHORIZATION_FAILED.
 func init() {
 	register(kmsg.DescribeUserSCRAMCredentials, 0, 0, (*Broker).handleDescribeUserSCRAMCredentials)
 }
@@ -34,7 +38,10 @@ func scramMechanismName(t int8) string {
 func (b *Broker) handleDescribeUserSCRAMCredentials(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeUserSCRAMCredentialsRequest)
 	resp := r.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
-	// The acl helper checks DESCRIBE on the cluster here.
+	if !b.authorizedCluster(req, acl.Describe) {
+		resp.ErrorCode, resp.ErrorMessage = b.answerError(kmsg.DescribeUserSCRAMCredentials, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	state := b.meta.State()
 	count := map[string]int{}
 	var users []string

@@ -5,8 +5,10 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/auth"
 	"strata/meta"
 )
@@ -24,14 +26,46 @@ import (
 // (DUPLICATE_RESOURCE) or the deletion of a credential it does not have
 // (RESOURCE_NOT_FOUND) is left as it was; the others' changes apply, and
 // authenticate on every broker as soon as it has applied the command.
+//
+// Authorization (Kafka's), before the request is forwarded: ALTER on the
+// cluster, else every user is CLUSTER_AUTHORIZATION_FAILED.
 func init() {
 	register(kmsg.AlterUserSCRAMCredentials, 0, 0, (*Broker).handleAlterUserSCRAMCredentials)
+	registerGate(kmsg.AlterUserSCRAMCredentials, gateAlterUserSCRAMCredentials)
+}
+
+// gateAlterUserSCRAMCredentials refuses the whole request, before it is
+// forwarded, when the principal may not ALTER the cluster: every user
+// named is CLUSTER_AUTHORIZATION_FAILED.
+func gateAlterUserSCRAMCredentials(b *Broker, req *request) (func(kmsg.Response), kmsg.Response) {
+	if b.authorizedCluster(req, acl.Alter) {
+		return nil, nil
+	}
+	r := req.kreq.(*kmsg.AlterUserSCRAMCredentialsRequest)
+	resp := r.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+	seen := map[string]bool{}
+	add := func(user string) {
+		if seen[user] {
+			return
+		}
+		seen[user] = true
+		ur := kmsg.NewAlterUserSCRAMCredentialsResponseResult()
+		ur.User = user
+		ur.ErrorCode, ur.ErrorMessage = b.answerError(kmsg.AlterUserSCRAMCredentials, kerr.ClusterAuthorizationFailed)
+		resp.Results = append(resp.Results, ur)
+	}
+	for _, d := range r.Deletions {
+		add(d.Name)
+	}
+	for _, u := range r.Upsertions {
+		add(u.Name)
+	}
+	return nil, resp
 }
 
 func (b *Broker) handleAlterUserSCRAMCredentials(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.AlterUserSCRAMCredentialsRequest)
 	resp := r.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
-	// The acl helper checks ALTER on the cluster here.
 	var (
 		dels []meta.ScramDeletion
 		ups  []meta.ScramUpsertion

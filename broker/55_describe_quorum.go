@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/meta"
 )
 
@@ -27,6 +28,9 @@ import (
 // log end offset; the others, and every timestamp, are -1 ("unknown", as
 // the protocol allows). ReplicaDirectoryID (v2) is zero: raft here has no
 // directory ids (KIP-853's voter changes are not served).
+//
+// Authorization (Kafka's): DESCRIBE on the cluster, else the top-level
+// CLUSTER_AUTHORIZATION_FAILED.
 func init() { register(kmsg.DescribeQuorum, 0, 2, (*Broker).handleDescribeQuorum) }
 
 // metadataTopic is the name Kafka gives the metadata log.
@@ -38,6 +42,10 @@ const raftListener = "RAFT"
 func (b *Broker) handleDescribeQuorum(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeQuorumRequest)
 	resp := r.ResponseKind().(*kmsg.DescribeQuorumResponse)
+	if !b.authorizedCluster(req, acl.Describe) {
+		resp.ErrorCode, _ = b.answerError(kmsg.DescribeQuorum, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	servers, serversErr := b.meta.Servers()
 	for _, rt := range r.Topics {
 		st := kmsg.NewDescribeQuorumResponseTopic()

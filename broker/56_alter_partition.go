@@ -4,8 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/meta"
 )
 
@@ -20,6 +22,9 @@ import (
 // registered at another epoch is INELIGIBLE_REPLICA.
 //
 // Not done: leader recovery state (no unclean recovery protocol).
+//
+// Authorization (Kafka's): CLUSTER_ACTION on the cluster (brokers only),
+// else CLUSTER_AUTHORIZATION_FAILED.
 func init() { register(kmsg.AlterPartition, 2, 3, (*Broker).handleAlterPartition) }
 
 // controlTimeout bounds a controller request's wait for its raft commit.
@@ -28,6 +33,10 @@ const controlTimeout = 10 * time.Second
 func (b *Broker) handleAlterPartition(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.AlterPartitionRequest)
 	resp := r.ResponseKind().(*kmsg.AlterPartitionResponse)
+	if !b.authorizedCluster(req, acl.ClusterAction) {
+		resp.ErrorCode, _ = b.answerError(kmsg.AlterPartition, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
 	defer cancel()
 	if !b.meta.IsLeader() {

@@ -3,6 +3,8 @@ package broker
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
 )
 
 // DescribeCluster: v0-2
@@ -12,6 +14,9 @@ import (
 // Fenced brokers (heartbeats stopped) are left out, as Kafka leaves them
 // out, unless a v2 request sets IncludeFencedBrokers; they then come with
 // IsFenced (KIP-1073), so an operator sees a broker that is down.
+//
+// Authorization (Kafka's): none to describe the cluster; the cluster's
+// authorized operations, when asked for, need DESCRIBE on it (else 0).
 func init() { register(kmsg.DescribeCluster, 0, 2, (*Broker).handleDescribeCluster) }
 
 func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
@@ -26,6 +31,12 @@ func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 	resp.ClusterID = b.node.ClusterID()
 	resp.ControllerID = b.meta.ControllerID()
 	resp.ClusterAuthorizedOperations = authorizedOperationsOmitted
+	if r.IncludeClusterAuthorizedOperations {
+		resp.ClusterAuthorizedOperations = 0
+		if b.authorizedCluster(req, acl.Describe) {
+			resp.ClusterAuthorizedOperations = b.authorizedOps(req, acl.Cluster, acl.ClusterName)
+		}
+	}
 	includeFenced := r.Version >= 2 && r.IncludeFencedBrokers
 	for _, br := range sortedBrokers(b.meta.State()) {
 		if br.Fenced && !includeFenced {

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"strata/broker/acl"
 )
 
 // DescribeProducers: v0 (KIP-664)
@@ -25,18 +27,22 @@ import (
 // (what producer expiry goes by), where Kafka reports the record
 // timestamp of its last batch; the coordinator epoch is 0, not -1, for a
 // producer that never had a marker.
+//
+// Authorization (Kafka's): READ on each topic, else its partitions are
+// TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
 func init() { register(kmsg.DescribeProducers, 0, 0, (*Broker).handleDescribeProducers) }
 
 func (b *Broker) handleDescribeProducers(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.DescribeProducersRequest)
 	resp := r.ResponseKind().(*kmsg.DescribeProducersResponse)
+	readable := b.topicAuth(req, acl.Read)
 	for _, rt := range r.Topics {
 		st := kmsg.NewDescribeProducersResponseTopic()
 		st.Topic = rt.Topic
 		for _, index := range rt.Partitions {
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = index
-			p, err := b.hosted(rt.Topic, index)
+			p, err := b.hostedIf(readable.ok(rt.Topic), rt.Topic, index)
 			if err != nil {
 				sp.ErrorCode, sp.ErrorMessage = b.answerError(kmsg.DescribeProducers, err)
 				st.Partitions = append(st.Partitions, sp)

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/meta"
 )
 
@@ -25,11 +26,19 @@ import (
 //
 // Not done: features, log directories and the ZooKeeper migration fields
 // are ignored.
+//
+// Authorization (Kafka's): CLUSTER_ACTION on the cluster (brokers only),
+// else CLUSTER_AUTHORIZATION_FAILED.
 func init() { register(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration) }
 
 func (b *Broker) handleBrokerRegistration(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.BrokerRegistrationRequest)
 	resp := r.ResponseKind().(*kmsg.BrokerRegistrationResponse)
+	resp.BrokerEpoch = -1
+	if !b.authorizedCluster(req, acl.ClusterAction) {
+		resp.ErrorCode, _ = b.answerError(kmsg.BrokerRegistration, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
 	defer cancel()
 	resp.BrokerEpoch = -1

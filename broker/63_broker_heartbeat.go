@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/meta"
 )
 
@@ -18,11 +20,18 @@ import (
 // Not done: WantFence and the log directory fields are ignored;
 // IsCaughtUp is always true (brokers apply the metadata log through raft
 // and need no catching up before they may lead).
+//
+// Authorization (Kafka's): CLUSTER_ACTION on the cluster (brokers only),
+// else CLUSTER_AUTHORIZATION_FAILED.
 func init() { register(kmsg.BrokerHeartbeat, 0, 2, (*Broker).handleBrokerHeartbeat) }
 
 func (b *Broker) handleBrokerHeartbeat(req *request) (kmsg.Response, error) {
 	r := req.kreq.(*kmsg.BrokerHeartbeatRequest)
 	resp := r.ResponseKind().(*kmsg.BrokerHeartbeatResponse)
+	if !b.authorizedCluster(req, acl.ClusterAction) {
+		resp.ErrorCode, _ = b.answerError(kmsg.BrokerHeartbeat, kerr.ClusterAuthorizationFailed)
+		return resp, nil
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, controlTimeout)
 	defer cancel()
 	reply, err := b.meta.Heartbeat(ctx, meta.HeartbeatRequest{ID: r.BrokerID, Epoch: r.BrokerEpoch, WantShutdown: r.WantShutdown})

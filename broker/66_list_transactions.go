@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"strata/broker/acl"
 	"strata/broker/txn"
 )
 
@@ -18,6 +19,9 @@ import (
 // does not know is returned in UnknownStateFilters and matches nothing),
 // producer ids, from v1 a minimum running time (KIP-994), from v2 an RE2
 // pattern on the id (KIP-1152; a bad pattern is INVALID_REGULAR_EXPRESSION).
+//
+// Authorization (Kafka's): only the transactional ids the principal may
+// DESCRIBE are listed.
 func init() { register(kmsg.ListTransactions, 0, 2, (*Broker).handleListTransactions) }
 
 func (b *Broker) handleListTransactions(req *request) (kmsg.Response, error) {
@@ -51,6 +55,9 @@ func (b *Broker) handleListTransactions(req *request) (kmsg.Response, error) {
 		}
 	}
 	for _, s := range b.txns.List(f) {
+		if !b.authorized(req, acl.Describe, acl.TransactionalID, s.TransactionalID) {
+			continue
+		}
 		ts := kmsg.NewListTransactionsResponseTransactionState()
 		ts.TransactionalID, ts.ProducerID, ts.TransactionState = s.TransactionalID, s.ProducerID, s.State.String()
 		resp.TransactionStates = append(resp.TransactionStates, ts)

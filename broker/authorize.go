@@ -2,11 +2,13 @@ package broker
 
 import (
 	"net"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/acl"
+	"strata/broker/partition"
 	"strata/meta"
 )
 
@@ -33,8 +35,16 @@ func (b *Broker) newAuthorizer() *acl.Authorizer {
 	if !b.cfg.Authorizer {
 		return nil
 	}
+	supers := b.cfg.SuperUsers
+	if p := b.cfg.InterBrokerPrincipal(); p != "" {
+		// Other brokers (replica fetches, forwarded requests, the
+		// controller's requests): Kafka's operators list the brokers'
+		// principal in super.users; here the brokers' principal is
+		// Strata's choice, so it is added.
+		supers = append(slices.Clip(supers), p)
+	}
 	return acl.New(acl.Config{
-		SuperUsers:                b.cfg.SuperUsers,
+		SuperUsers:                supers,
 		AllowEveryoneIfNoACLFound: b.cfg.AllowEveryoneIfNoACLFound,
 		Logger:                    b.log.With("component", "authorizer"),
 		Registerer:                b.metrics.reg,
@@ -43,6 +53,9 @@ func (b *Broker) newAuthorizer() *acl.Authorizer {
 
 // client is who sent req, for the authorizer.
 func (req *request) client() acl.Client {
+	if req.conn == nil { // fuzz tests decode requests without a connection
+		return acl.Client{Principal: anonymous, API: apiName(req.kreq.Key())}
+	}
 	p := req.conn.principal
 	if testHookPrincipal != nil {
 		if tp := testHookPrincipal(req.clientID); tp != "" {
@@ -168,4 +181,126 @@ func (b *Broker) gate(req *request) (refuse func(kmsg.Response), answer kmsg.Res
 		return nil, nil
 	}
 	return g(b, req)
+}
+
+// groupRefused is resp (a group API's empty response) carrying
+// GROUP_AUTHORIZATION_FAILED as its error: JoinGroup, SyncGroup,
+// Heartbeat and LeaveGroup answer a principal without READ on the group
+// so, whatever else they ask.
+func (b *Broker) groupRefused(api kmsg.Key, resp kmsg.Response) kmsg.Response {
+	code := kerr.GroupAuthorizationFailed.Code
+	switch r := resp.(type) {
+	case *kmsg.JoinGroupResponse:
+		r.ErrorCode = code
+	case *kmsg.SyncGroupResponse:
+		r.ErrorCode = code
+	case *kmsg.HeartbeatResponse:
+		r.ErrorCode = code
+	case *kmsg.LeaveGroupResponse:
+		r.ErrorCode = code
+	case *kmsg.OffsetDeleteResponse:
+		r.ErrorCode = code
+	}
+	b.metrics.countError(api, code)
+	return resp
+}
+
+// splitTopics leaves in *topics those whose name ok allows, in order, and
+// returns the others: the parts of a request refused before it goes on.
+func splitTopics[T any](topics *[]T, name func(*T) string, ok func(string) bool) (refused []T) {
+	kept := (*topics)[:0:0]
+	for i := range *topics {
+		if ok(name(&(*topics)[i])) {
+			kept = append(kept, (*topics)[i])
+		} else {
+			refused = append(refused, (*topics)[i])
+		}
+	}
+	*topics = kept
+	return refused
+}
+
+// mayWriteIdempotently reports whether req may have a producer id without
+// a transactional id: IDEMPOTENT_WRITE on the cluster, or WRITE on some
+// topic (KIP-679, Kafka's InitProducerId).
+func (b *Broker) mayWriteIdempotently(req *request) bool {
+	if b.authz == nil {
+		return true
+	}
+	c := req.client()
+	return b.authz.Allowed(c, acl.IdempotentWrite, acl.Cluster, acl.ClusterName) || b.authz.AuthorizeByResourceType(c, acl.Write, acl.Topic)
+}
+
+// configRefused is the refusal of op (DESCRIBE_CONFIGS or ALTER_CONFIGS)
+// on a config resource, or nil when it is allowed or its type is left to
+// the handler.
+func (b *Broker) configRefused(req *request, op acl.Operation, t kmsg.ConfigResourceType, name string) *kerr.Error {
+	rt, rname, refused, ok := configResourceAuth(t, name)
+	if !ok || b.authorized(req, op, rt, rname) {
+		return nil
+	}
+	return refused
+}
+
+// gateAlterConfigs takes out of an AlterConfigs or
+// IncrementalAlterConfigs request, before it is forwarded, the resources
+// the principal may not ALTER_CONFIGS, and answers them with the refusal
+// of their type.
+func gateAlterConfigs(b *Broker, req *request) (func(kmsg.Response), kmsg.Response) {
+	type refusal struct {
+		t    kmsg.ConfigResourceType
+		name string
+		err  *kerr.Error
+	}
+	var refused []refusal
+	switch r := req.kreq.(type) {
+	case *kmsg.AlterConfigsRequest:
+		kept := r.Resources[:0:0]
+		for _, rr := range r.Resources {
+			if e := b.configRefused(req, acl.AlterConfigs, rr.ResourceType, rr.ResourceName); e != nil {
+				refused = append(refused, refusal{rr.ResourceType, rr.ResourceName, e})
+			} else {
+				kept = append(kept, rr)
+			}
+		}
+		r.Resources = kept
+	case *kmsg.IncrementalAlterConfigsRequest:
+		kept := r.Resources[:0:0]
+		for _, rr := range r.Resources {
+			if e := b.configRefused(req, acl.AlterConfigs, rr.ResourceType, rr.ResourceName); e != nil {
+				refused = append(refused, refusal{rr.ResourceType, rr.ResourceName, e})
+			} else {
+				kept = append(kept, rr)
+			}
+		}
+		r.Resources = kept
+	}
+	if len(refused) == 0 {
+		return nil, nil
+	}
+	api := kmsg.Key(req.kreq.Key())
+	return func(resp kmsg.Response) {
+		for _, f := range refused {
+			code, msg := b.answerError(api, f.err)
+			switch r := resp.(type) {
+			case *kmsg.AlterConfigsResponse:
+				sr := kmsg.NewAlterConfigsResponseResource()
+				sr.ResourceType, sr.ResourceName, sr.ErrorCode, sr.ErrorMessage = f.t, f.name, code, msg
+				r.Resources = append(r.Resources, sr)
+			case *kmsg.IncrementalAlterConfigsResponse:
+				sr := kmsg.NewIncrementalAlterConfigsResponseResource()
+				sr.ResourceType, sr.ResourceName, sr.ErrorCode, sr.ErrorMessage = f.t, f.name, code, msg
+				r.Resources = append(r.Resources, sr)
+			}
+		}
+	}, nil
+}
+
+// hostedIf is hosted for a request that may see the topic, and
+// TOPIC_AUTHORIZATION_FAILED for one that may not.
+func (b *Broker) hostedIf(allowed bool, topic string, index int32) (*partition.Partition, error) {
+	if !allowed {
+		return nil, kerr.TopicAuthorizationFailed
+	}
+	return b.hosted(topic, index)
 }

@@ -524,9 +524,9 @@ const anonymous = "User:ANONYMOUS"
 // authenticated as its listener requires, and whether the principal may
 // use the API at all. Checks that need the request's contents (ACLs on
 // the topics and groups it names, Metadata filtering) are the handlers',
-// against the same principal. Nothing is checked yet: every connection is
-// anonymous, and anonymous may do everything, as in Kafka without an
-// authorizer.
+// against the same principal (authorize.go, with broker/acl's decisions),
+// or, for the requests this broker may forward to the controller, its
+// gate, which runs right after admit in handle.
 func (b *Broker) admit(req *request) error {
 	if err := req.conn.admitSASL(req.kreq.Key()); err != nil {
 		return err

@@ -249,6 +249,10 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
 		InterBrokerListener:   c.Kafka.InterBrokerListener,
 		MaxConnectionsPerIP:   c.Kafka.MaxConnectionsPerIP,
+
+		Authorizer:                c.Authorizer.Enabled,
+		SuperUsers:                c.Authorizer.SuperUsers,
+		AllowEveryoneIfNoACLFound: c.Authorizer.AllowEveryoneIfNoACLFound,
 		SASL: broker.SASLConfig{
 			Mechanisms:           c.SASL.Mechanisms,
 			PlainUsersFile:       c.SASL.PlainUsersFile,

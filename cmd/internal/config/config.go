@@ -47,6 +47,8 @@ type Config struct {
 	Logging Logging
 	// SASL configures authentication on SASL listeners (sasl.go).
 	SASL SASL
+	// Authorizer configures ACL authorization (authorizer.go).
+	Authorizer Authorizer
 }
 
 // Node identifies this broker and where it keeps its data.

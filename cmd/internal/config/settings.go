@@ -506,7 +506,8 @@ var (
 )
 
 func init() {
-	settings = append(settings, saslSettings...) // sasl.go
+	settings = append(settings, saslSettings...)       // sasl.go
+	settings = append(settings, authorizerSettings...) // authorizer.go
 	for _, s := range settings {
 		byKey[s.key] = s
 		byEnv[s.env()] = s

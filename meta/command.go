@@ -34,6 +34,8 @@ const (
 	kindElectLeaders                    // electLeadersCmd
 	kindInitCluster                     // initClusterCmd
 	kindRestoreTopic                    // restoreTopicCmd (restore.go)
+
+	kindAlterClientQuotas kind = 18 // alterClientQuotasCmd (quota.go)
 )
 
 // registerBrokerCmd admits a broker incarnation. Its Epoch, Fenced and
@@ -149,6 +151,8 @@ var applyTable = [...]applyFunc{
 	kindElectLeaders:        applyElectLeaders,
 	kindInitCluster:         applyInitCluster,
 	kindRestoreTopic:        applyRestoreTopic,
+
+	kindAlterClientQuotas: applyAlterClientQuotas,
 }
 
 // applyCommand decodes data and dispatches it.

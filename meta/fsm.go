@@ -135,6 +135,9 @@ type snapshotV1 struct {
 	HistoryID string `json:",omitempty"`
 	Brokers   []Broker
 	Topics    []*Topic
+	// ClientQuotas is State.ClientQuotas in entity order; absent when
+	// there are none, and from snapshots taken before they existed.
+	ClientQuotas []ClientQuota `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -157,6 +160,7 @@ func encodeSnapshot(w io.Writer, s *State) error {
 	for _, name := range s.SortedTopicNames() {
 		snap.Topics = append(snap.Topics, s.Topics[name])
 	}
+	snap.ClientQuotas = clientQuotasSnapshot(s)
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
 		return fmt.Errorf("meta: encode snapshot: %w", err)
@@ -209,6 +213,9 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 			t.Configs = map[string]string{}
 		}
 		s.putTopic(t)
+	}
+	if err := restoreClientQuotas(s, snap.ClientQuotas); err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
 	}
 	return s, nil
 }

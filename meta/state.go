@@ -116,6 +116,9 @@ type State struct {
 	// named before history ids existed gets one from its next
 	// controller.
 	HistoryID string
+	// ClientQuotas are the client quotas by entity (quota.go). An
+	// entity's map is replaced, never modified, when its quotas change.
+	ClientQuotas map[QuotaEntity]map[string]float64
 
 	byID map[[16]byte]*Topic
 }
@@ -180,6 +183,8 @@ func (s *State) clone() *State {
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),
+
+		ClientQuotas: maps.Clone(s.ClientQuotas),
 	}
 }
 

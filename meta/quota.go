@@ -332,20 +332,21 @@ func (s *State) DescribeClientQuotas(components []QuotaFilterComponent, strict b
 }
 
 func compareQuotaEntities(a, b QuotaEntity) int {
-	key := func(e QuotaEntity) string {
-		k := func(n QuotaName) string {
-			// Entities with a user first, defaults before names.
-			switch {
-			case !n.Set:
-				return "3"
-			case n.Default:
-				return "1"
-			}
-			return "2" + n.Name
+	// Entities with a user first; within a user, the user alone first;
+	// defaults before names.
+	key := func(n QuotaName, absent string) string {
+		switch {
+		case !n.Set:
+			return absent
+		case n.Default:
+			return "1"
 		}
-		return k(e.User) + "\x00" + k(e.ClientID)
+		return "2" + n.Name
 	}
-	return strings.Compare(key(a), key(b))
+	if c := strings.Compare(key(a.User, "3"), key(b.User, "3")); c != 0 {
+		return c
+	}
+	return strings.Compare(key(a.ClientID, "0"), key(b.ClientID, "0"))
 }
 
 // clientQuotasSnapshot lists the quotas in entity order, so equal states

@@ -152,7 +152,12 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	}
 	// acks=all partitions wait for their high watermark after every
 	// partition of the request is appended, all against one deadline.
+	appended := time.Now()
 	partition.Produce(b.ctx, appends, r.Acks == -1, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
+	if r.Acks == -1 && b.node.Clustered() {
+		req.quota.waited = time.Since(appended) // replication, not this client's work (quotas.go)
+	}
+	b.recordProduce(req, r)
 	for _, w := range todo {
 		sp := &resp.Topics[w.ti].Partitions[w.pi]
 		if w.a.Appended {

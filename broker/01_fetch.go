@@ -139,8 +139,17 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	// The broker's cap applies whatever the client asks for; a limit of 0
 	// or less still returns the first batch, as in Kafka.
 	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
+	maxBytes = b.fetchQuotaBytes(req, replicaID, maxBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	read := time.Now()
 	req.conn.scratch = partition.Fetch(b.ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
+	if wait > 0 && r.MinBytes > 0 {
+		req.quota.waited = time.Since(read) // a long poll (quotas.go)
+	}
+	if b.fetchThrottled(req, replicaID, len(req.conn.scratch)) {
+		resp.Topics = nil // over the consumer's quota: answered empty, as Kafka does
+		return resp, nil
+	}
 	fetchResponse(r, resp, parts, req.conn.scratch)
 	for _, fp := range parts {
 		b.metrics.countError(kmsg.Fetch, errorCode(fp.Err))

@@ -321,6 +321,7 @@ func (c controller) AlterPartition(ctx context.Context, topicID [16]byte, r meta
 var forwarded = map[int16]bool{
 	int16(kmsg.AlterConfigs):            true,
 	int16(kmsg.IncrementalAlterConfigs): true,
+	int16(kmsg.AlterClientQuotas):       true,
 }
 
 // forward sends req to the controller and returns its answer, in the

@@ -78,6 +78,7 @@ type request struct {
 	corr     int32
 	clientID string
 	conn     *conn
+	quota    requestQuota // quotas.go
 }
 
 // conn is one client connection. Requests are read, handled and answered
@@ -176,7 +177,7 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 			}
 			return
 		}
-		resp, err := b.handle(req)
+		resp, err := b.handleWithQuotas(req)
 		if errors.Is(err, errCloseConn) {
 			b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
 			c.w.Flush()
@@ -203,6 +204,9 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
+		}
+		if !c.mute(req) { // a throttled client's connection (quotas.go)
+			return
 		}
 	}
 }

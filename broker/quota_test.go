@@ -405,7 +405,7 @@ func TestRequestPercentageThrottlesEveryAPI(t *testing.T) {
 }
 
 // A quota altered through a node that is not the controller is
-// forwarded, and every node describes and enforces it.
+// forwarded, and every node describes it.
 func TestClientQuotasForwarded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three nodes")
@@ -419,10 +419,20 @@ func TestClientQuotasForwarded(t *testing.T) {
 		}
 	}
 	setQuota(t, testAdmin(t, follower), quotaEntity("user", "<default>"), kadm.AlterClientQuotaOp{Key: "producer_byte_rate", Value: 1 << 20})
+	want := []string{"{user=<default>} producer_byte_rate=1.048576e+06"}
+	// The node that forwarded has it at once; the others within a second
+	// (issue 24), given five here.
+	if got := describeQuotas(t, testAdmin(t, follower), false); !slices.Equal(got, want) {
+		t.Errorf("node %d, which forwarded, describes %q, want %q", follower.cfg.NodeID, got, want)
+	}
 	for _, n := range c.nodes {
-		got := describeQuotas(t, testAdmin(t, n), false)
-		if want := []string{"{user=<default>} producer_byte_rate=1.048576e+06"}; !slices.Equal(got, want) {
-			t.Errorf("node %d describes %q, want %q", n.cfg.NodeID, got, want)
+		adm := testAdmin(t, n)
+		deadline := time.Now().Add(5 * time.Second)
+		for got := describeQuotas(t, adm, false); !slices.Equal(got, want); got = describeQuotas(t, adm, false) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d describes %q, want %q", n.cfg.NodeID, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }

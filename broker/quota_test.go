@@ -436,5 +436,3 @@ func TestClientQuotasForwarded(t *testing.T) {
 		}
 	}
 }
-
-

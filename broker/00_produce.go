@@ -69,6 +69,10 @@ import (
 // id starts at any sequence (KIP-360), so UNKNOWN_PRODUCER_ID is never
 // sent.
 //
+// Quotas (quotas.go): the request's record bytes count against the
+// client's producer_byte_rate once appended; a client over it gets
+// throttle_time_ms and its connection reads nothing more meanwhile.
+//
 // Not done: KIP-890 part 2's implicit AddPartitionsToTxn on produce v12
 // (clients rely on it only where the broker finalizes the
 // transaction.version 2 feature), message.timestamp.type=LogAppendTime, v13

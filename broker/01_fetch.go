@@ -52,6 +52,11 @@ import (
 // for the last stable offset to move: the marker that ends a transaction
 // wakes it.
 //
+// Quotas (quotas.go): a consumer's fetch reads at most what its
+// consumer_byte_rate allows over the quota's windows, and one that would
+// take it over the quota is answered empty with throttle_time_ms, as in
+// Kafka. Followers are not measured.
+//
 // Not done: fetch sessions are declined (SessionID 0 in every response, a
 // choice the protocol allows: clients then send full fetches); consumers
 // fetch from the leader only (no KIP-392 follower fetching).

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // throttleHook counts the throttles a client was told about
@@ -364,6 +365,45 @@ func TestConsumerByteRateQuota(t *testing.T) {
 		t.Fatalf("read 14 MiB in %v, %.2f MiB/s after the first throttle; want about 3 s more than the 11 MiB burst, at 1 MiB/s", took, rate/(1<<20))
 	}
 }
+
+// Produce before v6 predates KIP-219: its client does not back off, so
+// the broker holds the throttled response back for the throttle time
+// instead of sending it at once.
+func TestOldProduceVersionsHeldBack(t *testing.T) {
+	b := testBroker(t, "")
+	adm := testAdmin(t, b)
+	createTopic(t, adm, "old", 1, nil)
+	setQuota(t, adm, quotaEntity("client-id", "old"), kadm.AlterClientQuotaOp{Key: "producer_byte_rate", Value: 256 << 10})
+	vs := kversion.Stable()
+	vs.SetMaxKeyVersion(int16(kmsg.Produce), 5)
+	var before, after atomic.Int64 // throttles applied before / after the response
+	hook := hookFunc(func(d time.Duration, afterResponse bool) {
+		if d > 0 && afterResponse {
+			after.Add(1)
+		} else if d > 0 {
+			before.Add(1)
+		}
+	})
+	cl := testClient(t, b, kgo.ClientID("old"), kgo.MaxVersions(vs), kgo.DefaultProduceTopic("old"), kgo.WithHooks(hook),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	value := make([]byte, 64<<10)
+	start := time.Now()
+	for range 64 { // 4 MiB: the 2.75 MiB bucket, then about 5 s at 256 KiB/s
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	if before.Load() == 0 || after.Load() != 0 || took < 3*time.Second {
+		t.Fatalf("4 MiB at 256 KiB/s with Produce v5: took %v, %d throttles before the response, %d after", took, before.Load(), after.Load())
+	}
+}
+
+type hookFunc func(d time.Duration, afterResponse bool)
+
+func (f hookFunc) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, after bool) { f(d, after) }
 
 // request_percentage: every API that has throttle_time_ms carries the
 // request-time throttle, not only Produce and Fetch.

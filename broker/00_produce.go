@@ -177,7 +177,7 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 		sp.BaseOffset = w.a.Info.BaseOffset
 	}
 	if r.Version >= 10 {
-		b.produceLeaderHints(resp)
+		b.produceLeaderHints(req.conn, resp)
 	}
 	b.metrics.produceLatency.Observe(time.Since(start).Seconds())
 	if r.Acks == 0 {

@@ -160,7 +160,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		b.metrics.countError(kmsg.Fetch, errorCode(fp.Err))
 	}
 	if r.Version >= 12 {
-		b.fetchLeaderHints(resp)
+		b.fetchLeaderHints(req.conn, resp)
 	}
 	return resp, nil
 }

@@ -43,7 +43,8 @@ func (b *Broker) handleMetadata(req *request) (kmsg.Response, error) {
 			continue // fenced brokers are not offered to clients, as in KRaft
 		}
 		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port, mb.Rack = br.ID, br.Host, br.Port, rack(br)
+		mb.NodeID, mb.Rack = br.ID, rack(br)
+		mb.Host, mb.Port = req.conn.endpoint(br)
 		resp.Brokers = append(resp.Brokers, mb)
 	}
 	if id := b.node.ClusterID(); id != "" {

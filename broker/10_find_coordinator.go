@@ -35,6 +35,9 @@ func (b *Broker) handleFindCoordinator(req *request) (kmsg.Response, error) {
 		c.Key, c.NodeID = key, -1
 		if err := b.findCoordinator(key, r.CoordinatorType, &c); err != nil {
 			c.ErrorCode, c.ErrorMessage = b.answerError(kmsg.FindCoordinator, err)
+		} else if br, ok := b.meta.State().Brokers[c.NodeID]; ok {
+			// The coordinator's endpoint on the listener the client came in on.
+			c.Host, c.Port = req.conn.endpoint(br)
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}

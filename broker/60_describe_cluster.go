@@ -32,7 +32,8 @@ func (b *Broker) handleDescribeCluster(req *request) (kmsg.Response, error) {
 			continue
 		}
 		rb := kmsg.NewDescribeClusterResponseBroker()
-		rb.NodeID, rb.Host, rb.Port, rb.Rack = br.ID, br.Host, br.Port, rack(br)
+		rb.NodeID, rb.Rack = br.ID, rack(br)
+		rb.Host, rb.Port = req.conn.endpoint(br)
 		rb.IsFenced = br.Fenced
 		resp.Brokers = append(resp.Brokers, rb)
 	}

@@ -19,8 +19,12 @@ import (
 // node id held by a live broker of another incarnation is
 // DUPLICATE_BROKER_REGISTRATION.
 //
+// Every listener becomes one of the broker's endpoints (what clients of
+// that listener are told); the first is its inter-broker address, which
+// is how this broker's own controller client sends them.
+//
 // Not done: features, log directories and the ZooKeeper migration fields
-// are ignored; the first listener is the broker's address.
+// are ignored.
 func init() { register(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration) }
 
 func (b *Broker) handleBrokerRegistration(req *request) (kmsg.Response, error) {
@@ -42,6 +46,14 @@ func (b *Broker) handleBrokerRegistration(req *request) (kmsg.Response, error) {
 		Host:        r.Listeners[0].Host,
 		Port:        int32(r.Listeners[0].Port),
 		Incarnation: hex.EncodeToString(r.IncarnationID[:]),
+	}
+	for _, l := range r.Listeners {
+		reg.Endpoints = append(reg.Endpoints, meta.Endpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port), Security: string(securityName(l.SecurityProtocol))})
+	}
+	if len(r.Listeners) == 1 && r.Listeners[0].Name == DefaultListenerName {
+		// A lone PLAINTEXT listener is what Host and Port already say:
+		// registered as before there were several.
+		reg.Endpoints = nil
 	}
 	if r.Rack != nil {
 		reg.Rack = *r.Rack

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +74,11 @@ type Broker struct {
 	// groups is the group coordinator (groups.go); set in Start before
 	// the first connection is accepted.
 	groups *group.Coordinator
+	// sasl is the mechanisms SASL listeners offer (sasl.go); set in
+	// Start before the first connection is accepted.
+	sasl *saslServer
+	// perIP counts connections per client address (connlimit.go).
+	perIP connsPerIP
 	// txns is the transaction coordinator (broker/node's txns.go); set in
 	// Start before the first connection is accepted.
 	txns *txn.Coordinator
@@ -110,6 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// SASL on the inter-broker listener: the peers authenticate as the
+	// bootstrap user (sasl.go).
+	cfg.PeerOpts = append(slices.Clip(cfg.PeerOpts), cfg.interBrokerSASL()...)
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -194,6 +203,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		RebalanceInterval: cfg.LeaderRebalanceInterval,
 		ClusterID:         cfg.ClusterID,
 	}
+	if cfg.RaftListen != "" {
+		// A node without a raft port (one node, raft in-process) has no
+		// door to lock.
+		mcfg.TLS, mcfg.DialTLS = cfg.RaftTLS, cfg.RaftPeerTLS
+	}
 	if testHookMetaConfig != nil {
 		testHookMetaConfig(&mcfg)
 	}
@@ -221,6 +235,16 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	// Early, so that the other nodes, whose inter-broker clients may
+	// authenticate as this user, can join soon.
+	if b.cfg.SASL.BootstrapUser != "" {
+		bctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		if err := b.ensureBootstrapUser(bctx); err != nil {
+			b.log.Warn("SASL bootstrap user not created yet; retrying in the background", "err", err)
+			b.goFunc(b.bootstrapUserLoop)
+		}
+		cancel()
+	}
 	if err := b.node.Open(ctx, clusterID); err != nil {
 		b.Close()
 		return nil, err
@@ -243,6 +267,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.goFunc(b.node.HeartbeatLoop)
 	if clusterID == "" {
 		b.goFunc(b.node.AwaitClusterID)
+	}
+	if err := b.startSASL(ctx); err != nil {
+		b.Close()
+		return nil, err
 	}
 	for _, l := range b.listeners {
 		b.goFunc(func() { b.acceptLoop(l) })

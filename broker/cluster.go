@@ -21,6 +21,7 @@ func (b *Broker) newNode(m *meta.Store) *node.Node {
 		Voters:                   b.cfg.Voters,
 		Host:                     b.advHost,
 		Port:                     b.advPort,
+		Endpoints:                b.endpoints(),
 		Rack:                     b.cfg.Rack,
 		ClusterID:                b.cfg.ClusterID,
 		DataDir:                  b.cfg.DataDir,

@@ -59,6 +59,11 @@ type Config struct {
 	// listener when that listener is SSL or SASL_SSL: the cluster CA as
 	// RootCAs and this node's certificate as its client certificate.
 	PeerTLS *tls.Config
+	// RaftTLS and RaftPeerTLS are the raft port's server and client TLS
+	// (meta.Config's TLS and DialTLS): set, only nodes with a
+	// certificate of the cluster CA can join the metadata quorum or talk
+	// raft to it. Set both or neither.
+	RaftTLS, RaftPeerTLS *tls.Config
 	// PeerOpts are added to every client this broker opens to another
 	// broker (controller.go, peers): the hook through which SASL on the
 	// inter-broker listener gives its mechanism (kgo.SASL).
@@ -182,6 +187,13 @@ type Config struct {
 	// Compactor configures log compaction (docs/compaction.md). Its
 	// Logger, Now and SpoolDir are the broker's.
 	Compactor compactor.Config
+
+	// SASL configures authentication on SASL listeners (sasl.go).
+	SASL SASLConfig
+	// MaxConnectionsPerIP bounds the open connections from one client
+	// address (max.connections.per.ip); a connection over it is closed as
+	// soon as it is accepted. Zero means no bound, as in Kafka.
+	MaxConnectionsPerIP int
 }
 
 // Defaults applied by WithDefaults.
@@ -281,6 +293,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.SASL = c.SASL.withDefaults()
 	return c
 }
 
@@ -366,6 +379,12 @@ func (c Config) Validate() error {
 		if err := node.ValidateTopicConfig(k, v); err != nil {
 			return fmt.Errorf("topic default: %w", err)
 		}
+	}
+	if err := c.validateSASL(); err != nil {
+		return err
+	}
+	if c.MaxConnectionsPerIP < 0 {
+		return fmt.Errorf("max connections per ip %d: must not be negative", c.MaxConnectionsPerIP)
 	}
 	return nil
 }
@@ -468,6 +487,11 @@ func (c Config) validateListeners() error {
 	}
 	if !seen[c.InterBrokerListener] {
 		return fmt.Errorf("inter-broker listener %q: no listener of that name", c.InterBrokerListener)
+	}
+	for _, l := range c.Listeners {
+		if l.Name == c.InterBrokerListener && l.Security.TLS() && c.PeerTLS == nil {
+			return fmt.Errorf("inter-broker listener %s: %s needs the cluster CA and this node's certificate to dial other brokers (peer TLS)", l.Name, l.Security)
+		}
 	}
 	return nil
 }

@@ -25,24 +25,21 @@ import (
 // broker/node decides when to send them; controller translates.
 
 // peers holds one client per other broker's address, for the requests
-// this broker sends to the controller and to the leaders it follows.
+// this broker sends to the controller and to the leaders it follows. They
+// dial the other brokers' inter-broker listener, with TLS when it is SSL
+// or SASL_SSL (Config.PeerTLS) and whatever Config.PeerOpts add (SASL).
 type peers struct {
 	mu      sync.Mutex
 	clients map[string]*kgo.Client
 }
 
-func (p *peers) client(addr string, self int32) (*kgo.Client, error) {
+func (p *peers) client(addr string, opts []kgo.Opt) (*kgo.Client, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.clients[addr]; ok {
 		return c, nil
 	}
-	c, err := kgo.NewClient(
-		kgo.SeedBrokers(addr),
-		kgo.ClientID("strata-broker-"+strconv.Itoa(int(self))),
-		kgo.DialTimeout(2*time.Second),
-		kgo.MetadataMinAge(time.Second),
-	)
+	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +48,20 @@ func (p *peers) client(addr string, self int32) (*kgo.Client, error) {
 	}
 	p.clients[addr] = c
 	return c, nil
+}
+
+// peerOpts are the options of every client to another broker.
+func (b *Broker) peerOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.ClientID("strata-broker-" + strconv.Itoa(int(b.cfg.NodeID))),
+		kgo.DialTimeout(2 * time.Second),
+		kgo.MetadataMinAge(time.Second),
+	}
+	if l := b.listener(b.cfg.InterBrokerListener); l != nil && l.security.TLS() {
+		// franz-go sets each dial's ServerName to the host it dials.
+		opts = append(opts, kgo.DialTLSConfig(b.cfg.PeerTLS.Clone()))
+	}
+	return append(opts, b.cfg.PeerOpts...)
 }
 
 func (p *peers) close() {
@@ -70,7 +81,10 @@ func (b *Broker) peerRequest(ctx context.Context, id int32, req kmsg.Request) (k
 	if !ok {
 		return nil, fmt.Errorf("broker %d is not registered", id)
 	}
-	c, err := b.peers.client(net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))), b.cfg.NodeID)
+	// Every broker of a cluster names its inter-broker listener alike;
+	// one registered before there were several has only Host and Port.
+	host, port := br.Endpoint(b.cfg.InterBrokerListener)
+	c, err := b.peers.client(net.JoinHostPort(host, strconv.Itoa(int(port))), b.peerOpts())
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +169,24 @@ func (c controller) Register(ctx context.Context, reg meta.Registration) (int64,
 	} else {
 		req.IncarnationID = [16]byte(id)
 	}
+	// The inter-broker listener first: its address is the broker's
+	// Host and Port (handleBrokerRegistration).
 	l := kmsg.NewBrokerRegistrationRequestListener()
-	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Host, uint16(reg.Port)
+	l.Name, l.Host, l.Port = b.cfg.InterBrokerListener, reg.Host, uint16(reg.Port)
+	for _, e := range reg.Endpoints {
+		if e.Name == b.cfg.InterBrokerListener {
+			l.SecurityProtocol = securityCode(Security(e.Security))
+		}
+	}
 	req.Listeners = append(req.Listeners, l)
+	for _, e := range reg.Endpoints {
+		if e.Name == b.cfg.InterBrokerListener {
+			continue
+		}
+		l := kmsg.NewBrokerRegistrationRequestListener()
+		l.Name, l.Host, l.Port, l.SecurityProtocol = e.Name, e.Host, uint16(e.Port), securityCode(Security(e.Security))
+		req.Listeners = append(req.Listeners, l)
+	}
 	if reg.Rack != "" {
 		req.Rack = &reg.Rack
 	}
@@ -321,7 +350,9 @@ func (c controller) AlterPartition(ctx context.Context, topicID [16]byte, r meta
 var forwarded = map[int16]bool{
 	int16(kmsg.AlterConfigs):            true,
 	int16(kmsg.IncrementalAlterConfigs): true,
-	int16(kmsg.AlterClientQuotas):       true,
+	// 51_alter_user_scram_credentials.go
+	int16(kmsg.AlterUserSCRAMCredentials): true,
+	int16(kmsg.AlterClientQuotas):         true,
 }
 
 // forward sends req to the controller and returns its answer, in the

@@ -58,6 +58,10 @@ var errorMap = []struct {
 	{meta.ErrUnknownTopicOrPartition, kerr.UnknownTopicOrPartition},
 	{meta.ErrElectionNotNeeded, kerr.ElectionNotNeeded},
 	{meta.ErrPreferredLeaderNotAvailable, kerr.PreferredLeaderNotAvailable},
+	{meta.ErrScramCredentialNotFound, kerr.ResourceNotFound},
+	{meta.ErrDuplicateScramCredential, kerr.DuplicateResource},
+	{meta.ErrUnsupportedScramMechanism, kerr.UnsupportedSaslMechanism},
+	{meta.ErrUnacceptableScramCredential, kerr.UnacceptableCredential},
 	{partition.ErrNotLeader, kerr.NotLeaderForPartition},
 	{partition.ErrClosed, kerr.NotLeaderForPartition},
 }

@@ -15,7 +15,7 @@ import (
 // leaders' endpoints, so that a client moves its batches at once instead
 // of waiting for a metadata refresh (franz-go refreshes at most every 5 s
 // by default).
-func (b *Broker) produceLeaderHints(resp *kmsg.ProduceResponse) {
+func (b *Broker) produceLeaderHints(c *conn, resp *kmsg.ProduceResponse) {
 	h := leaderHints{st: b.meta.State()}
 	for i := range resp.Topics {
 		st := &resp.Topics[i]
@@ -28,7 +28,8 @@ func (b *Broker) produceLeaderHints(resp *kmsg.ProduceResponse) {
 	}
 	for _, br := range h.endpoints() {
 		pb := kmsg.NewProduceResponseBroker()
-		pb.NodeID, pb.Host, pb.Port, pb.Rack = br.ID, br.Host, br.Port, rack(br)
+		pb.NodeID, pb.Rack = br.ID, rack(br)
+		pb.Host, pb.Port = c.endpoint(br)
 		resp.Brokers = append(resp.Brokers, pb)
 	}
 }
@@ -75,7 +76,7 @@ func (h *leaderHints) endpoints() []meta.Broker {
 // leader and epoch this node's metadata knows (v12+), and from v16 the
 // response carries those leaders' endpoints, so that a consumer or a
 // follower moves at once instead of waiting for a metadata refresh.
-func (b *Broker) fetchLeaderHints(resp *kmsg.FetchResponse) {
+func (b *Broker) fetchLeaderHints(c *conn, resp *kmsg.FetchResponse) {
 	h := leaderHints{st: b.meta.State()}
 	for i := range resp.Topics {
 		ft := &resp.Topics[i]
@@ -91,7 +92,8 @@ func (b *Broker) fetchLeaderHints(resp *kmsg.FetchResponse) {
 	}
 	for _, br := range h.endpoints() {
 		fb := kmsg.NewFetchResponseBroker()
-		fb.NodeID, fb.Host, fb.Port, fb.Rack = br.ID, br.Host, br.Port, rack(br)
+		fb.NodeID, fb.Rack = br.ID, rack(br)
+		fb.Host, fb.Port = c.endpoint(br)
 		resp.Brokers = append(resp.Brokers, fb)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"strata/internal/certs"
+	"strata/meta"
 )
 
 // listener is one of the broker's named Kafka listeners (Config.Listeners):
@@ -56,4 +57,57 @@ func (l *listener) handshake(ctx context.Context, nc net.Conn) (net.Conn, string
 		principal = certs.Principal(st.VerifiedChains[0][0])
 	}
 	return tc, principal, nil
+}
+
+// endpoints are this broker's advertised listeners, as it registers them.
+// A broker with only the default listener registers none: its Host and
+// Port say it all, as they did before there were several.
+func (b *Broker) endpoints() []meta.Endpoint {
+	if len(b.listeners) == 1 && b.listeners[0].name == DefaultListenerName {
+		return nil
+	}
+	var out []meta.Endpoint
+	for _, l := range b.listeners {
+		out = append(out, meta.Endpoint{Name: l.name, Host: l.advHost, Port: l.advPort, Security: string(l.security)})
+	}
+	return out
+}
+
+// endpoint is the host and port of br that a client connected on c's
+// listener is told: br's endpoint of the same name, or its inter-broker
+// address when it has none (a broker configured otherwise, or registered
+// before it had listeners). A request without a connection (an internal
+// caller) gets the inter-broker address.
+func (c *conn) endpoint(br meta.Broker) (string, int32) {
+	if c == nil || c.listener == nil {
+		return br.Host, br.Port
+	}
+	return br.Endpoint(c.listener.name)
+}
+
+// securityCode is a protocol's code in BrokerRegistration (Kafka's
+// SecurityProtocol ids).
+func securityCode(s Security) int16 {
+	switch s {
+	case SSL:
+		return 1
+	case SASLPlaintext:
+		return 2
+	case SASLSSL:
+		return 3
+	}
+	return 0
+}
+
+// securityName is the protocol of a BrokerRegistration code.
+func securityName(code int16) Security {
+	switch code {
+	case 1:
+		return SSL
+	case 2:
+		return SASLPlaintext
+	case 3:
+		return SASLSSL
+	}
+	return Plaintext
 }

@@ -45,10 +45,17 @@ func (b *Broker) acceptLoop(l *listener) {
 			return
 		}
 		backoff = 0
+		ip := remoteIP(c)
+		if !b.perIP.acquire(ip, b.cfg.MaxConnectionsPerIP) {
+			c.Close() // max.connections.per.ip
+			b.log.Debug("refused a connection over max.connections.per.ip", "remote", c.RemoteAddr().String())
+			continue
+		}
 		b.mu.Lock()
 		if b.mu.closed {
 			b.mu.Unlock()
 			c.Close()
+			b.perIP.release(ip)
 			return
 		}
 		b.mu.conns[c] = struct{}{}
@@ -60,6 +67,7 @@ func (b *Broker) acceptLoop(l *listener) {
 				delete(b.mu.conns, c)
 				b.mu.Unlock()
 				c.Close()
+				b.perIP.release(ip)
 				b.metrics.connections.Dec()
 			}()
 			b.serveConn(c, l)
@@ -98,6 +106,8 @@ type conn struct {
 	// client's verified certificate (certs.Principal); otherwise Kafka's
 	// User:ANONYMOUS until it authenticates.
 	principal string
+	// sasl is the connection's authentication state (sasl.go).
+	sasl saslConn
 
 	// body is reused across requests while it stays small (retainBody): a
 	// connection handles one request at a time, and no handler keeps a
@@ -165,6 +175,13 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 	}
 	defer c.release()
 	for {
+		if c.sasl.raw { // after SaslHandshake v0: a bare SASL token
+			if err := c.rawSASL(); err != nil {
+				b.log.Info("closing connection", "remote", c.remote, "reason", err)
+				return
+			}
+			continue
+		}
 		req, err := c.readRequest()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
@@ -192,6 +209,10 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 			if err := c.writeResponse(req, resp); err != nil {
 				return
 			}
+		}
+		if c.sasl.failed { // answered a failed authentication: close
+			c.w.Flush()
+			return
 		}
 		// The request is done with: its memory is free for others before
 		// the flush, which waits for the client.
@@ -254,6 +275,9 @@ func (c *conn) readRequest() (*request, error) {
 	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 	if size < 0 || size > c.b.cfg.MaxRequestBytes {
 		return nil, fmt.Errorf("%w: %d bytes (max %d)", errFrameTooLarge, uint32(size), c.b.cfg.MaxRequestBytes)
+	}
+	if limit := c.preAuthLimit(); limit > 0 && size > limit {
+		return nil, fmt.Errorf("%w: %d bytes before SASL authentication (sasl.server.max.receive.size %d)", errFrameTooLarge, size, limit)
 	}
 	if size < 8 {
 		return nil, fmt.Errorf("frame of %d bytes is shorter than a request header", size)
@@ -494,4 +518,9 @@ const anonymous = "User:ANONYMOUS"
 // against the same principal. Nothing is checked yet: every connection is
 // anonymous, and anonymous may do everything, as in Kafka without an
 // authorizer.
-func (b *Broker) admit(req *request) error { return nil }
+func (b *Broker) admit(req *request) error {
+	if err := req.conn.admitSASL(req.kreq.Key()); err != nil {
+		return err
+	}
+	return nil
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 )
@@ -32,6 +33,18 @@ type Options struct {
 	Bootstrap string
 	// BootstrapEnv names that environment variable for --help.
 	BootstrapEnv string
+	// ClientOpts, when set, gives more options for every client (TLS,
+	// SASL), from flags the binary adds to the command; called once a
+	// command's flags are parsed.
+	ClientOpts func() ([]kgo.Opt, error)
+}
+
+// clientOpts calls opts.ClientOpts, if set.
+func (opts Options) clientOpts() ([]kgo.Opt, error) {
+	if opts.ClientOpts == nil {
+		return nil, nil
+	}
+	return opts.ClientOpts()
 }
 
 // Command returns the `loadtest` command with its produce, consume and e2e
@@ -235,6 +248,9 @@ fault.`,
 			if err != nil {
 				return usage(cmd, fmt.Errorf("loadtest produce: %w", err))
 			}
+			if cfg.ClientOpts, err = opts.clientOpts(); err != nil {
+				return usage(cmd, fmt.Errorf("loadtest produce: %w", err))
+			}
 			return runCommand(cmd, "produce", &f.commonFlags,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
@@ -287,6 +303,10 @@ record of a transaction its producer aborted.`,
 			if err := cfg.validate(); err != nil {
 				return usage(cmd, fmt.Errorf("loadtest consume: %w", err))
 			}
+			var err error
+			if cfg.ClientOpts, err = opts.clientOpts(); err != nil {
+				return usage(cmd, fmt.Errorf("loadtest consume: %w", err))
+			}
 			return runCommand(cmd, "consume", &f,
 				func(ctx context.Context, onProgress func(Progress), every time.Duration) (Result, error) {
 					cfg.OnProgress, cfg.ProgressEvery = onProgress, every
@@ -318,6 +338,9 @@ func e2eCommand(opts Options) *cobra.Command {
 			cfg := E2EConfig{ProduceConfig: pcfg, Drain: drain}
 			if err == nil {
 				err = cfg.validate()
+			}
+			if err == nil {
+				cfg.ClientOpts, err = opts.clientOpts()
 			}
 			if err != nil {
 				return usage(cmd, fmt.Errorf("loadtest e2e: %w", err))

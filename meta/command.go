@@ -19,21 +19,22 @@ import (
 type kind uint8
 
 const (
-	_                       kind = iota // 0 is never written, so zeroed data fails loudly
-	kindBarrier                         // no payload; changes nothing
-	kindRegisterBroker                  // registerBrokerCmd
-	kindCreateTopic                     // createTopicCmd
-	kindDeleteTopic                     // deleteTopicCmd
-	kindCreatePartitions                // createPartitionsCmd
-	kindAlterConfigs                    // alterConfigsCmd
-	kindAllocateProducerIDs             // allocateProducerIDsCmd
-	kindFenceBroker                     // brokerEpochCmd
-	kindUnfenceBroker                   // brokerEpochCmd
-	kindAlterPartition                  // alterPartitionCmd
-	kindControlledShutdown              // brokerEpochCmd
-	kindElectLeaders                    // electLeadersCmd
-	kindInitCluster                     // initClusterCmd
-	kindRestoreTopic                    // restoreTopicCmd (restore.go)
+	_                         kind = iota // 0 is never written, so zeroed data fails loudly
+	kindBarrier                           // no payload; changes nothing
+	kindRegisterBroker                    // registerBrokerCmd
+	kindCreateTopic                       // createTopicCmd
+	kindDeleteTopic                       // deleteTopicCmd
+	kindCreatePartitions                  // createPartitionsCmd
+	kindAlterConfigs                      // alterConfigsCmd
+	kindAllocateProducerIDs               // allocateProducerIDsCmd
+	kindFenceBroker                       // brokerEpochCmd
+	kindUnfenceBroker                     // brokerEpochCmd
+	kindAlterPartition                    // alterPartitionCmd
+	kindControlledShutdown                // brokerEpochCmd
+	kindElectLeaders                      // electLeadersCmd
+	kindInitCluster                       // initClusterCmd
+	kindRestoreTopic                      // restoreTopicCmd (restore.go)
+	kindAlterScramCredentials             // alterScramCmd (scram.go)
 
 	kindAlterClientQuotas kind = 18 // alterClientQuotasCmd (quota.go)
 )
@@ -127,7 +128,9 @@ type result struct {
 	partition Partition
 	// elected is ElectLeaders' outcome per partition.
 	elected map[TopicPartition]error
-	err     error
+	// scram is AlterScramCredentials' outcome per user.
+	scram map[string]error
+	err   error
 }
 
 // applyFunc applies one command's payload, found at index in the raft log,
@@ -152,7 +155,8 @@ var applyTable = [...]applyFunc{
 	kindInitCluster:         applyInitCluster,
 	kindRestoreTopic:        applyRestoreTopic,
 
-	kindAlterClientQuotas: applyAlterClientQuotas,
+	kindAlterScramCredentials: applyAlterScramCredentials,
+	kindAlterClientQuotas:     applyAlterClientQuotas,
 }
 
 // applyCommand decodes data and dispatches it.
@@ -219,7 +223,7 @@ func applyRegisterBroker(s *State, index uint64, payload []byte) (*State, result
 	b := c.Broker
 	old, ok := s.Brokers[b.ID]
 	if ok && old.Incarnation == b.Incarnation && !old.Fenced && !old.ShuttingDown &&
-		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack {
+		old.Host == b.Host && old.Port == b.Port && old.Rack == b.Rack && slices.Equal(old.Endpoints, b.Endpoints) {
 		return nil, result{epoch: old.Epoch}
 	}
 	next := s.clone()

@@ -29,9 +29,13 @@ import (
 // Registration is a broker's request to be admitted (Kafka's
 // BrokerRegistration).
 type Registration struct {
-	ID          int32
-	Host        string
-	Port        int32
+	ID int32
+	// Host and Port are the inter-broker listener's advertised address.
+	Host string
+	Port int32
+	// Endpoints are every advertised listener, the inter-broker one
+	// included (Broker.Endpoints).
+	Endpoints   []Endpoint
 	Rack        string
 	Incarnation string // NewIncarnation, picked once per process start
 }
@@ -425,7 +429,7 @@ func (s *Store) RegisterBroker(ctx context.Context, r Registration) (int64, erro
 		return -1, fmt.Errorf("%w: broker %d (epoch %d) heartbeated within %v", ErrDuplicateBroker, r.ID, old.Epoch, s.ctl.session)
 	}
 	res, err := s.propose(ctx, kindRegisterBroker, registerBrokerCmd{Broker: Broker{
-		ID: r.ID, Host: r.Host, Port: r.Port, Rack: r.Rack, Incarnation: r.Incarnation,
+		ID: r.ID, Host: r.Host, Port: r.Port, Endpoints: r.Endpoints, Rack: r.Rack, Incarnation: r.Incarnation,
 	}})
 	if err != nil {
 		return -1, err

@@ -135,6 +135,9 @@ type snapshotV1 struct {
 	HistoryID string `json:",omitempty"`
 	Brokers   []Broker
 	Topics    []*Topic
+	// ScramCredentials is State.ScramCredentials; absent when there are
+	// none, and from snapshots taken before they existed.
+	ScramCredentials map[string]map[string]ScramCredential `json:",omitempty"`
 	// ClientQuotas is State.ClientQuotas in entity order; absent when
 	// there are none, and from snapshots taken before they existed.
 	ClientQuotas []ClientQuota `json:",omitempty"`
@@ -159,6 +162,9 @@ func encodeSnapshot(w io.Writer, s *State) error {
 	}
 	for _, name := range s.SortedTopicNames() {
 		snap.Topics = append(snap.Topics, s.Topics[name])
+	}
+	if len(s.ScramCredentials) > 0 {
+		snap.ScramCredentials = s.ScramCredentials
 	}
 	snap.ClientQuotas = clientQuotasSnapshot(s)
 	bw := bufio.NewWriter(w)
@@ -213,6 +219,12 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 			t.Configs = map[string]string{}
 		}
 		s.putTopic(t)
+	}
+	if err := checkScramState(snap.ScramCredentials); err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
+	if snap.ScramCredentials != nil {
+		s.ScramCredentials = snap.ScramCredentials
 	}
 	if err := restoreClientQuotas(s, snap.ClientQuotas); err != nil {
 		return nil, fmt.Errorf("meta: snapshot: %w", err)

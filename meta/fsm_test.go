@@ -73,7 +73,7 @@ func TestRegisterBrokerUpserts(t *testing.T) {
 	h := newHarness(t)
 	h.brokers(1)
 	s1 := h.f.state()
-	if got := s1.Brokers[1]; got != (Broker{ID: 1, Host: "localhost", Port: 9001, Epoch: 1}) {
+	if got := s1.Brokers[1]; !reflect.DeepEqual(got, Broker{ID: 1, Host: "localhost", Port: 9001, Epoch: 1}) {
 		t.Fatalf("broker 1 = %+v", got)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -43,6 +44,7 @@ type joinReply struct {
 // front of it.
 type muxStream struct {
 	ln     net.Listener
+	tls    raftTLS
 	adv    net.Addr
 	conns  chan net.Conn
 	join   func(net.Conn)
@@ -51,7 +53,14 @@ type muxStream struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 	logger *slog.Logger
+	// lastRefused is when a refused TLS handshake was last logged (unix
+	// nanoseconds): a stranger knocking in a loop gets one line per
+	// refusedLogEvery, not one per attempt.
+	lastRefused atomic.Int64
 }
+
+// refusedLogEvery bounds the log lines of refused raft handshakes.
+const refusedLogEvery = 10 * time.Second
 
 var _ raft.StreamLayer = (*muxStream)(nil)
 
@@ -59,7 +68,7 @@ var _ raft.StreamLayer = (*muxStream)(nil)
 // first byte.
 const peekTimeout = 10 * time.Second
 
-func newMuxStream(bind string, adv net.Addr, join, voters func(net.Conn), logger *slog.Logger) (*muxStream, error) {
+func newMuxStream(bind string, adv net.Addr, t raftTLS, join, voters func(net.Conn), logger *slog.Logger) (*muxStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -71,7 +80,7 @@ func newMuxStream(bind string, adv net.Addr, join, voters func(net.Conn), logger
 			return nil, fmt.Errorf("raft listener %s: an unspecified address needs an advertised one", bind)
 		}
 	}
-	m := &muxStream{ln: ln, adv: adv, conns: make(chan net.Conn), join: join, voters: voters, done: make(chan struct{}), logger: logger}
+	m := &muxStream{ln: ln, tls: t, adv: adv, conns: make(chan net.Conn), join: join, voters: voters, done: make(chan struct{}), logger: logger}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
@@ -102,9 +111,20 @@ func (m *muxStream) acceptLoop() {
 	}
 }
 
-// route reads a connection's first byte and hands it to the join handler
-// or, with that byte put back, to raft.
-func (m *muxStream) route(c net.Conn) {
+// route completes TLS when the port has it, reads a connection's first
+// byte and hands it to the join handler or, with that byte put back, to
+// raft. A peer that fails the handshake (no certificate, or one the
+// cluster CA did not sign) reaches neither.
+func (m *muxStream) route(raw net.Conn) {
+	c, err := m.tls.accept(raw)
+	if err != nil {
+		now, last := time.Now().UnixNano(), m.lastRefused.Load()
+		if now-last >= int64(refusedLogEvery) && m.lastRefused.CompareAndSwap(last, now) {
+			m.logger.Warn("raft port: refused a connection that failed TLS", "remote", raw.RemoteAddr().String(), "err", err)
+		}
+		raw.Close()
+		return
+	}
 	c.SetReadDeadline(time.Now().Add(peekTimeout))
 	br := bufio.NewReader(c)
 	first, err := br.Peek(1)
@@ -151,7 +171,7 @@ func (m *muxStream) Close() error {
 func (m *muxStream) Addr() net.Addr { return m.adv }
 
 func (m *muxStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(address), timeout)
+	return m.tls.dial(context.Background(), string(address), timeout)
 }
 
 // bufferedConn is a connection whose first bytes were read ahead.
@@ -235,14 +255,14 @@ func (s *Store) liveElsewhere(id int32, addr string) bool {
 // the join; that is retried for one and a half session timeouts (a killed
 // previous life of this node is fenced by then) and then returned as
 // ErrDuplicateBroker.
-func join(ctx context.Context, self Voter, voters []Voter, session time.Duration, logger *slog.Logger) error {
+func join(ctx context.Context, t raftTLS, self Voter, voters []Voter, session time.Duration, logger *slog.Logger) error {
 	backoff := 100 * time.Millisecond
 	var lastWarn, dupSince time.Time
 	for {
 		for _, v := range voters {
 			addr := v.Addr
 			for hops := 0; addr != "" && hops < 3; hops++ {
-				r, err := askJoin(ctx, addr, self)
+				r, err := askJoin(ctx, t, addr, self)
 				if r.Duplicate {
 					if dupSince.IsZero() {
 						dupSince = time.Now()
@@ -277,9 +297,8 @@ func join(ctx context.Context, self Voter, voters []Voter, session time.Duration
 	}
 }
 
-func askJoin(ctx context.Context, addr string, self Voter) (joinReply, error) {
-	d := net.Dialer{Timeout: 2 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+func askJoin(ctx context.Context, t raftTLS, addr string, self Voter) (joinReply, error) {
+	c, err := t.dial(ctx, addr, 2*time.Second)
 	if err != nil {
 		return joinReply{}, err
 	}

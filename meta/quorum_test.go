@@ -35,6 +35,8 @@ type quorum struct {
 	// session and clock, when set, are every node's controller settings.
 	session time.Duration
 	clock   *fakeClock
+	// edit, when set, changes each node's configuration last (its TLS).
+	edit func(id int32, cfg *Config)
 }
 
 func newQuorum(t *testing.T, n int) *quorum {
@@ -68,6 +70,9 @@ func (q *quorum) config(id int32) Config {
 	}
 	if q.clock != nil {
 		cfg.Now = q.clock.Now
+	}
+	if q.edit != nil {
+		q.edit(id, &cfg)
 	}
 	return cfg
 }

@@ -44,10 +44,18 @@ const NoLeader int32 = -1
 // Broker is a registered broker, where clients reach it, and what the
 // controller thinks of it.
 type Broker struct {
-	ID   int32
+	ID int32
+	// Host and Port are the broker's inter-broker listener's advertised
+	// address: what other brokers dial, and what a client is told when
+	// the broker has no endpoint for the client's listener.
 	Host string
 	Port int32
-	Rack string
+	// Endpoints are the broker's advertised listeners, one per listener
+	// name (empty in metadata written before there were several): a
+	// client connected on listener L is told each broker's endpoint
+	// named L (Endpoint).
+	Endpoints []Endpoint `json:",omitempty"`
+	Rack      string
 	// Incarnation is a random id the broker process picks at each start;
 	// it tells a restarted broker from its previous life.
 	Incarnation string
@@ -61,6 +69,30 @@ type Broker struct {
 	// ShuttingDown brokers asked for a controlled shutdown: they lead
 	// nothing that someone else could lead and get no new leadership.
 	ShuttingDown bool
+}
+
+// Endpoint is one advertised listener of a broker.
+type Endpoint struct {
+	// Name is the listener's name, the same on every broker of a
+	// cluster for the same kind of door (e.g. INTERNAL, EXTERNAL).
+	Name string
+	Host string
+	Port int32
+	// Security is the listener's protocol in Kafka's names (PLAINTEXT,
+	// SSL, SASL_PLAINTEXT, SASL_SSL).
+	Security string
+}
+
+// Endpoint returns the host and port the broker advertises on the
+// listener of that name, or its Host and Port when it has no such
+// listener.
+func (b Broker) Endpoint(listener string) (host string, port int32) {
+	for _, e := range b.Endpoints {
+		if e.Name == listener {
+			return e.Host, e.Port
+		}
+	}
+	return b.Host, b.Port
 }
 
 // Partition is one partition's replica assignment and leadership.
@@ -116,6 +148,10 @@ type State struct {
 	// named before history ids existed gets one from its next
 	// controller.
 	HistoryID string
+	// ScramCredentials are the users' SCRAM credentials, by user and
+	// then mechanism (scram.go). A user's inner map is replaced, never
+	// modified, when its credentials change.
+	ScramCredentials map[string]map[string]ScramCredential
 	// ClientQuotas are the client quotas by entity (quota.go). An
 	// entity's map is replaced, never modified, when its quotas change.
 	ClientQuotas map[QuotaEntity]map[string]float64
@@ -128,6 +164,8 @@ func newState() *State {
 		Brokers: map[int32]Broker{},
 		Topics:  map[string]*Topic{},
 		byID:    map[[16]byte]*Topic{},
+
+		ScramCredentials: map[string]map[string]ScramCredential{},
 	}
 }
 
@@ -183,6 +221,8 @@ func (s *State) clone() *State {
 		Brokers:        maps.Clone(s.Brokers),
 		Topics:         maps.Clone(s.Topics),
 		byID:           maps.Clone(s.byID),
+
+		ScramCredentials: maps.Clone(s.ScramCredentials),
 
 		ClientQuotas: maps.Clone(s.ClientQuotas),
 	}

@@ -26,6 +26,7 @@ package meta
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,14 @@ type Config struct {
 	// cluster, names the cluster with (State.ClusterID). Empty picks a
 	// random one. A cluster already named keeps its id.
 	ClusterID string
+	// TLS is the server side of the raft port: set, every connection to
+	// it (raft, the join handler, the voters query) must complete a TLS
+	// handshake first. It should require and verify client certificates
+	// against the cluster CA (certs.ClientAuthRequire), so that only the
+	// cluster's nodes join and read the quorum. DialTLS is the client
+	// side, this node's certificate and the cluster CA, for reaching the
+	// other nodes' raft ports. Set both or neither.
+	TLS, DialTLS *tls.Config
 	// HoldNaming, when set, keeps this node's controller from naming the
 	// cluster until it is closed: for tests of a quorum whose controller
 	// is of a version before clusters had ids, which never names it.
@@ -116,6 +125,9 @@ func (c *Config) validate() error {
 	}
 	if c.NodeID < 0 {
 		return fmt.Errorf("meta: Config.NodeID %d is negative", c.NodeID)
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if err := CheckQuorum(c.NodeID, c.RaftAddr, c.Voters); err != nil {
 		return fmt.Errorf("meta: %w", err)
@@ -168,6 +180,8 @@ type Store struct {
 	// storedConf is the raft configuration found in Dir at start, for
 	// voters queries answered before raft runs; nil until read, or none.
 	storedConf atomic.Pointer[raft.Configuration]
+	// tls is the raft port's TLS, none when Config.TLS is nil.
+	tls raftTLS
 
 	mu struct {
 		sync.Mutex
@@ -207,6 +221,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		nodeID:    raft.ServerID(strconv.Itoa(int(cfg.NodeID))),
 		fsm:       newFSM(),
 		raftReady: make(chan struct{}),
+		tls:       raftTLS{server: cfg.TLS, client: cfg.DialTLS},
 	}
 	s.ctl = newController(cfg)
 	opened := false
@@ -236,7 +251,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 				return nil, fmt.Errorf("meta: voter entry %s: %w", selfVoter, err)
 			}
 		}
-		stream, err := newMuxStream(cfg.RaftAddr, adv, s.handleJoin, s.handleVoters, logger)
+		stream, err := newMuxStream(cfg.RaftAddr, adv, s.tls, s.handleJoin, s.handleVoters, logger)
 		if err != nil {
 			return nil, fmt.Errorf("meta: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
@@ -287,7 +302,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// with state, the stored set matches the setting but may still
 		// not be the quorum's (a node bootstrapped alone on a wrong
 		// setting). The other voters say which set the quorum runs.
-		if err := checkPeerVoters(ctx, cfg.NodeID, cfg.Voters); err != nil {
+		if err := checkPeerVoters(ctx, s.tls, cfg.NodeID, cfg.Voters); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +348,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// A broker-only node asks the voters to add it; until one has,
 		// it knows no metadata and no controller.
 		self := Voter{ID: cfg.NodeID, Addr: string(s.trans.LocalAddr())}
-		if err := join(ctx, self, cfg.Voters, s.ctl.session, logger); err != nil {
+		if err := join(ctx, s.tls, self, cfg.Voters, s.ctl.session, logger); err != nil {
 			return nil, err
 		}
 	}

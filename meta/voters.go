@@ -105,7 +105,7 @@ const votersQueryTimeout = time.Second
 // its raft configuration and fails with a VotersMismatchError if one
 // knows a different set. Voters that do not answer, or have no
 // configuration yet (a quorum starting for the first time), prove nothing.
-func checkPeerVoters(ctx context.Context, self int32, setting []Voter) error {
+func checkPeerVoters(ctx context.Context, t raftTLS, self int32, setting []Voter) error {
 	ctx, cancel := context.WithTimeout(ctx, votersQueryTimeout)
 	defer cancel()
 	want := voterStrings(setting)
@@ -118,7 +118,7 @@ func checkPeerVoters(ctx context.Context, self int32, setting []Voter) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := askVoters(ctx, v.Addr)
+			r, err := askVoters(ctx, t, v.Addr)
 			if err != nil || !r.Known || r.ID != v.ID || slices.Equal(r.Voters, want) {
 				return
 			}
@@ -134,9 +134,8 @@ func checkPeerVoters(ctx context.Context, self int32, setting []Voter) error {
 	return nil
 }
 
-func askVoters(ctx context.Context, addr string) (votersReply, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+func askVoters(ctx context.Context, t raftTLS, addr string) (votersReply, error) {
+	c, err := t.dial(ctx, addr, 0)
 	if err != nil {
 		return votersReply{}, err
 	}

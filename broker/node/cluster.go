@@ -108,7 +108,7 @@ func (n *Node) Join(ctx context.Context) (clusterID string, err error) {
 // long enough for a previous life of this node that was killed to be
 // fenced, and then reported as the start-up error.
 func (n *Node) register(ctx context.Context) error {
-	reg := meta.Registration{ID: n.cfg.NodeID, Host: n.cfg.Host, Port: n.cfg.Port, Rack: n.cfg.Rack, Incarnation: hex.EncodeToString(n.cluster.incarnation[:])}
+	reg := meta.Registration{ID: n.cfg.NodeID, Host: n.cfg.Host, Port: n.cfg.Port, Endpoints: n.cfg.Endpoints, Rack: n.cfg.Rack, Incarnation: hex.EncodeToString(n.cluster.incarnation[:])}
 	var dupSince time.Time
 	backoff := 50 * time.Millisecond
 	for {

@@ -32,6 +32,9 @@ type Config struct {
 	Host string
 	Port int32
 	Rack string
+	// Endpoints are every advertised listener this node registers
+	// (meta.Broker.Endpoints); Host and Port are the inter-broker one's.
+	Endpoints []meta.Endpoint
 	// ClusterID is the configured cluster.id, empty when not configured;
 	// DataDir names the data dir in the error that refuses another
 	// cluster's.

@@ -111,8 +111,17 @@ func (d *devCluster) configs() ([]broker.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each listener's ports (and advertised ports) are consecutive too.
+	lists, err := d.listenerAddrs()
+	if err != nil {
+		return nil, err
+	}
 	if voters == nil {
-		host, _, _ := net.SplitHostPort(d.base.Listen)
+		first := d.base.Listen
+		if len(d.base.Listeners) > 0 {
+			first = d.base.Listeners[0].Addr
+		}
+		host, _, _ := net.SplitHostPort(first)
 		raftAddrs, err := freeRaftAddrs(host, d.n)
 		if err != nil {
 			return nil, err
@@ -132,12 +141,41 @@ func (d *devCluster) configs() ([]broker.Config, error) {
 		c.NodeID = int32(i)
 		c.DataDir = filepath.Join(d.dataDir, "node-"+strconv.Itoa(i))
 		c.Listen, c.HTTPListen = listens[i], https[i]
+		if lists != nil {
+			c.Listeners = lists[i]
+		}
 		c.RaftListen, c.Voters = raftAddrs[i], voters
 		c.DefaultReplicationFactor = int16(min(3, d.n))
 		c.Logger = d.base.Logger.With("node", i)
 		cfgs[i] = c
 	}
 	return cfgs, nil
+}
+
+// listenerAddrs are each node's listeners when --listener named them:
+// node i listens (and advertises) on each listener's port plus i. Nil
+// without listeners.
+func (d *devCluster) listenerAddrs() ([][]broker.Listener, error) {
+	if len(d.base.Listeners) == 0 {
+		return nil, nil
+	}
+	out := make([][]broker.Listener, d.n)
+	for _, l := range d.base.Listeners {
+		addrs, err := consecutiveAddrs(l.Addr, d.n)
+		if err != nil {
+			return nil, fmt.Errorf("--listener %s: %w", l.Name, err)
+		}
+		advs, err := consecutiveAddrs(l.Advertised, d.n)
+		if err != nil {
+			return nil, fmt.Errorf("--advertised-listener %s: %w", l.Name, err)
+		}
+		for i := range out {
+			nl := l
+			nl.Addr, nl.Advertised = addrs[i], advs[i]
+			out[i] = append(out[i], nl)
+		}
+	}
+	return out, nil
 }
 
 // storedVoters returns the voters a cluster that ran in this data dir

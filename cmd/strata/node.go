@@ -56,12 +56,27 @@ are for 'strata serve', and each one set is reported as ignored.`,
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, fmt.Sprintf("nodes of the local cluster, 1 to %d", maxDevNodes))
-	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier", "read_replica")
+	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier", "read_replica",
+		"kafka.listeners", "kafka.advertised_listeners", "kafka.inter_broker_listener", "tls", "http.tls", "http.bearer_token")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if nodes < 1 || nodes > maxDevNodes {
 			return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--nodes %d: a local cluster has 1 to %d nodes", nodes, maxDevNodes))
 		}
-		for _, a := range []struct{ flag, addr string }{{"--listen", dev.listen}, {"--http-listen", dev.httpListen}} {
+		c, warnings, err := loadFlagsOnly(cmd, environ, tierFlags)
+		if err != nil {
+			return err
+		}
+		addrs := []struct{ flag, addr string }{{"--listen", dev.listen}, {"--http-listen", dev.httpListen}}
+		if len(c.Kafka.Listeners) > 0 {
+			if cmd.Flags().Changed("listen") {
+				return cmd.FlagErrorFunc()(cmd, errors.New("--listen and --listener: give every listener with --listener NAME=PROTO://host:port"))
+			}
+			addrs = addrs[1:]
+			for _, l := range c.BrokerListeners() {
+				addrs = append(addrs, struct{ flag, addr string }{"--listener " + l.Name, l.Addr})
+			}
+		}
+		for _, a := range addrs {
 			if strings.EqualFold(a.addr, "off") {
 				continue
 			}
@@ -73,8 +88,11 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		if err != nil {
 			return err
 		}
-		c, warnings, err := loadFlagsOnly(cmd, environ, tierFlags)
-		if err != nil {
+		if len(c.Kafka.Listeners) > 0 {
+			cfg.Listen, cfg.Listeners = "", c.BrokerListeners()
+		}
+		cfg.InterBrokerListener = c.Kafka.InterBrokerListener
+		if err := applyTLS(&cfg, c.TLS); err != nil {
 			return err
 		}
 		for _, w := range warnings {
@@ -159,6 +177,9 @@ set. See docs/operations.md for the file format.`,
 		}
 		cfg := brokerConfig(c, log)
 		cfg.Restore = *restore
+		if err := applyTLS(&cfg, c.TLS); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 		if err := cfg.WithDefaults().Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -194,6 +215,7 @@ func checkFlagsAlone(flags *config.Flags) error {
 		return err
 	}
 	cfg := brokerConfig(c, nil)
+	placeholderTLS(&cfg)
 	if cfg.DataDir == "" {
 		cfg.DataDir = "." // only its presence is checked, and Load checks that
 	}
@@ -212,8 +234,7 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		ClusterID:         c.Cluster.ID,
 		RaftListen:        c.Cluster.RaftListen,
 		Voters:            c.Cluster.Voters,
-		Listen:            c.Kafka.Listen,
-		Advertised:        c.Kafka.AdvertisedAddr,
+		Listeners:         c.BrokerListeners(),
 		MaxRequestBytes:   c.Kafka.MaxRequestBytes,
 		HTTPListen:        c.HTTP.Listen,
 		AutoCreateTopics:  c.Topics.AutoCreate,
@@ -226,6 +247,19 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		QueuedMaxRequestBytes: c.Kafka.QueuedMaxRequestBytes,
 		ConnectionsMaxIdle:    c.Kafka.ConnectionsMaxIdle,
 		FetchMaxBytes:         c.Kafka.FetchMaxBytes,
+		InterBrokerListener:   c.Kafka.InterBrokerListener,
+		MaxConnectionsPerIP:   c.Kafka.MaxConnectionsPerIP,
+		SASL: broker.SASLConfig{
+			Mechanisms:           c.SASL.Mechanisms,
+			PlainUsersFile:       c.SASL.PlainUsersFile,
+			OAuthJWKS:            c.SASL.OAuthJWKS,
+			OAuthUnsecured:       c.SASL.OAuthUnsecured,
+			BootstrapUser:        c.SASL.BootstrapUser,
+			BootstrapPassword:    c.SASL.BootstrapPassword,
+			ConnectionsMaxReauth: c.SASL.ConnectionsMaxReauth,
+			MaxReceiveSize:       c.SASL.MaxReceiveSize,
+			FailedDelay:          c.SASL.FailedDelay,
+		},
 
 		DefaultReplicationFactor: c.Topics.DefaultReplicationFactor,
 		SessionTimeout:           c.Cluster.SessionTimeout,

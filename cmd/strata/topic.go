@@ -34,6 +34,8 @@ type admin struct {
 	// opts are more client options, for verbs that need them (cluster
 	// restore's extension API versions).
 	opts []kgo.Opt
+	// security is TLS and SASL (clientsecurity.go).
+	security clientSecurity
 }
 
 func (a *admin) addFlags(cmd *cobra.Command, environ []string) {
@@ -43,6 +45,7 @@ func (a *admin) addFlags(cmd *cobra.Command, environ []string) {
 	}
 	cmd.PersistentFlags().StringVar(&a.bootstrap, "bootstrap", def, "comma-separated broker addresses (env "+config.EnvBootstrap+")")
 	cmd.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "give up after this long")
+	a.security.addFlags(cmd.PersistentFlags(), environ)
 }
 
 // do runs f with an admin client whose every request, retries included,
@@ -65,11 +68,15 @@ func (a *admin) adminClient(cl *kgo.Client) *kadm.Client {
 // doClient is do for verbs that also send raw kmsg requests.
 func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Client) error) error {
 	seeds := a.seeds()
-	cl, err := kgo.NewClient(append([]kgo.Opt{
+	secOpts, err := a.security.opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("strata-cli"),
 		kgo.DialTimeout(min(a.timeout, 5*time.Second)),
-	}, a.opts...)...)
+	}, secOpts...), a.opts...)...)
 	if err != nil {
 		return fmt.Errorf("--bootstrap %q: %w", a.bootstrap, err)
 	}
@@ -81,6 +88,8 @@ func (a *admin) doClient(ctx context.Context, f func(context.Context, *kgo.Clien
 	switch {
 	case err == nil:
 		return nil
+	case a.security.authError(err) != err:
+		return a.security.authError(err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return &unreachableError{fmt.Sprintf("cannot reach %s: connection refused (is a broker running? see --bootstrap)", a.bootstrap)}
 	case errors.Is(err, context.DeadlineExceeded):

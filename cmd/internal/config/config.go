@@ -41,7 +41,12 @@ type Config struct {
 	ReadReplica ReadReplica
 	// Transactions configures the transaction coordinator.
 	Transactions Transactions
-	Logging      Logging
+	// TLS is the node's certificate, for its TLS listeners, its
+	// connections to other nodes and the raft transport.
+	TLS     TLS
+	Logging Logging
+	// SASL configures authentication on SASL listeners (sasl.go).
+	SASL SASL
 }
 
 // Node identifies this broker and where it keeps its data.
@@ -76,11 +81,39 @@ type Kafka struct {
 	QueuedMaxRequestBytes int64         // kafka.queued_max_request_bytes: request bytes held across connections
 	ConnectionsMaxIdle    time.Duration // kafka.connections_max_idle: close a connection idle this long
 	FetchMaxBytes         int32         // kafka.fetch_max_bytes: cap on one Fetch response
+
+	// Listeners is kafka.listeners, NAME: PROTO://HOST:PORT each, in the
+	// order given (the first is the bootstrap address strata prints).
+	// Set, it replaces Listen and AdvertisedAddr.
+	Listeners []broker.Listener
+	// AdvertisedListeners is kafka.advertised_listeners: listener name
+	// to the host:port its clients are told.
+	AdvertisedListeners map[string]string
+	// InterBrokerListener is kafka.inter_broker_listener; empty means the
+	// first listener.
+	InterBrokerListener string
+	MaxConnectionsPerIP int // kafka.max_connections_per_ip: 0 is unbounded (max.connections.per.ip)
 }
 
 // HTTP is the metrics and health listener.
 type HTTP struct {
 	Listen string // http.listen; empty turns it off
+	// TLS is http.tls: serve over TLS with the node's certificate.
+	TLS bool
+	// BearerToken is http.bearer_token, resolved (an env: or file:
+	// reference is read at load): /metrics and /readyz then answer 401
+	// without "Authorization: Bearer <token>". Never logged or printed.
+	BearerToken string
+}
+
+// TLS names the node's certificate files (internal/certs).
+type TLS struct {
+	CertFile string // tls.cert_file: the node's certificate chain, PEM
+	KeyFile  string // tls.key_file: its private key, PEM
+	CAFile   string // tls.ca_file: the cluster CA, PEM
+	// ClientAuth is tls.client_auth: none, request or require (Kafka's
+	// ssl.client.auth).
+	ClientAuth string
 }
 
 // Topics are the broker-level defaults for topics.
@@ -113,14 +146,23 @@ type S3 struct {
 	Prefix    string // s3.prefix: key prefix inside the bucket
 	Region    string // s3.region: empty means the AWS chain's, else us-east-1
 	PathStyle bool   // s3.path_style: endpoint/bucket/key addressing (MinIO)
+	// CAFile is s3.ca_file: PEM CA certificates an https endpoint's
+	// certificate is verified against, besides the system's.
+	CAFile string
+	// SSE is s3.sse: server-side encryption asked for on every object
+	// written, AES256 (SSE-S3) or aws:kms (SSE-KMS); empty asks none.
+	SSE string
+	// SSEKMSKeyID is s3.sse_kms_key_id: the KMS key of aws:kms; empty
+	// means the bucket's default key.
+	SSEKMSKeyID string
 
 	AccessKey, SecretKey string // from the environment only
 }
 
 // String describes s with the keys redacted.
 func (s S3) String() string {
-	return fmt.Sprintf("{Endpoint:%q Bucket:%q Prefix:%q Region:%q PathStyle:%t AccessKey:%s SecretKey:%s}",
-		s.Endpoint, s.Bucket, s.Prefix, s.Region, s.PathStyle, redact(s.AccessKey), redact(s.SecretKey))
+	return fmt.Sprintf("{Endpoint:%q Bucket:%q Prefix:%q Region:%q PathStyle:%t CAFile:%q SSE:%q SSEKMSKeyID:%q AccessKey:%s SecretKey:%s}",
+		s.Endpoint, s.Bucket, s.Prefix, s.Region, s.PathStyle, s.CAFile, s.SSE, s.SSEKMSKeyID, redact(s.AccessKey), redact(s.SecretKey))
 }
 
 // GoString keeps %#v from printing the keys.
@@ -303,6 +345,9 @@ func (c *Config) check(needDataDir bool) error {
 	}
 	// Checked even with the tier off: the operator named two places for
 	// one bucket, and turning the tier back on must not pick one silently.
+	if err := c.checkSecurity(); err != nil {
+		return err
+	}
 	if c.Tier.BucketDir != "" && c.S3.Bucket != "" {
 		return fmt.Errorf("tier.bucket_dir %q and s3.bucket %q are both set: the cold tier is a directory or an S3 bucket, not both", c.Tier.BucketDir, c.S3.Bucket)
 	}

@@ -30,6 +30,12 @@ const (
 	// the broker's bound (broker.TierConfig's TestShortOrphanGrace), for
 	// tests that watch the collector within seconds. Not a setting.
 	EnvTestShortOrphanGrace = "STRATA_TEST_SHORT_ORPHAN_GRACE"
+	// The client verbs' SASL credentials and TLS CA (cmd/strata's
+	// clientsecurity.go); a node does not read them.
+	EnvSASLUsername  = "STRATA_SASL_USERNAME"
+	EnvSASLPassword  = "STRATA_SASL_PASSWORD"
+	EnvSASLMechanism = "STRATA_SASL_MECHANISM"
+	EnvTLSCAFile     = "STRATA_TLS_CA_FILE"
 )
 
 // Flags holds the settings given on a command line. AddFlags creates it;
@@ -205,7 +211,8 @@ func ignoredEnv(env map[string]string) []string {
 }
 
 // knownEnv are the STRATA_* variables that are not settings.
-var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true, EnvTestCompactorPause: true, EnvTestShortOrphanGrace: true}
+var knownEnv = map[string]bool{EnvConfig: true, EnvBootstrap: true, EnvS3AccessKey: true, EnvS3SecretKey: true, EnvTestCompactorPause: true, EnvTestShortOrphanGrace: true,
+	EnvSASLUsername: true, EnvSASLPassword: true, EnvSASLMechanism: true, EnvTLSCAFile: true}
 
 func parseEnviron(environ []string) map[string]string {
 	m := make(map[string]string)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"strata/internal/certs"
 	"strata/meta"
 )
 
@@ -126,9 +127,92 @@ var settings = []*setting{
 		get: func(c *Config) string { return strconv.Itoa(int(c.Kafka.FetchMaxBytes)) },
 	},
 	{
+		key: "kafka.listeners", flag: "listener", typ: "NAME=PROTO://host:port", usage: "a named Kafka listener, PROTO one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (repeatable; replaces --listen; the first is the bootstrap address)",
+		setEntry: func(c *Config, name, v string) error {
+			l, err := parseListener(name, v)
+			if err != nil {
+				return err
+			}
+			for i := range c.Kafka.Listeners {
+				if c.Kafka.Listeners[i].Name == name {
+					c.Kafka.Listeners[i] = l
+					return nil
+				}
+			}
+			c.Kafka.Listeners = append(c.Kafka.Listeners, l)
+			return nil
+		},
+	},
+	{
+		key: "kafka.advertised_listeners", flag: "advertised-listener", typ: "NAME=host:port", usage: "address a listener's clients are told to connect to (repeatable; default: the listener's own)",
+		setEntry: func(c *Config, name, v string) error {
+			if name == "" {
+				return fmt.Errorf("%q: empty listener name", name+"="+v)
+			}
+			if err := checkHostPort(v); err != nil {
+				return fmt.Errorf("advertised listener %s: %w", name, err)
+			}
+			if c.Kafka.AdvertisedListeners == nil {
+				c.Kafka.AdvertisedListeners = make(map[string]string)
+			}
+			c.Kafka.AdvertisedListeners[name] = v
+			return nil
+		},
+	},
+	{
+		key: "kafka.inter_broker_listener", flag: "inter-broker-listener", typ: "NAME", usage: "the listener other brokers reach this one on: replica fetches, forwarded and controller requests (default: the first listener)",
+		set: stringSetter(func(c *Config) *string { return &c.Kafka.InterBrokerListener }),
+		get: func(c *Config) string { return c.Kafka.InterBrokerListener },
+	},
+	{
+		key: "tls.cert_file", flag: "tls-cert-file", typ: "file", usage: "this node's certificate (PEM, leaf first), for SSL and SASL_SSL listeners, TLS to other nodes and the raft transport; reloaded when it changes",
+		set: stringSetter(func(c *Config) *string { return &c.TLS.CertFile }),
+		get: func(c *Config) string { return c.TLS.CertFile },
+	},
+	{
+		key: "tls.key_file", flag: "tls-key-file", typ: "file", usage: "the private key of --tls-cert-file (PEM)",
+		set: stringSetter(func(c *Config) *string { return &c.TLS.KeyFile }),
+		get: func(c *Config) string { return c.TLS.KeyFile },
+	},
+	{
+		key: "tls.ca_file", flag: "tls-ca-file", typ: "file", usage: "the cluster CA (PEM): verifies client certificates, other nodes and every raft peer, which then needs a certificate it signed",
+		set: stringSetter(func(c *Config) *string { return &c.TLS.CAFile }),
+		get: func(c *Config) string { return c.TLS.CAFile },
+	},
+	{
+		key: "tls.client_auth", flag: "tls-client-auth", typ: "none|request|require", usage: "client certificates on SSL and SASL_SSL listeners: none, request (verified when given) or require (ssl.client.auth)",
+		set: func(c *Config, raw string) error {
+			a, err := certs.ParseClientAuth(strings.ToLower(strings.TrimSpace(raw)))
+			if err != nil {
+				return err
+			}
+			c.TLS.ClientAuth = string(a)
+			return nil
+		},
+		get: func(c *Config) string { return c.TLS.ClientAuth },
+	},
+	{
 		key: "http.listen", flag: "http-listen", typ: "host:port", usage: `metrics and health listener ("off" disables it)`,
 		set: hostPortSetter(func(c *Config) *string { return &c.HTTP.Listen }, true),
 		get: func(c *Config) string { return c.HTTP.Listen },
+	},
+	{
+		key: "http.tls", flag: "http-tls", typ: "bool", usage: "serve /metrics and /readyz over TLS with the node's certificate (--tls-cert-file)",
+		set: boolSetter(func(c *Config) *bool { return &c.HTTP.TLS }),
+		get: func(c *Config) string { return strconv.FormatBool(c.HTTP.TLS) },
+	},
+	{
+		key: "http.bearer_token", flag: "http-bearer-token", typ: "token|env:VAR|file:PATH", usage: "answer 401 on /metrics and /readyz without Authorization: Bearer <token> (/healthz stays open); env: and file: read it from a variable or a file",
+		set: func(c *Config, raw string) error {
+			tok, err := resolveSecret(raw)
+			if err != nil {
+				return err
+			}
+			c.HTTP.BearerToken = tok
+			return nil
+		},
+		// Never shown: --help prints defaults, and a token is a secret.
+		get: func(c *Config) string { return "" },
 	},
 	{
 		key: "topics.auto_create", flag: "auto-create-topics", typ: "bool", usage: "create unknown topics on Metadata and Produce (auto.create.topics.enable)",
@@ -212,6 +296,28 @@ var settings = []*setting{
 		key: "s3.path_style", flag: "s3-path-style", typ: "bool", usage: "address the bucket as endpoint/bucket/key, as MinIO needs",
 		set: boolSetter(func(c *Config) *bool { return &c.S3.PathStyle }),
 		get: func(c *Config) string { return strconv.FormatBool(c.S3.PathStyle) },
+	},
+	{
+		key: "s3.ca_file", flag: "s3-ca-file", typ: "file", usage: "CA certificates (PEM) an https S3 endpoint is verified against, besides the system's",
+		set: stringSetter(func(c *Config) *string { return &c.S3.CAFile }),
+		get: func(c *Config) string { return c.S3.CAFile },
+	},
+	{
+		key: "s3.sse", flag: "s3-sse", typ: "AES256|aws:kms", usage: "server-side encryption of every object written: AES256 (SSE-S3) or aws:kms (SSE-KMS)",
+		set: func(c *Config, raw string) error {
+			switch v := strings.TrimSpace(raw); v {
+			case "", "AES256", "aws:kms":
+				c.S3.SSE = v
+				return nil
+			}
+			return fmt.Errorf("%q: want AES256 or aws:kms", raw)
+		},
+		get: func(c *Config) string { return c.S3.SSE },
+	},
+	{
+		key: "s3.sse_kms_key_id", flag: "s3-sse-kms-key-id", typ: "key id", usage: "the KMS key of --s3-sse aws:kms (default: the bucket's)",
+		set: stringSetter(func(c *Config) *string { return &c.S3.SSEKMSKeyID }),
+		get: func(c *Config) string { return c.S3.SSEKMSKeyID },
 	},
 	{
 		key: "tier.enabled", flag: "tier", typ: "on|off", usage: "tier closed segments to the object store; off keeps every log wholly local",
@@ -400,6 +506,7 @@ var (
 )
 
 func init() {
+	settings = append(settings, saslSettings...) // sasl.go
 	for _, s := range settings {
 		byKey[s.key] = s
 		byEnv[s.env()] = s

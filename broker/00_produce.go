@@ -77,6 +77,10 @@ import (
 // auto-creation needs CREATE on the cluster or the topic (else the topic
 // is unknown).
 //
+// Quotas (quotas.go): the request's record bytes count against the
+// client's producer_byte_rate once appended; a client over it gets
+// throttle_time_ms and its connection reads nothing more meanwhile.
+//
 // Not done: KIP-890 part 2's implicit AddPartitionsToTxn on produce v12
 // (clients rely on it only where the broker finalizes the
 // transaction.version 2 feature), message.timestamp.type=LogAppendTime, v13
@@ -167,7 +171,12 @@ func (b *Broker) handleProduce(req *request) (kmsg.Response, error) {
 	}
 	// acks=all partitions wait for their high watermark after every
 	// partition of the request is appended, all against one deadline.
+	appended := time.Now()
 	partition.Produce(b.ctx, appends, r.Acks == -1, time.Duration(max(r.TimeoutMillis, 0))*time.Millisecond)
+	if r.Acks == -1 && b.node.Clustered() {
+		req.quota.waited = time.Since(appended) // replication, not this client's work (quotas.go)
+	}
+	b.recordProduce(req, r)
 	for _, w := range todo {
 		sp := &resp.Topics[w.ti].Partitions[w.pi]
 		if w.a.Appended {

@@ -58,6 +58,11 @@ import (
 // consumer READ on each topic (else TOPIC_AUTHORIZATION_FAILED, whether
 // it exists or not; an unknown topic id stays UNKNOWN_TOPIC_ID).
 //
+// Quotas (quotas.go): a consumer's fetch reads at most what its
+// consumer_byte_rate allows over the quota's windows, and one that would
+// take it over the quota is answered empty with throttle_time_ms, as in
+// Kafka. Followers are not measured.
+//
 // Not done: fetch sessions are declined (SessionID 0 in every response, a
 // choice the protocol allows: clients then send full fetches); consumers
 // fetch from the leader only (no KIP-392 follower fetching).
@@ -155,8 +160,17 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	// The broker's cap applies whatever the client asks for; a limit of 0
 	// or less still returns the first batch, as in Kafka.
 	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
+	maxBytes = b.fetchQuotaBytes(req, replicaID, maxBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	read := time.Now()
 	req.conn.scratch = partition.Fetch(b.ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
+	if wait > 0 && r.MinBytes > 0 {
+		req.quota.waited = time.Since(read) // a long poll (quotas.go)
+	}
+	if b.fetchThrottled(req, replicaID, len(req.conn.scratch)) {
+		resp.Topics = nil // over the consumer's quota: answered empty, as Kafka does
+		return resp, nil
+	}
 	fetchResponse(r, resp, parts, req.conn.scratch)
 	for _, fp := range parts {
 		b.metrics.countError(kmsg.Fetch, errorCode(fp.Err))

@@ -506,6 +506,23 @@ func TestACLMatrix(t *testing.T) {
 			req.Deletions = append(req.Deletions, d)
 			return send[*kmsg.AlterUserSCRAMCredentialsResponse](t, cl, req).Results[0].ErrorCode
 		}},
+		{api: "DescribeClientQuotas", needs: []need{clusterNeed(acl.DescribeConfigs)}, ok: 0, call: func(t *testing.T, cl *kgo.Client) int16 {
+			return send[*kmsg.DescribeClientQuotasResponse](t, cl, kmsg.NewPtrDescribeClientQuotasRequest()).ErrorCode
+		}},
+		{api: "AlterClientQuotas", needs: []need{clusterNeed(acl.AlterConfigs)}, ok: 0, call: func(t *testing.T, cl *kgo.Client) int16 {
+			req := kmsg.NewPtrAlterClientQuotasRequest()
+			req.ValidateOnly = true
+			e := kmsg.NewAlterClientQuotasRequestEntry()
+			ec := kmsg.NewAlterClientQuotasRequestEntryEntity()
+			name := "matrix-client"
+			ec.Type, ec.Name = "client-id", &name
+			e.Entity = append(e.Entity, ec)
+			op := kmsg.NewAlterClientQuotasRequestEntryOp()
+			op.Key, op.Value = "producer_byte_rate", 1024
+			e.Ops = append(e.Ops, op)
+			req.Entries = append(req.Entries, e)
+			return send[*kmsg.AlterClientQuotasResponse](t, cl, req).Entries[0].ErrorCode
+		}},
 		{api: "WriteTxnMarkers", needs: []need{clusterNeed(acl.ClusterAction)}, ok: any_, call: func(t *testing.T, cl *kgo.Client) int16 {
 			req := kmsg.NewPtrWriteTxnMarkersRequest()
 			m := kmsg.NewWriteTxnMarkersRequestMarker()

@@ -22,6 +22,7 @@ import (
 	"strata/broker/acl"
 	"strata/broker/group"
 	"strata/broker/node"
+	"strata/broker/quota"
 	"strata/broker/txn"
 	"strata/internal/build"
 	"strata/meta"
@@ -65,6 +66,8 @@ type Broker struct {
 
 	// reqMem bounds the request bytes held across connections (server.go).
 	reqMem requestMemory
+	// quotas measures clients against their quotas (quotas.go).
+	quotas *quota.Manager
 
 	// tier is the node's cold tier, nil when no object store is
 	// configured: the handlers that read the bucket's state ask it.
@@ -155,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		reg, gath = r, r
 	}
 	b.metrics = newMetrics(reg)
+	b.quotas = quota.New(quota.Config{Registerer: reg})
 	b.metrics.reg.MustRegister(replicationCollector{b})
 
 	// HTTP first: probes get an answer (/readyz 503) for as long as the

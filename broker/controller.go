@@ -354,6 +354,7 @@ var forwarded = map[int16]bool{
 	int16(kmsg.AlterUserSCRAMCredentials): true,
 	int16(kmsg.CreateACLs):                true,
 	int16(kmsg.DeleteACLs):                true,
+	int16(kmsg.AlterClientQuotas):         true,
 }
 
 // forward sends req to the controller and returns its answer, in the

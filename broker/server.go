@@ -86,6 +86,7 @@ type request struct {
 	corr     int32
 	clientID string
 	conn     *conn
+	quota    requestQuota // quotas.go
 }
 
 // conn is one client connection. Requests are read, handled and answered
@@ -193,7 +194,7 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 			}
 			return
 		}
-		resp, err := b.handle(req)
+		resp, err := b.handleWithQuotas(req)
 		if errors.Is(err, errCloseConn) {
 			b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
 			c.w.Flush()
@@ -224,6 +225,9 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
+		}
+		if !c.mute(req) { // a throttled client's connection (quotas.go)
+			return
 		}
 	}
 }

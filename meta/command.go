@@ -35,6 +35,8 @@ const (
 	kindInitCluster                       // initClusterCmd
 	kindRestoreTopic                      // restoreTopicCmd (restore.go)
 	kindAlterScramCredentials             // alterScramCmd (scram.go)
+
+	kindAlterClientQuotas kind = 18 // alterClientQuotasCmd (quota.go)
 )
 
 // Kinds given their numbers explicitly, so that kinds added in parallel
@@ -165,6 +167,7 @@ var applyTable = [...]applyFunc{
 	kindAlterScramCredentials: applyAlterScramCredentials,
 	kindCreateACLs:            applyCreateACLs,
 	kindDeleteACLs:            applyDeleteACLs,
+	kindAlterClientQuotas:     applyAlterClientQuotas,
 }
 
 // applyCommand decodes data and dispatches it.

@@ -141,6 +141,9 @@ type snapshotV1 struct {
 	// ACLs is State.ACLs; absent when there are none, and from snapshots
 	// taken before they existed.
 	ACLs []ACL `json:",omitempty"`
+	// ClientQuotas is State.ClientQuotas in entity order; absent when
+	// there are none, and from snapshots taken before they existed.
+	ClientQuotas []ClientQuota `json:",omitempty"`
 }
 
 type fsmSnapshot struct{ state *State }
@@ -167,6 +170,7 @@ func encodeSnapshot(w io.Writer, s *State) error {
 		snap.ScramCredentials = s.ScramCredentials
 	}
 	snap.ACLs = s.ACLs
+	snap.ClientQuotas = clientQuotasSnapshot(s)
 	bw := bufio.NewWriter(w)
 	if err := json.NewEncoder(bw).Encode(&snap); err != nil {
 		return fmt.Errorf("meta: encode snapshot: %w", err)
@@ -231,6 +235,9 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("meta: snapshot: %w", err)
 	}
 	s.ACLs = acls
+	if err := restoreClientQuotas(s, snap.ClientQuotas); err != nil {
+		return nil, fmt.Errorf("meta: snapshot: %w", err)
+	}
 	return s, nil
 }
 

@@ -156,6 +156,9 @@ type State struct {
 	// without duplicates (acl.go). The slice is replaced, never modified,
 	// when they change, so states share it.
 	ACLs []ACL
+	// ClientQuotas are the client quotas by entity (quota.go). An
+	// entity's map is replaced, never modified, when its quotas change.
+	ClientQuotas map[QuotaEntity]map[string]float64
 
 	byID map[[16]byte]*Topic
 }
@@ -225,6 +228,8 @@ func (s *State) clone() *State {
 
 		ScramCredentials: maps.Clone(s.ScramCredentials),
 		ACLs:             s.ACLs,
+
+		ClientQuotas: maps.Clone(s.ClientQuotas),
 	}
 }
 

@@ -313,7 +313,13 @@ func (e *scramExchange) final(msg string) ([]byte, error) {
 	if string(cb) != e.gs2Header {
 		return nil, &Failure{Reason: "Authentication failed: SCRAM channel binding does not match the GS2 header"}
 	}
-	if subtle.ConstantTimeCompare([]byte(attrs[1][2:]), []byte(e.nonce)) != 1 {
+	// Kafka checks that the nonce ends with the server's, not that it
+	// equals it: librdkafka sends its own nonce again in front of the
+	// combined one (client nonce + server-first's r), and Kafka's
+	// ScramSaslServer accepts that with endsWith. The proof covers the
+	// message as sent, so nothing is weakened.
+	got := attrs[1][2:]
+	if len(got) < len(e.nonce) || subtle.ConstantTimeCompare([]byte(got[len(got)-len(e.nonce):]), []byte(e.nonce)) != 1 {
 		return nil, &Failure{Reason: "Authentication failed: Invalid client nonce in the final client message."}
 	}
 	proof, err := base64.StdEncoding.DecodeString(proofField)

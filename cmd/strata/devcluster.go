@@ -31,6 +31,9 @@ type devCluster struct {
 	s3      config.S3
 	tier    config.Tier
 	dataDir string
+	// announce, if set, prints more for the user after the bootstrap
+	// line (strata dev --secure: how to connect).
+	announce func(w io.Writer, bootstrap string)
 }
 
 // consecutiveAddrs returns n listener addresses from addr: the same host
@@ -293,6 +296,9 @@ func (d *devCluster) run(ctx context.Context, out io.Writer) error {
 		line += ", metrics " + strings.Join(metrics, " ")
 	}
 	fmt.Fprintln(out, line+")")
+	if d.announce != nil {
+		d.announce(out, strings.Join(addrs, ","))
+	}
 
 	<-ctx.Done()
 	return shutdown(d.base.Logger, forced, closeAll)

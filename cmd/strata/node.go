@@ -30,8 +30,9 @@ const defaultDevDataDir = "./strata-data"
 
 func newDevCmd(environ []string, stdout, stderr io.Writer) *cobra.Command {
 	var (
-		dev   devNode
-		nodes int
+		dev    devNode
+		nodes  int
+		secure bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -50,12 +51,20 @@ consecutive from --listen's (and --http-listen's), data in
 <data-dir>/node-<id>, one shared bucket, and a default replication factor of
 3 (N when smaller). The bootstrap line then names every node.
 
+With --secure, the node (or every node) serves only SASL_SSL with
+SCRAM-SHA-512 on --listen: a development CA and a node certificate are made
+under <data-dir>/certs, the raft port takes only that CA's certificates, ACLs
+are on, and the user admin is created with a password kept in
+<data-dir>/certs/admin.password. After the bootstrap line, strata prints the
+kcat, strata and franz-go settings to connect. docs/security.md has more.
+
 Settings come from flags only: STRATA_* setting variables and config files
 are for 'strata serve', and each one set is reported as ignored.`,
 		Args: args(cobra.NoArgs),
 	}
 	dev.addFlags(cmd.Flags(), "directory for the logs, the metadata and the bucket directory")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, fmt.Sprintf("nodes of the local cluster, 1 to %d", maxDevNodes))
+	cmd.Flags().BoolVar(&secure, "secure", false, "SASL_SSL with SCRAM-SHA-512 on --listen, a development CA and certificates under <data-dir>/certs, raft over mutual TLS, ACLs on, and an admin user whose password is kept in <data-dir>/certs/admin.password")
 	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier", "read_replica",
 		"kafka.listeners", "kafka.advertised_listeners", "kafka.inter_broker_listener", "tls", "http.tls", "http.bearer_token")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -104,11 +113,22 @@ are for 'strata serve', and each one set is reported as ignored.`,
 		if err := checkDevShape(dev.dataDir, nodes); err != nil {
 			return err
 		}
+		var announce func(io.Writer, string)
+		if secure {
+			if len(c.Kafka.Listeners) > 0 || c.TLS.CertFile != "" {
+				return cmd.FlagErrorFunc()(cmd, errors.New("--secure makes its own listener and certificates: give --listen, not --listener or --tls-* flags"))
+			}
+			sec, err := setUpSecureDev(&cfg, dev.dataDir, dev.listen)
+			if err != nil {
+				return err
+			}
+			announce = sec.printHints
+		}
 		if nodes > 1 {
-			d := &devCluster{base: cfg, n: nodes, s3: c.S3, tier: c.Tier, dataDir: dev.dataDir}
+			d := &devCluster{base: cfg, n: nodes, s3: c.S3, tier: c.Tier, dataDir: dev.dataDir, announce: announce}
 			return d.run(cmd.Context(), stdout)
 		}
-		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier}, stdout)
+		return runNode(cmd.Context(), nodeRun{name: "strata dev", cfg: cfg, s3: c.S3, tier: c.Tier, announce: announce}, stdout)
 	}
 	return cmd
 }

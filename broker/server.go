@@ -95,6 +95,7 @@ type request struct {
 type conn struct {
 	b      *Broker
 	nc     net.Conn
+	ic     idleConn // nc with the idle timeout, under r and w
 	r      *bufio.Reader
 	w      *bufio.Writer
 	remote string
@@ -164,17 +165,26 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 		return
 	}
 	ic := idleConn{Conn: nc, idle: b.cfg.ConnectionsMaxIdle}
+	// A connection that must authenticate first gets small buffers: a
+	// thousand unauthenticated connections must not hold 128 KiB each.
+	// They grow to connBuf once it has authenticated (growBuffers).
+	size := connBuf
+	if l.security.SASL() {
+		size = preAuthBuf
+	}
 	c := &conn{
 		b:         b,
 		nc:        nc,
-		r:         bufio.NewReaderSize(ic, 64<<10),
-		w:         bufio.NewWriterSize(ic, 64<<10),
+		ic:        ic,
+		r:         bufio.NewReaderSize(ic, size),
+		w:         bufio.NewWriterSize(ic, size),
 		remote:    remote,
 		listener:  l,
 		principal: principal,
 	}
 	defer c.release()
 	for {
+		c.growBuffers()
 		if c.sasl.raw { // after SaslHandshake v0: a bare SASL token
 			if err := c.rawSASL(); err != nil {
 				b.log.Info("closing connection", "remote", c.remote, "reason", err)
@@ -245,6 +255,28 @@ func (c *conn) frameBuffered() bool {
 	}
 	size := int64(binary.BigEndian.Uint32(head))
 	return int64(n) >= 4+size
+}
+
+// Buffer sizes of a connection's reader and writer: connBuf once it may
+// send requests, preAuthBuf while it has yet to authenticate on a SASL
+// listener.
+const (
+	connBuf    = 64 << 10
+	preAuthBuf = 4 << 10
+)
+
+// growBuffers gives an authenticated connection full-size buffers, between
+// requests and only when neither holds bytes, so nothing is lost or
+// reordered; otherwise it tries again before the next request.
+func (c *conn) growBuffers() {
+	if c.r.Size() >= connBuf || (c.saslListener() && !c.sasl.authenticated()) {
+		return
+	}
+	if c.r.Buffered() > 0 || c.w.Buffered() > 0 {
+		return
+	}
+	c.r = bufio.NewReaderSize(c.ic, connBuf)
+	c.w = bufio.NewWriterSize(c.ic, connBuf)
 }
 
 // release gives back the request memory of the request just answered and
@@ -330,7 +362,13 @@ func (c *conn) readBody(size int) ([]byte, error) {
 			// that stalls at a power of two is not given twice what it
 			// sent.
 			if _, err = c.r.Peek(1); err == nil {
-				grown := make([]byte, len(body), min(size, max(2*cap(body), minBodyAlloc)))
+				// Before authentication the body starts at preAuthBuf:
+				// it is at most sasl.server.max.receive.size anyway.
+				first := minBodyAlloc
+				if c.preAuthLimit() > 0 {
+					first = preAuthBuf
+				}
+				grown := make([]byte, len(body), min(size, max(2*cap(body), first)))
 				copy(grown, body)
 				body = grown
 				c.body = body

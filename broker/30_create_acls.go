@@ -35,16 +35,24 @@ func init() {
 // errSecurityDisabled answers the ACL APIs without an authorizer.
 var errSecurityDisabled = fmt.Errorf("%w: no authorizer is configured on the broker (--authorizer, --super-users)", kerr.SecurityDisabled)
 
+// aclChangeRefused is why a CreateAcls or DeleteAcls request is refused
+// whole, nil when it is not: the principal may not ALTER the cluster, or
+// there is no authorizer to store ACLs for.
+func aclChangeRefused(b *Broker, req *request) error {
+	switch {
+	case !b.authorizedCluster(req, acl.Alter):
+		return kerr.ClusterAuthorizationFailed
+	case b.authz == nil:
+		return errSecurityDisabled
+	}
+	return nil
+}
+
 // gateCreateACLs refuses the whole request, before it is forwarded, when
 // the principal may not ALTER the cluster or there is no authorizer.
 func gateCreateACLs(b *Broker, req *request) (func(kmsg.Response), kmsg.Response) {
-	var err error
-	switch {
-	case !b.authorizedCluster(req, acl.Alter):
-		err = kerr.ClusterAuthorizationFailed
-	case b.authz == nil:
-		err = errSecurityDisabled
-	default:
+	err := aclChangeRefused(b, req)
+	if err == nil {
 		return nil, nil
 	}
 	r := req.kreq.(*kmsg.CreateACLsRequest)

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"strata/broker/acl"
@@ -30,13 +29,8 @@ func init() {
 // gateDeleteACLs refuses the whole request, before it is forwarded, when
 // the principal may not ALTER the cluster or there is no authorizer.
 func gateDeleteACLs(b *Broker, req *request) (func(kmsg.Response), kmsg.Response) {
-	var err error
-	switch {
-	case !b.authorizedCluster(req, acl.Alter):
-		err = kerr.ClusterAuthorizationFailed
-	case b.authz == nil:
-		err = errSecurityDisabled
-	default:
+	err := aclChangeRefused(b, req)
+	if err == nil {
 		return nil, nil
 	}
 	r := req.kreq.(*kmsg.DeleteACLsRequest)

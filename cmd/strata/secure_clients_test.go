@@ -142,7 +142,7 @@ func roundTrip(t *testing.T, topic string, opts ...kgo.Opt) {
 
 // TestSecureClients (issue 24, "Done when"): real clients over SASL_SSL
 // with SCRAM-SHA-512 and over SSL with client certificates — franz-go,
-// kcat (librdkafka), kafka-python, confluent-kafka-python and kafkajs —
+// sarama, kcat (librdkafka), kafka-python, confluent-kafka-python and kafkajs —
 // each produce and read back in a consumer group against a node with the
 // authorizer on; a wrong password is refused with
 // SASL_AUTHENTICATION_FAILED and the connection closed; a certificate's
@@ -187,6 +187,8 @@ func TestSecureClients(t *testing.T) {
 			t.Fatalf("produce without WRITE: got %v, want TOPIC_AUTHORIZATION_FAILED", err)
 		}
 	})
+
+	t.Run("sarama", func(t *testing.T) { testSarama(t, s) })
 
 	t.Run("kcat", func(t *testing.T) {
 		kcatPath(t)

@@ -50,8 +50,10 @@ const (
 // 1,000 connections announcing 100 MiB frames, 1,000 connections holding
 // a 500 KiB frame open with a trickle of bytes, and 100 clients failing
 // SCRAM in a loop, while an authenticated producer measures its latency.
-// The node's RSS stays within the bound above, the producer keeps its p99
-// and never fails, and a new authenticated client works afterwards.
+// The node's RSS stays within the bound above, the producer never fails,
+// and a new authenticated client works afterwards. The producer's p99 is
+// measured and logged, and checked against its bound only with
+// STRATA_FLOOD_P99=1: that target is not met yet (issue 24).
 func TestUnauthenticatedFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods a real node for about 30 s")
@@ -233,10 +235,10 @@ func TestUnauthenticatedFlood(t *testing.T) {
 	if grew > bound {
 		t.Errorf("RSS grew by %.1f MiB during the flood, above the bound of %.1f MiB", floodMiB(grew), floodMiB(bound))
 	}
-	// NOT YET MET: on 2 shared cores the flood's own SCRAM clients (PBKDF2
-	// in this process) starve the producer, p99 ~250-400 ms. The check runs
-	// only with STRATA_FLOOD_P99=1 until the load generator or the broker's
-	// scheduling is fixed.
+	// Not met yet: p99 was 255-400 ms on 2 shared cores. Suspected, not
+	// profiled: the flood's own SCRAM clients run PBKDF2 in this process,
+	// beside the broker. The check runs only with STRATA_FLOOD_P99=1 until
+	// that is found and fixed (issue 24).
 	if limit := max(3*b99, b99+50*time.Millisecond); d99 > limit && os.Getenv("STRATA_FLOOD_P99") == "1" {
 		t.Errorf("authenticated p99 during the flood %v, above max(3 × %v, %v + 50 ms) = %v", d99, b99, b99, limit)
 	}

@@ -136,13 +136,13 @@ func (b *Broker) mayCreateTopic(req *request, topic string) bool {
 // autoCreateFor is autoCreate for a request: a topic the request's
 // principal may not create is unknown to it.
 func (b *Broker) autoCreateFor(req *request, name string) (*meta.Topic, error) {
-	if t, ok := b.meta.State().Topics[name]; ok || b.mayCreateTopic(req, name) {
-		if ok {
-			return t, nil
-		}
-		return b.autoCreate(b.ctx, name)
+	if t, ok := b.meta.State().Topics[name]; ok {
+		return t, nil
 	}
-	return nil, kerr.UnknownTopicOrPartition
+	if !b.mayCreateTopic(req, name) {
+		return nil, kerr.UnknownTopicOrPartition
+	}
+	return b.autoCreate(b.ctx, name)
 }
 
 // configResourceAuth is the operation's resource for a config resource
@@ -242,38 +242,47 @@ func (b *Broker) configRefused(req *request, op acl.Operation, t kmsg.ConfigReso
 	return refused
 }
 
+// configRefusal is a config resource a gate took out of its request.
+type configRefusal struct {
+	t    kmsg.ConfigResourceType
+	name string
+	err  *kerr.Error
+}
+
+// refuseConfigs keeps in rs the resources req's principal may
+// ALTER_CONFIGS and returns the others' refusals; key reads a resource's
+// type and name (AlterConfigs and IncrementalAlterConfigs have a resource
+// type each).
+func refuseConfigs[T any](b *Broker, req *request, rs *[]T, key func(*T) (kmsg.ConfigResourceType, string)) []configRefusal {
+	kept := (*rs)[:0:0]
+	var refused []configRefusal
+	for i := range *rs {
+		t, name := key(&(*rs)[i])
+		if e := b.configRefused(req, acl.AlterConfigs, t, name); e != nil {
+			refused = append(refused, configRefusal{t, name, e})
+		} else {
+			kept = append(kept, (*rs)[i])
+		}
+	}
+	*rs = kept
+	return refused
+}
+
 // gateAlterConfigs takes out of an AlterConfigs or
 // IncrementalAlterConfigs request, before it is forwarded, the resources
 // the principal may not ALTER_CONFIGS, and answers them with the refusal
 // of their type.
 func gateAlterConfigs(b *Broker, req *request) (func(kmsg.Response), kmsg.Response) {
-	type refusal struct {
-		t    kmsg.ConfigResourceType
-		name string
-		err  *kerr.Error
-	}
-	var refused []refusal
+	var refused []configRefusal
 	switch r := req.kreq.(type) {
 	case *kmsg.AlterConfigsRequest:
-		kept := r.Resources[:0:0]
-		for _, rr := range r.Resources {
-			if e := b.configRefused(req, acl.AlterConfigs, rr.ResourceType, rr.ResourceName); e != nil {
-				refused = append(refused, refusal{rr.ResourceType, rr.ResourceName, e})
-			} else {
-				kept = append(kept, rr)
-			}
-		}
-		r.Resources = kept
+		refused = refuseConfigs(b, req, &r.Resources, func(rr *kmsg.AlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+			return rr.ResourceType, rr.ResourceName
+		})
 	case *kmsg.IncrementalAlterConfigsRequest:
-		kept := r.Resources[:0:0]
-		for _, rr := range r.Resources {
-			if e := b.configRefused(req, acl.AlterConfigs, rr.ResourceType, rr.ResourceName); e != nil {
-				refused = append(refused, refusal{rr.ResourceType, rr.ResourceName, e})
-			} else {
-				kept = append(kept, rr)
-			}
-		}
-		r.Resources = kept
+		refused = refuseConfigs(b, req, &r.Resources, func(rr *kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+			return rr.ResourceType, rr.ResourceName
+		})
 	}
 	if len(refused) == 0 {
 		return nil, nil

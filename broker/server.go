@@ -570,8 +570,5 @@ const anonymous = "User:ANONYMOUS"
 // or, for the requests this broker may forward to the controller, its
 // gate, which runs right after admit in handle.
 func (b *Broker) admit(req *request) error {
-	if err := req.conn.admitSASL(req.kreq.Key()); err != nil {
-		return err
-	}
-	return nil
+	return req.conn.admitSASL(req.kreq.Key())
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -17,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"strata/cmd/internal/config"
+	"strata/internal/certs"
 )
 
 // clientSecurity is how a client verb reaches a secured listener: TLS
@@ -85,14 +84,11 @@ func (s *clientSecurity) opts() ([]kgo.Opt, error) {
 func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := certs.ReadPool(caFile, nil)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca-file: %w", err)
 		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca-file %s: no PEM certificate in it", caFile)
-		}
+		cfg.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together")

@@ -150,13 +150,8 @@ func (s *Source) load() (*identity, error) {
 	}
 	id := &identity{cert: &cert}
 	if s.files.CAFile != "" {
-		pem, err := os.ReadFile(s.files.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		id.pool = x509.NewCertPool()
-		if !id.pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: CA file %s: no PEM certificate in it", s.files.CAFile)
+		if id.pool, err = ReadPool(s.files.CAFile, nil); err != nil {
+			return nil, fmt.Errorf("tls: CA file: %w", err)
 		}
 	}
 	return id, nil

@@ -12,7 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
+	"strata/internal/certs"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -136,16 +136,10 @@ func (c S3Config) rootCAs() (*x509.CertPool, error) {
 	if c.CAFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(c.CAFile)
+	system, _ := x509.SystemCertPool() // nil when there is none: ReadPool starts afresh
+	pool, err := certs.ReadPool(c.CAFile, system)
 	if err != nil {
 		return nil, fmt.Errorf("objstore: s3: CA file: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("objstore: s3: CA file %s: no PEM certificate in it", c.CAFile)
 	}
 	return pool, nil
 }

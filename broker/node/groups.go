@@ -256,7 +256,25 @@ func (n *Node) LeadsOffsets(index int32) bool {
 	if !ok || int(index) >= len(t.Partitions) {
 		return false
 	}
-	return t.Partitions[index].Leader == n.cfg.NodeID && n.Partition(OffsetsTopic, index) != nil
+	return t.Partitions[index].Leader == n.cfg.NodeID && n.offsetsPartition(index) != nil
+}
+
+// offsetsPartition is the open offsets partition index of the
+// __consumer_offsets the metadata names, or nil. When a restore replaces
+// the topic, the metadata names the new one while the reconcile loop may
+// still hold the old one open under the same name: a coordinator that
+// loaded from it would find no groups and, having loaded, never look
+// again.
+func (n *Node) offsetsPartition(index int32) *partition.Partition {
+	t, ok := n.TopicByName(OffsetsTopic)
+	if !ok {
+		return nil
+	}
+	p := n.Partition(OffsetsTopic, index)
+	if p == nil || p.TopicID() != t.ID {
+		return nil
+	}
+	return p
 }
 
 // groupsLoop expires offsets, and retries the loads of offsets partitions
@@ -289,7 +307,7 @@ var _ group.OffsetLog = offsetsLog{}
 // checked for its producer's epoch, not its sequence.
 func (l offsetsLog) Append(ctx context.Context, index int32, batch []byte) (int64, error) {
 	n := l.n
-	p := n.Partition(OffsetsTopic, index)
+	p := n.offsetsPartition(index)
 	if p == nil {
 		return 0, fmt.Errorf("%s-%d: %w", OffsetsTopic, index, group.ErrNotLeader)
 	}
@@ -327,7 +345,7 @@ func (l offsetsLog) Append(ctx context.Context, index int32, batch []byte) (int6
 // offset.
 func (l offsetsLog) Read(dst []byte, index int32, offset int64) ([]byte, error) {
 	n := l.n
-	p := n.Partition(OffsetsTopic, index)
+	p := n.offsetsPartition(index)
 	if p == nil {
 		return dst, fmt.Errorf("%s-%d: %w", OffsetsTopic, index, group.ErrNotLeader)
 	}

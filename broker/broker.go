@@ -79,6 +79,9 @@ type Broker struct {
 	// sasl is the mechanisms SASL listeners offer (sasl.go); set in
 	// Start before the first connection is accepted.
 	sasl *saslServer
+	// clientLog holds back repeated lines about one client host's failed
+	// authentications and refused frames (loglimit.go).
+	clientLog *logLimiter
 	// perIP counts connections per client address (connlimit.go).
 	perIP connsPerIP
 	// authz is the authorizer, nil when Config.Authorizer is off
@@ -158,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		reg, gath = r, r
 	}
 	b.metrics = newMetrics(reg)
+	b.clientLog = newLogLimiter(clientLogInterval)
 	b.quotas = quota.New(quota.Config{Registerer: reg})
 	b.metrics.reg.MustRegister(replicationCollector{b})
 

@@ -25,17 +25,18 @@ type metrics struct {
 	// reg is kept for collectors registered later (groups.go).
 	reg prometheus.Registerer
 
-	requests       *prometheus.CounterVec   // api
-	requestLatency *prometheus.HistogramVec // api
-	errors         *prometheus.CounterVec   // api, code
-	bytesIn        prometheus.Counter
-	bytesOut       prometheus.Counter
-	connections    prometheus.Gauge
-	badRequests    prometheus.Counter
-	produceLatency prometheus.Histogram
-	fetchLatency   prometheus.Histogram
-	recordsIn      prometheus.Counter
-	logEnd         *prometheus.GaugeVec // topic, partition
+	requests        *prometheus.CounterVec   // api
+	requestLatency  *prometheus.HistogramVec // api
+	errors          *prometheus.CounterVec   // api, code
+	bytesIn         prometheus.Counter
+	bytesOut        prometheus.Counter
+	connections     prometheus.Gauge
+	badRequests     prometheus.Counter
+	authentications *prometheus.CounterVec // mechanism, result, reauthentication
+	produceLatency  prometheus.Histogram
+	fetchLatency    prometheus.Histogram
+	recordsIn       prometheus.Counter
+	logEnd          *prometheus.GaugeVec // topic, partition
 
 	// Tiered storage.
 	tierUploads        prometheus.Counter
@@ -88,6 +89,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badRequests: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_connections_closed_bad_request_total", Help: "Connections closed because a frame was malformed, oversized or unsupported.",
 		}),
+		authentications: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_sasl_authentications_total", Help: "SASL authentications and re-authentications (KIP-368), by mechanism and result (success or failure); Kafka's successful- and failed-(re)authentication-total.",
+		}, []string{"mechanism", "result", "reauthentication"}),
 		produceLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "strata_produce_duration_seconds", Help: "Produce request latency, from decode to response.", Buckets: buckets,
 		}),

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -227,6 +229,23 @@ type saslConn struct {
 
 func (s *saslConn) authenticated() bool { return s.user != "" }
 
+// clientLogInterval is how often the log tells of one client host's
+// failed authentications and refused frames before it authenticates.
+const clientLogInterval = 10 * time.Second
+
+// host is the client's address without its port: the key of what is
+// held back from the log, for a guesser opens a new port each time.
+func (c *conn) host() string {
+	if h, _, err := net.SplitHostPort(c.remote); err == nil {
+		return h
+	}
+	return c.remote
+}
+
+// unauthenticated reports whether the connection must authenticate and
+// has not yet.
+func (c *conn) unauthenticated() bool { return c.saslListener() && !c.sasl.authenticated() }
+
 // saslListener reports whether the connection must authenticate.
 func (c *conn) saslListener() bool { return c.listener != nil && c.listener.security.SASL() }
 
@@ -332,8 +351,15 @@ func (c *conn) saslStep(ctx context.Context, in []byte) (out []byte, lifetime ti
 	}
 	if err != nil {
 		s.exchange = nil
-		c.b.log.Info("SASL authentication failed", "remote", c.remote, "mechanism", s.mechanism, "reauthentication", reauth, "err", err)
+		c.b.metrics.authentications.WithLabelValues(s.mechanism, "failure", strconv.FormatBool(reauth)).Inc()
+		if ok, held := c.b.clientLog.allow(c.host()); ok {
+			c.b.log.Info("SASL authentication failed", "remote", c.remote, "mechanism", s.mechanism, "reauthentication", reauth, "err", err,
+				"held_back", held)
+		}
 		return nil, 0, &saslError{code: kerr.SaslAuthenticationFailed.Code, msg: auth.ClientMessage(s.mechanism, reauth, err), close: true}
+	}
+	if done {
+		c.b.metrics.authentications.WithLabelValues(s.mechanism, "success", strconv.FormatBool(reauth)).Inc()
 	}
 	if out == nil {
 		out = []byte{}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,14 +12,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -389,5 +393,78 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 			t.Fatal("no room after a connection closed")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockedBuffer is a log destination for a broker's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Failed authentications are counted, every one, in
+// strata_sasl_authentications_total, but a host failing in a loop is
+// logged once per clientLogInterval, the next line saying how many were
+// held back; so is one sending frames it may not send before it
+// authenticates. Successes are counted too.
+func TestSASLFailuresCountedLogHeldBack(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var logs lockedBuffer
+	b := saslBroker(t, func(c *Config) {
+		c.SASL.FailedDelay = time.Millisecond
+		c.Registerer = reg
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	addr := b.ListenerAddr("SASL").String()
+	const failures = 20
+	for range failures {
+		r := dialRaw(t, addr)
+		if h := handshake(r, 1, "PLAIN"); h.ErrorCode != 0 {
+			t.Fatalf("handshake: %v", kerr.ErrorForCode(h.ErrorCode))
+		}
+		if a := authenticate(r, 1, "\x00admin\x00wrong-pw"); a.ErrorCode != kerr.SaslAuthenticationFailed.Code {
+			t.Fatalf("wrong password: %v, want SASL_AUTHENTICATION_FAILED", kerr.ErrorForCode(a.ErrorCode))
+		}
+		if !r.closed() {
+			t.Fatal("the connection stayed open after a failed authentication")
+		}
+	}
+	for range failures {
+		r := dialRaw(t, addr)
+		writeFrames(t, r.c, 1, kmsg.NewPtrMetadataRequest())
+		if !r.closed() {
+			t.Fatal("Metadata before authentication did not close the connection")
+		}
+	}
+	if err := saslPing(t, b, plain.Auth{User: "admin", Pass: "admin-pw"}.AsMechanism()); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+
+	failed := counterValue(t, reg, "strata_sasl_authentications_total", map[string]string{"mechanism": "PLAIN", "result": "failure"})
+	succeeded := counterValue(t, reg, "strata_sasl_authentications_total", map[string]string{"mechanism": "PLAIN", "result": "success"})
+	if failed != failures || succeeded != 1 {
+		t.Errorf("strata_sasl_authentications_total: %v failures and %v successes, want %d and 1", failed, succeeded, failures)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "SASL authentication failed"); n != 1 {
+		t.Errorf("%d failed authentications logged %d lines, want 1 per %s:\n%s", failures, n, clientLogInterval, out)
+	}
+	if n := strings.Count(out, "closing unauthenticated connection"); n > 1 {
+		t.Errorf("%d refused unauthenticated requests logged %d lines, want at most 1 per %s", failures, n, clientLogInterval)
+	}
+	if strings.Contains(out, "wrong-pw") {
+		t.Error("the log holds the password tried")
 	}
 }

@@ -199,14 +199,22 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 				return
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && b.ctx.Err() == nil {
-				b.log.Warn("closing connection", "remote", c.remote, "err", err)
 				b.metrics.badRequests.Inc()
+				if !c.unauthenticated() {
+					b.log.Warn("closing connection", "remote", c.remote, "err", err)
+				} else if ok, held := b.clientLog.allow(c.host()); ok {
+					b.log.Warn("closing unauthenticated connection", "remote", c.remote, "err", err, "held_back", held)
+				}
 			}
 			return
 		}
 		resp, err := b.handleWithQuotas(req)
 		if errors.Is(err, errCloseConn) {
-			b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
+			if !c.unauthenticated() {
+				b.log.Info("closing connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err)
+			} else if ok, held := b.clientLog.allow(c.host()); ok {
+				b.log.Info("closing unauthenticated connection", "remote", c.remote, "client", req.clientID, "correlation_id", req.corr, "reason", err, "held_back", held)
+			}
 			c.w.Flush()
 			return
 		}

@@ -78,6 +78,10 @@ type Config struct {
 	// "Authorization: Bearer <token>" (401 otherwise); /healthz stays
 	// open, since a liveness probe says nothing worth hiding.
 	HTTPBearerToken string
+	// HTTPPprof serves net/http/pprof's profiles under /debug/pprof/ on
+	// HTTPListen, behind HTTPBearerToken when set: off by default, for a
+	// profile is the process's inside (its heap holds what clients sent).
+	HTTPPprof bool
 	// Rack is advertised in Metadata (client rack awareness).
 	Rack string
 	// ClusterID names a new cluster: its first controller writes it into

@@ -3,6 +3,7 @@ package broker
 import (
 	"crypto/subtle"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +11,7 @@ import (
 )
 
 // httpHandler serves the operational endpoints: Prometheus metrics, a
-// liveness probe and a readiness probe. It is served from the start of
+// liveness probe, a readiness probe and, with HTTPPprof, Go's profiles. It is served from the start of
 // Start, so that probes get an answer during a slow start-up; ready means
 // started and with a metadata controller known, i.e. the broker accepts
 // connections, can create topics and answer Metadata.
@@ -31,6 +32,13 @@ func (b *Broker) httpHandler(g prometheus.Gatherer) http.Handler {
 		}
 		w.Write([]byte("ready\n"))
 	})))
+	if b.cfg.HTTPPprof {
+		mux.Handle("GET /debug/pprof/", b.bearer(http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", b.bearer(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", b.bearer(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", b.bearer(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", b.bearer(http.HandlerFunc(pprof.Trace)))
+	}
 	return mux
 }
 

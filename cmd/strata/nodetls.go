@@ -17,6 +17,7 @@ import (
 // change (internal/certs).
 func applyTLS(cfg *broker.Config, c config.Config) error {
 	cfg.HTTPBearerToken = c.HTTP.BearerToken
+	cfg.HTTPPprof = c.HTTP.Pprof
 	t := c.TLS
 	if t.CertFile == "" {
 		return nil

@@ -106,6 +106,8 @@ type HTTP struct {
 	// reference is read at load): /metrics and /readyz then answer 401
 	// without "Authorization: Bearer <token>". Never logged or printed.
 	BearerToken string
+	// Pprof is http.pprof: serve Go's profiles under /debug/pprof/.
+	Pprof bool
 }
 
 // TLS names the node's certificate files (internal/certs).

@@ -202,6 +202,11 @@ var settings = []*setting{
 		get: func(c *Config) string { return strconv.FormatBool(c.HTTP.TLS) },
 	},
 	{
+		key: "http.pprof", flag: "http-pprof", typ: "bool", usage: "serve Go's CPU, heap, goroutine and trace profiles under /debug/pprof/ (behind the bearer token when set)",
+		set: boolSetter(func(c *Config) *bool { return &c.HTTP.Pprof }),
+		get: func(c *Config) string { return strconv.FormatBool(c.HTTP.Pprof) },
+	},
+	{
 		key: "http.bearer_token", flag: "http-bearer-token", typ: "token|env:VAR|file:PATH", usage: "answer 401 on /metrics and /readyz without Authorization: Bearer <token> (/healthz stays open); env: and file: read it from a variable or a file",
 		set: func(c *Config, raw string) error {
 			tok, err := resolveSecret(raw)

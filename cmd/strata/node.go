@@ -66,7 +66,7 @@ are for 'strata serve', and each one set is reported as ignored.`,
 	cmd.Flags().IntVar(&nodes, "nodes", 1, fmt.Sprintf("nodes of the local cluster, 1 to %d", maxDevNodes))
 	cmd.Flags().BoolVar(&secure, "secure", false, "SASL_SSL with SCRAM-SHA-512 on --listen, a development CA and certificates under <data-dir>/certs, raft over mutual TLS, ACLs on, and an admin user whose password is kept in <data-dir>/certs/admin.password")
 	tierFlags := config.AddFlagsFor(cmd.Flags(), false, "s3", "tier", "read_replica",
-		"kafka.listeners", "kafka.advertised_listeners", "kafka.inter_broker_listener", "tls", "http.tls", "http.bearer_token")
+		"kafka.listeners", "kafka.advertised_listeners", "kafka.inter_broker_listener", "tls", "http.tls", "http.bearer_token", "http.pprof")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if nodes < 1 || nodes > maxDevNodes {
 			return cmd.FlagErrorFunc()(cmd, fmt.Errorf("--nodes %d: a local cluster has 1 to %d nodes", nodes, maxDevNodes))

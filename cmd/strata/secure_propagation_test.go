@@ -97,7 +97,7 @@ func (s *securedTrio) cli(t *testing.T, args ...string) (int, string, string) {
 		"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", trioAdmin, "--sasl-password", trioAdminPw)...)
 }
 
-// client is a client of user's seeded with node i's address only, never
+// client is a client authenticating with m, seeded with node i's address only, never
 // retrying: what it sends through SeedBrokers()[0] goes to that node and
 // no other, whatever the metadata says.
 func (s *securedTrio) client(i int, m sasl.Mechanism) (*kgo.Client, error) {
@@ -131,8 +131,8 @@ func (s *securedTrio) authenticate(i int, mech, user, password string) error {
 	return err
 }
 
-// topicError is the error node i answers cl's Metadata request for topic
-// with.
+// topicError is the error cl's node answers a Metadata request for topic
+// with (nil when it lists the topic with its partitions).
 func topicError(cl *kgo.Client, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -97,9 +97,9 @@ func (s *securedTrio) cli(t *testing.T, args ...string) (int, string, string) {
 		"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", trioAdmin, "--sasl-password", trioAdminPw)...)
 }
 
-// client is a client authenticating with m, seeded with node i's address only, never
-// retrying: what it sends through SeedBrokers()[0] goes to that node and
-// no other, whatever the metadata says.
+// client is a client authenticating with m, seeded with node i's
+// address only, never retrying: what it sends through SeedBrokers()[0]
+// goes to that node and no other, whatever the metadata says.
 func (s *securedTrio) client(i int, m sasl.Mechanism) (*kgo.Client, error) {
 	return kgo.NewClient(kgo.SeedBrokers(s.kafka[i]), kgo.DialTLSConfig(s.tls.Clone()), kgo.SASL(m),
 		kgo.RequestRetries(0), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())

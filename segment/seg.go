@@ -46,6 +46,10 @@ type segment struct {
 	// under Log.mu (read) by readers; never held while waiting for
 	// Log.mu.
 	cut sync.RWMutex
+	// cuts are the positions the file was truncated to, in order,
+	// appended under cut held exclusively and read under it shared: a
+	// FileRange taken before a cut below its end is no longer the file's.
+	cuts []int64
 }
 
 // indexState is a segment's in-memory index. The active segment's is always

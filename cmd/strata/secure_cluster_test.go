@@ -112,7 +112,9 @@ func TestSecureClusterRefusesStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Node 4 as good as the others but for its CA; node 5 without TLS.
+	// Node 4 has a certificate of another CA but trusts the cluster's,
+	// whose certificate is no secret; node 5 has no TLS; node 6 is of
+	// another cluster altogether.
 	stranger := func(id int32, flags func(addr string) []string) (*node, <-chan string) {
 		addrs := loopback.Addrs(t, 2)
 		args := append([]string{"serve", "--node-id", fmt.Sprint(id), "--data-dir", t.TempDir(),
@@ -125,18 +127,29 @@ func TestSecureClusterRefusesStrangers(t *testing.T) {
 		})
 		return n, lines
 	}
-	otherCA, otherLines := stranger(4, func(addr string) []string {
-		return secureNodeFlags(other.Nodes[0], other.CAFile, addr)
+	forged, forgedLines := stranger(4, func(addr string) []string {
+		return secureNodeFlags(other.Nodes[0], c.security.set.CAFile, addr)
 	})
 	plain, plainLines := stranger(5, func(addr string) []string { return []string{"--listen", addr} })
+	foreign, foreignLines := stranger(6, func(addr string) []string {
+		return secureNodeFlags(other.Nodes[0], other.CAFile, addr)
+	})
 
 	// The join is retried with a backoff of at most 2 s: several tries.
 	time.Sleep(8 * time.Second)
+	// What each says: the voters refused node 4's certificate; node 6
+	// refused theirs. Node 5, which speaks plaintext to a TLS port, only
+	// sees the connection closed (err=EOF).
 	for _, s := range []struct {
 		id    int32
 		n     *node
 		lines <-chan string
-	}{{4, otherCA, otherLines}, {5, plain, plainLines}} {
+		why   string
+	}{
+		{4, forged, forgedLines, "tls: unknown certificate authority"},
+		{5, plain, plainLines, "err=EOF"},
+		{6, foreign, foreignLines, "x509: certificate signed by unknown authority"},
+	} {
 		select {
 		case line := <-s.lines:
 			t.Errorf("node %d, a stranger, announced itself: %q", s.id, line)
@@ -144,8 +157,8 @@ func TestSecureClusterRefusesStrangers(t *testing.T) {
 			t.Errorf("node %d exited (%v); want it still asking to join", s.id, s.n.waitErr)
 		default:
 		}
-		if log := s.n.stderr.String(); !strings.Contains(log, "asking to join the metadata quorum") {
-			t.Errorf("node %d does not say it is asking to join; its log:\n%s", s.id, log)
+		if log := s.n.stderr.String(); !strings.Contains(log, "asking to join the metadata quorum") || !strings.Contains(log, s.why) {
+			t.Errorf("node %d does not say it is asking to join, refused with %q; its log:\n%s", s.id, s.why, log)
 		}
 	}
 	refused := 0
@@ -190,13 +203,13 @@ func TestSecureClusterRefusesStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	friend, lines := stranger(6, func(addr string) []string { return secureNodeFlags(set.Nodes[3], set.CAFile, addr) })
+	friend, lines := stranger(7, func(addr string) []string { return secureNodeFlags(set.Nodes[3], set.CAFile, addr) })
 	friend.readBootstrap(t, friend.firstLine(t, lines))
-	c.waitFor("node 6 in Metadata's brokers", 30*time.Second, func() bool {
-		return slices.Contains(c.brokers(1), 6)
+	c.waitFor("node 7 in Metadata's brokers", 30*time.Second, func() bool {
+		return slices.Contains(c.brokers(1), 7)
 	}, func() string { return fmt.Sprint(c.brokers(1)) })
-	c.waitFor("node 6 in DescribeQuorum's members", 10*time.Second, func() bool {
-		return slices.Equal(c.quorumMembers(1), []int32{1, 2, 3, 6})
+	c.waitFor("node 7 in DescribeQuorum's members", 10*time.Second, func() bool {
+		return slices.Equal(c.quorumMembers(1), []int32{1, 2, 3, 7})
 	}, func() string { return fmt.Sprint(c.quorumMembers(1)) })
 }
 

@@ -51,12 +51,11 @@ func jepsenSettings() clusterSettings {
 }
 
 // runJepsen is TestClusterJepsen's scenario on three nodes started with
-// s: a fault is injected, one at a time, for as long as more(faults
-// injected so far, time since the first began) holds, and then
-// everything is checked. Every client uses the cluster's client options,
-// so a secured cluster runs it unchanged.
+// s: a fault (a kill or a pause, at random) is injected, one at a time,
+// for as long as more(faults injected so far, time since the first
+// began) holds, and then everything is checked. Every client uses the
+// cluster's client options, so a secured cluster runs it unchanged.
 func runJepsen(t *testing.T, s clusterSettings, more func(faults int, elapsed time.Duration) bool) {
-	t.Helper()
 	rng := newRand(t)
 	c := startCluster(t, 3, s)
 	const plain, txn = "jepsen", "jepsen-txn"
@@ -82,7 +81,13 @@ func runJepsen(t *testing.T, s clusterSettings, more func(faults int, elapsed ti
 		time.Sleep(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
 		up := c.up()
 		victim := up[rng.IntN(len(up))]
-		if rng.IntN(2) == 0 {
+		kill := rng.IntN(2) == 0
+		// From the third fault on, a kind not injected yet comes next:
+		// a short run has both.
+		if n := kills + pauses; n >= 2 && (kills == 0 || pauses == 0) {
+			kill = kills == 0
+		}
+		if kill {
 			down := time.Duration(500+rng.IntN(3500)) * time.Millisecond
 			c.kill(victim)
 			time.Sleep(down)

@@ -125,6 +125,9 @@ type conn struct {
 	// memory.
 	scratch []byte
 	out     []byte
+	// zc sends a fetch response's file ranges with sendfile (zerocopy.go);
+	// nil on a TLS connection, which must encrypt every byte.
+	zc *zeroCopy
 }
 
 // retainBytes bounds the buffers a connection keeps between requests: a
@@ -182,6 +185,7 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 		listener:  l,
 		principal: principal,
 	}
+	c.zc = newZeroCopy(nc)
 	defer c.release()
 	for {
 		c.growBuffers()
@@ -297,6 +301,7 @@ func (c *conn) release() {
 	if cap(c.body) > retainBody {
 		c.body = nil
 	}
+	c.zc.release()
 }
 
 // readRequest reads and decodes one frame. A frame above the configured
@@ -481,6 +486,9 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	c.scratch = c.scratch[:0]
 	if cap(c.scratch) > retainBytes {
 		c.scratch = nil
+	}
+	if c.zc.pending() { // records to send from files (zerocopy.go)
+		return c.zc.write(c, out, resp.IsFlexible())
 	}
 	c.b.metrics.bytesOut.Add(float64(len(out)))
 	_, err := c.w.Write(out)

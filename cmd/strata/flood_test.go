@@ -72,7 +72,7 @@ const (
 // no more: the failing SCRAM logins compute their salted password once
 // (floodBadLogin). With franz-go's SCRAM client, which runs PBKDF2 on every
 // attempt, they took three quarters of this process's CPU and the
-// producer's p99 was 170-400 ms; the broker itself was under a third of a
+// producer's p99 was 160-400 ms; the broker itself was under a third of a
 // core.
 func TestUnauthenticatedFlood(t *testing.T) {
 	if testing.Short() {

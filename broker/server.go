@@ -115,8 +115,10 @@ type conn struct {
 	// reference to it after its response is written.
 	body []byte
 	// reserved is what the request being handled holds of the broker's
-	// request memory (reqMem), released once its response is written.
-	reserved int64
+	// request memory (reqMem), released once its response is written;
+	// reservedPreAuth says it was reserved before authentication (reqmem.go).
+	reserved        int64
+	reservedPreAuth bool
 	// scratch holds a fetch response's record bytes and out the encoded
 	// response, both reused from one request to the next: a consumer's
 	// connection fetches over and over, and reusing its buffers spares
@@ -295,7 +297,7 @@ func (c *conn) growBuffers() {
 // lets its body buffer go when it is large.
 func (c *conn) release() {
 	if c.reserved > 0 {
-		c.b.reqMem.release(c.reserved)
+		c.b.reqMem.release(c.reserved, c.reservedPreAuth)
 		c.reserved = 0
 	}
 	if cap(c.body) > retainBody {
@@ -343,9 +345,20 @@ func (c *conn) readRequest() (*request, error) {
 // nothing, so what the client sends waits in the kernel's buffers and then
 // in the client, not in the broker. A connection that cannot get them
 // within the idle timeout is closed like an idle one.
+//
+// Before authentication, a frame of at most preAuthBuf bytes reserves
+// nothing: its body is the one first chunk of at most preAuthBuf that
+// readBody allocates, which counts with the connection's buffers, and so
+// SASL messages keep flowing however much of the memory larger frames
+// hold. Larger frames reserve from the unauthenticated half (reqmem.go).
 func (c *conn) reserve(size int64) error {
+	preAuth := c.preAuthLimit() > 0
+	if preAuth && size <= preAuthBuf {
+		return nil
+	}
 	limit := c.b.cfg.QueuedMaxRequestBytes
-	if c.b.reqMem.tryAcquire(size, limit) {
+	c.reservedPreAuth = preAuth
+	if c.b.reqMem.tryAcquire(size, limit, preAuth) {
 		c.reserved = size
 		return nil
 	}
@@ -357,7 +370,7 @@ func (c *conn) reserve(size int64) error {
 	}
 	ctx, cancel := context.WithTimeout(c.b.ctx, c.b.cfg.ConnectionsMaxIdle)
 	defer cancel()
-	if err := c.b.reqMem.acquire(ctx, size, limit); err != nil {
+	if err := c.b.reqMem.acquire(ctx, size, limit, preAuth); err != nil {
 		return fmt.Errorf("waiting for %d bytes of request memory: %w", size, err)
 	}
 	c.reserved = size

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 )
 
 // ErrRangeCut is a FileRange's bytes no longer being the file's: the
@@ -18,9 +19,11 @@ var ErrRangeCut = errors.New("segment: truncated under a file range")
 // A FileRange is a run of whole record batches in one segment's file,
 // found and checked by their headers as Read checks them, without
 // reading the batches themselves: a zero-copy send hands the file's
-// bytes to the kernel (SendTo), so they never enter user space. Only the
-// batches' CRCs go unchecked; the consumer checks them, as with Kafka's
-// sendfile.
+// bytes to the kernel (SendTo), so they never enter user space. Their
+// CRCs are checked all the same, once per process: bytes this process
+// wrote were checked before it wrote them, and others are read and
+// checked the first time a range covers them (spans), so a corrupt batch
+// is refused exactly as Read refuses it.
 //
 // A range holds its segment's file open until Release, so a segment that
 // retention deletes, or a compaction replaces, keeps its bytes for the
@@ -189,5 +192,95 @@ func (s *segment) readRange(offset, maxOffset int64, maxBytes int, limit, endOff
 	if sp.stop != nil && errors.Is(sp.stop, ErrCorruptSegment) {
 		s.reportCorrupt(logger, sp.stop)
 	}
-	return FileRange{pos: pos + first, size: sp.end - first, Next: sp.next, Transactional: sp.transactional}, true, nil
+	r := FileRange{pos: pos + first, size: sp.end - first, Next: sp.next, Transactional: sp.transactional}
+	if !s.verified.covers(r.pos, r.pos+r.size) {
+		if err := s.verify(&r, logger); err != nil {
+			return fail(err)
+		}
+	}
+	return r, true, nil
+}
+
+// verify reads r's batches and checks their CRCs, as Read does for every
+// read and a zero-copy send cannot: r is cut back to the batches before
+// the first that fails, and a failing first batch is the error. What
+// passes is recorded, so it is read only this once.
+func (s *segment) verify(r *FileRange, logger *slog.Logger) error {
+	buf := make([]byte, r.size)
+	if n, err := s.f.ReadAt(buf, r.pos); int64(n) < r.size {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("reading %s: %w", s.logPath(), err)
+	}
+	var valid int64
+	r.Next, r.Transactional = 0, false
+	for valid < r.size {
+		b := buf[valid:]
+		h := decodeHeader(b)
+		b = b[:h.Size()]
+		if got := batchCRC(b); got != h.CRC {
+			err := s.corrupt(r.pos+valid, "CRC-32C mismatch (stored %08x, computed %08x)", h.CRC, got)
+			s.reportCorrupt(logger, err)
+			if valid == 0 {
+				return err
+			}
+			break
+		}
+		valid += int64(len(b))
+		r.Next = h.LastOffset() + 1
+		r.Transactional = r.Transactional || (h.IsTransactional() && !h.IsControl())
+	}
+	r.size = valid
+	s.verified.add(r.pos, r.pos+valid)
+	return nil
+}
+
+// spans is the parts of a segment's file whose batches passed their
+// CRC-32C check in this process: written by it (Append and AppendReplica
+// check every batch before writing) or read and checked once by
+// readRange. A zero-copy send never reads the bytes, so it sends only
+// checked ones: a range not wholly checked yet is read and checked first,
+// once, and a corrupt batch is refused as Read refuses it.
+type spans struct {
+	mu sync.Mutex
+	iv [][2]int64 // sorted, disjoint and merged [start, end)
+}
+
+// covers reports whether [a, b) is checked.
+func (v *spans) covers(a, b int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	i := sort.Search(len(v.iv), func(i int) bool { return v.iv[i][1] >= b })
+	return i < len(v.iv) && v.iv[i][0] <= a
+}
+
+// add records [a, b) as checked.
+func (v *spans) add(a, b int64) {
+	if a >= b {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	// The spans that touch [a, b) merge with it.
+	i := sort.Search(len(v.iv), func(i int) bool { return v.iv[i][1] >= a })
+	j := i
+	for j < len(v.iv) && v.iv[j][0] <= b {
+		a, b = min(a, v.iv[j][0]), max(b, v.iv[j][1])
+		j++
+	}
+	v.iv = slices.Replace(v.iv, i, j, [2]int64{a, b})
+}
+
+// trim forgets what lies at or past cut, which a truncation removed.
+func (v *spans) trim(cut int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := v.iv[:0]
+	for _, s := range v.iv {
+		if s[0] < cut {
+			out = append(out, [2]int64{s[0], min(s[1], cut)})
+		}
+	}
+	v.iv = out
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -96,13 +98,25 @@ func spanOf(b []byte) (next int64, transactional bool) {
 // over every kind of batch and every starting offset.
 func TestReadRangeMatchesRead(t *testing.T) {
 	clock := newClock()
-	l := mustOpen(t, t.TempDir(), smallCfg(clock))
-	defer l.Close()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, smallCfg(clock))
 	rng := rand.New(rand.NewPCG(7, 7))
 	hist := rangeHistory(t, l, rng, 150)
 	if got := readAll(t, l, 1<<20); !bytes.Equal(got, hist) {
 		t.Fatal("the log does not read back as appended")
 	}
+	t.Run("written by this process", func(t *testing.T) { rangesMatchReads(t, l, rng) })
+	// Reopened, nothing is checked yet: each range is read and checked
+	// once on the way.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, smallCfg(clock))
+	defer l.Close()
+	t.Run("reopened", func(t *testing.T) { rangesMatchReads(t, l, rng) })
+}
+
+func rangesMatchReads(t *testing.T, l *Log, rng *rand.Rand) {
 	end := l.EndOffset()
 	sends := 0
 	for off := int64(0); off <= end; off++ {
@@ -289,4 +303,80 @@ func cutUnderSend(t *testing.T, below bool) {
 		t.Fatalf("the peer's bytes below the cut (%d of them) are not the range's", n)
 	}
 	t.Logf("the peer got %d of %d bytes before the cut at %d stopped the send", len(got), len(want), cutPos)
+}
+
+// A byte flipped on disk in a batch no one checked in this process: a
+// range over it is cut back before that batch, and a range starting at
+// it is ErrCorruptSegment, exactly as Read answers.
+func TestReadRangeChecksCRCOnce(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Config{SegmentBytes: 1 << 20, IndexIntervalBytes: 512, Now: clock.Now})
+	var starts []int64
+	var size int64
+	for i := range 20 {
+		b := stamped(encodeBatch(t, batchSpec{values: values(5, 100, byte(i)), firstTs: int64(i)}), l.EndOffset(), 1)
+		if _, err := l.AppendReplica(b); err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, size)
+		size += int64(len(b))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := offsetName(dir, 0, logSuffix)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[starts[10]+70] ^= 0x20 // a value byte of batch 10, offsets 50..54
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, Config{SegmentBytes: 1 << 20, IndexIntervalBytes: 512, Now: clock.Now})
+	defer l.Close()
+	for _, off := range []int64{0, 20, 50, 52, 55} {
+		want, werr := l.Read(nil, off, l.EndOffset(), 1<<20)
+		r, rerr := l.ReadRange(off, l.EndOffset(), 1<<20)
+		got, _ := r.AppendTo(nil)
+		r.Release()
+		if errors.Is(werr, ErrCorruptSegment) != errors.Is(rerr, ErrCorruptSegment) || !bytes.Equal(got, want) {
+			t.Errorf("offset %d: ReadRange gave %d bytes (%v), Read %d bytes (%v)", off, len(got), rerr, len(want), werr)
+		}
+		if (off == 50 || off == 52) && !errors.Is(rerr, ErrCorruptSegment) {
+			t.Errorf("offset %d, in the damaged batch: %v, want ErrCorruptSegment", off, rerr)
+		}
+		if off < 50 && int64(len(got)) != starts[10]-starts[off/5] {
+			t.Errorf("offset %d: %d bytes, want the %d before the damaged batch", off, len(got), starts[10]-starts[off/5])
+		}
+	}
+	// What passed is not read again: the checked spans cover it.
+	s := l.mu.segs[0]
+	if !s.verified.covers(0, starts[10]) || s.verified.covers(starts[10], starts[11]) {
+		t.Errorf("checked spans %v: want [0, %d) and not the damaged batch", s.verified.iv, starts[10])
+	}
+}
+
+func TestSpans(t *testing.T) {
+	var v spans
+	for _, s := range [][2]int64{{10, 20}, {30, 40}, {20, 25}, {50, 60}, {24, 31}, {0, 5}, {58, 70}} {
+		v.add(s[0], s[1])
+	}
+	if want := [][2]int64{{0, 5}, {10, 40}, {50, 70}}; !slices.Equal(v.iv, want) {
+		t.Fatalf("spans %v, want %v", v.iv, want)
+	}
+	cases := []struct {
+		a, b int64
+		want bool
+	}{{0, 5, true}, {10, 40, true}, {12, 39, true}, {0, 6, false}, {4, 11, false}, {50, 70, true}, {45, 55, false}, {69, 71, false}, {70, 80, false}}
+	for _, c := range cases {
+		if got := v.covers(c.a, c.b); got != c.want {
+			t.Errorf("covers(%d, %d) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+	v.trim(55)
+	if want := [][2]int64{{0, 5}, {10, 40}, {50, 55}}; !slices.Equal(v.iv, want) {
+		t.Fatalf("after trim(55): %v, want %v", v.iv, want)
+	}
 }

@@ -315,6 +315,7 @@ func (l *Log) AppendPrepared(b *Batches, leaderEpoch int32) (AppendInfo, error) 
 		}
 		return AppendInfo{}, err
 	}
+	seg.verified.add(pos, pos+int64(len(buf))) // Prepare checked every CRC
 	if seg.created.IsZero() {
 		seg.created = now
 	}

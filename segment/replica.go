@@ -131,6 +131,7 @@ func (l *Log) AppendReplica(records []byte) (AppendInfo, error) {
 		}
 		return AppendInfo{}, err
 	}
+	seg.verified.add(pos, pos+int64(len(records))) // checked before the lock
 	if seg.created.IsZero() {
 		seg.created = now
 	}
@@ -355,6 +356,7 @@ func (l *Log) cutSegmentLocked(s *segment, cut int64, wasActive bool) error {
 	s.cut.Lock()
 	defer s.cut.Unlock()
 	s.cuts = append(s.cuts, cut)
+	s.verified.trim(cut)
 	if err := s.f.Truncate(cut); err != nil {
 		return err
 	}

@@ -50,6 +50,9 @@ type segment struct {
 	// appended under cut held exclusively and read under it shared: a
 	// FileRange taken before a cut below its end is no longer the file's.
 	cuts []int64
+	// verified is what of the file passed its CRC check in this process
+	// (filerange.go).
+	verified spans
 }
 
 // indexState is a segment's in-memory index. The active segment's is always

@@ -8,6 +8,7 @@ import (
 
 	"strata/broker/acl"
 	"strata/broker/partition"
+	"strata/meta"
 )
 
 // Fetch: v4-17
@@ -162,8 +163,16 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
 	maxBytes = b.fetchQuotaBytes(req, replicaID, maxBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	ctx := b.ctx
+	if replicaID >= 0 && wait > 0 {
+		// A follower's long poll ends early when this node begins to
+		// lead a partition it replicates (broker/node/newleads.go).
+		var done func()
+		ctx, wait, done = b.node.HoldReplicaFetch(b.ctx, replicaID, wait, func(topic string, index int32) bool { return fetchNames(st, r, topic, index) })
+		defer done()
+	}
 	read := time.Now()
-	req.conn.scratch = partition.Fetch(b.ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
+	req.conn.scratch = partition.Fetch(ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
 	if wait > 0 && r.MinBytes > 0 {
 		req.quota.waited = time.Since(read) // a long poll (quotas.go)
 	}
@@ -220,4 +229,29 @@ func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*part
 			}
 		}
 	}
+}
+
+// fetchNames reports whether the fetch r names the partition, by topic
+// name or, from v13, by the id st gives the topic.
+func fetchNames(st *meta.State, r *kmsg.FetchRequest, topic string, index int32) bool {
+	for i := range r.Topics {
+		rt := &r.Topics[i]
+		name := rt.Topic
+		if r.Version >= 13 {
+			t, ok := st.TopicByID(rt.TopicID)
+			if !ok {
+				continue
+			}
+			name = t.Name
+		}
+		if name != topic {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			if rp.Partition == index {
+				return true
+			}
+		}
+	}
+	return false
 }

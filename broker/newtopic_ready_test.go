@@ -64,7 +64,37 @@ func (c *firstProduceChecker) createThenProduce(via, ask int, topic string, part
 	if err := kerr.ErrorForCode(cresp.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode); err != nil {
 		c.t.Fatalf("create %s through node %d: %v", topic, c.ids[via], err)
 	}
+	return c.produceFirst(ctx, via, ask, topic, partitions)
+}
 
+// autoCreateThenProduce has broker via create topic on first use, from a
+// Metadata request that allows it, then checks it as createThenProduce
+// does.
+func (c *firstProduceChecker) autoCreateThenProduce(via, ask int, topic string, partitions int32) time.Duration {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = true
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := c.clients[via].Broker(int(c.ids[via])).Request(ctx, req)
+	if err != nil {
+		c.t.Fatalf("auto-create %s through node %d: %v", topic, c.ids[via], err)
+	}
+	if err := kerr.ErrorForCode(resp.(*kmsg.MetadataResponse).Topics[0].ErrorCode); err != nil {
+		c.t.Fatalf("auto-create %s through node %d: %v", topic, c.ids[via], err)
+	}
+	return c.produceFirst(ctx, via, ask, topic, partitions)
+}
+
+// produceFirst asks broker ask for topic's metadata, which must name a
+// leader for each of its partitions, and produces one record, acks=all,
+// to every partition's leader: each must succeed at once. via is the
+// broker that created the topic, for the messages.
+func (c *firstProduceChecker) produceFirst(ctx context.Context, via, ask int, topic string, partitions int32) (slowest time.Duration) {
+	c.t.Helper()
 	mreq := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
@@ -110,6 +140,12 @@ func TestCreateTopicsFirstProduceSucceedsSingleNode(t *testing.T) {
 			c.createThenProduce(0, 0, fmt.Sprintf("new-%d", i), 4, 1, nil)
 		}
 	})
+	t.Run("auto-created", func(t *testing.T) {
+		c := newFirstProduceChecker(t, []*Broker{testBroker(t, "", func(cfg *Config) { cfg.DefaultPartitions = 3 })})
+		for i := range 5 {
+			c.autoCreateThenProduce(0, 0, fmt.Sprintf("auto-%d", i), 3)
+		}
+	})
 	t.Run("tiered", func(t *testing.T) {
 		store, err := objstore.NewDir(filepath.Join(t.TempDir(), "bucket"))
 		if err != nil {
@@ -126,8 +162,9 @@ func TestClusterCreateTopicsFirstProduceSucceeds(t *testing.T) {
 	for _, tiered := range []bool{false, true} {
 		t.Run(map[bool]string{false: "local", true: "tiered"}[tiered], func(t *testing.T) {
 			// Without auto-creation a leader that has not applied the
-			// new topic yet cannot lean on creating it again.
-			mutate := []func(*Config){func(cfg *Config) { cfg.AutoCreateTopics = false }}
+			// new topic yet cannot lean on creating it again; the
+			// tiered cluster creates topics on first use too.
+			mutate := []func(*Config){func(cfg *Config) { cfg.AutoCreateTopics = tiered; cfg.DefaultPartitions, cfg.DefaultReplicationFactor = 6, 3 }}
 			if tiered {
 				store, err := objstore.NewDir(filepath.Join(t.TempDir(), "bucket"))
 				if err != nil {
@@ -143,6 +180,10 @@ func TestClusterCreateTopicsFirstProduceSucceeds(t *testing.T) {
 				ask := (via + 1) % 3
 				d := c.createThenProduce(via, ask, fmt.Sprintf("new-%d", via), 6, 3, nil)
 				t.Logf("created through node %d, asked node %d: slowest first produce %v", c.ids[via], c.ids[ask], d)
+				if tiered {
+					d := c.autoCreateThenProduce(via, ask, fmt.Sprintf("auto-%d", via), 6)
+					t.Logf("auto-created through node %d, asked node %d: slowest first produce %v", c.ids[via], c.ids[ask], d)
+				}
 			}
 		})
 	}

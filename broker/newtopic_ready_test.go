@@ -164,7 +164,10 @@ func TestClusterCreateTopicsFirstProduceSucceeds(t *testing.T) {
 			// Without auto-creation a leader that has not applied the
 			// new topic yet cannot lean on creating it again; the
 			// tiered cluster creates topics on first use too.
-			mutate := []func(*Config){func(cfg *Config) { cfg.AutoCreateTopics = tiered; cfg.DefaultPartitions, cfg.DefaultReplicationFactor = 6, 3 }}
+			mutate := []func(*Config){func(cfg *Config) {
+				cfg.AutoCreateTopics = tiered
+				cfg.DefaultPartitions, cfg.DefaultReplicationFactor = 6, 3
+			}}
 			if tiered {
 				store, err := objstore.NewDir(filepath.Join(t.TempDir(), "bucket"))
 				if err != nil {

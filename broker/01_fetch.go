@@ -168,7 +168,13 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		// A follower's long poll ends early when this node begins to
 		// lead a partition it replicates (broker/node/newleads.go).
 		var done func()
-		ctx, wait, done = b.node.HoldReplicaFetch(b.ctx, replicaID, wait, func(topic string, index int32) bool { return fetchNames(st, r, topic, index) })
+		var named map[fetchKey]bool // made on first use: rarely needed
+		ctx, wait, done = b.node.HoldReplicaFetch(b.ctx, replicaID, wait, func(topic string, index int32) bool {
+			if named == nil {
+				named = fetchNamed(st, r)
+			}
+			return named[fetchKey{topic, index}]
+		})
 		defer done()
 	}
 	read := time.Now()
@@ -231,9 +237,16 @@ func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*part
 	}
 }
 
-// fetchNames reports whether the fetch r names the partition, by topic
-// name or, from v13, by the id st gives the topic.
-func fetchNames(st *meta.State, r *kmsg.FetchRequest, topic string, index int32) bool {
+// fetchKey names a partition of a fetch.
+type fetchKey struct {
+	topic string
+	index int32
+}
+
+// fetchNamed is the set of partitions the fetch r names, by topic name
+// or, from v13, by the id st gives the topic.
+func fetchNamed(st *meta.State, r *kmsg.FetchRequest) map[fetchKey]bool {
+	named := make(map[fetchKey]bool)
 	for i := range r.Topics {
 		rt := &r.Topics[i]
 		name := rt.Topic
@@ -244,14 +257,9 @@ func fetchNames(st *meta.State, r *kmsg.FetchRequest, topic string, index int32)
 			}
 			name = t.Name
 		}
-		if name != topic {
-			continue
-		}
 		for _, rp := range rt.Partitions {
-			if rp.Partition == index {
-				return true
-			}
+			named[fetchKey{name, rp.Partition}] = true
 		}
 	}
-	return false
+	return named
 }

@@ -66,6 +66,9 @@ func (l *newLeads) hold(follower int32, asks func(topic string, index int32) boo
 	if l.wake == nil {
 		l.wake, l.cancel = context.WithCancel(context.Background())
 	}
+	if len(l.recent) > 0 && now.Sub(l.recent[0].at) > newLeadWindow {
+		l.recent = slices.DeleteFunc(l.recent, func(r newLead) bool { return now.Sub(r.at) > newLeadWindow })
+	}
 	missing := false
 	for _, r := range l.recent {
 		if now.Sub(r.at) <= newLeadWindow && slices.Contains(r.replicas, follower) && !asks(r.key.topic, r.key.partition) {

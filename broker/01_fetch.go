@@ -9,6 +9,7 @@ import (
 	"strata/broker/acl"
 	"strata/broker/partition"
 	"strata/meta"
+	"strata/segment"
 )
 
 // Fetch: v4-17
@@ -104,6 +105,9 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	}
 	all := make([]partition.FetchPart, n)
 	parts := make([]*partition.FetchPart, 0, n)
+	// Ranges the response did not take (a throttled answer, a panic)
+	// are let go here; those it took, when it is written.
+	defer func() { partition.ReleaseRanges(parts) }()
 	resp.Topics = make([]kmsg.FetchResponseTopic, 0, len(r.Topics))
 	for i := range r.Topics {
 		rt := &r.Topics[i]
@@ -143,6 +147,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 				p, err = b.led(name, rp.Partition)
 			}
 			*fp = partition.NewFetchPart(p, rp.FetchOffset, int(rp.PartitionMaxBytes), replica, r.IsolationLevel == 1 && !replica)
+			fp.ZeroCopy = req.conn.zc.enabled() && !replica
 			if err == nil {
 				err = p.CheckLeaderEpoch(rp.CurrentLeaderEpoch)
 			}
@@ -182,11 +187,11 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	if wait > 0 && r.MinBytes > 0 {
 		req.quota.waited = time.Since(read) // a long poll (quotas.go)
 	}
-	if b.fetchThrottled(req, replicaID, len(req.conn.scratch)) {
+	if b.fetchThrottled(req, replicaID, len(req.conn.scratch)+rangesLen(parts)) {
 		resp.Topics = nil // over the consumer's quota: answered empty, as Kafka does
 		return resp, nil
 	}
-	fetchResponse(r, resp, parts, req.conn.scratch)
+	fetchResponse(r, resp, parts, req.conn.scratch, req.conn.zc)
 	for _, fp := range parts {
 		b.metrics.countError(kmsg.Fetch, errorCode(fp.Err))
 	}
@@ -196,9 +201,19 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
+// rangesLen is the size of the parts' file ranges.
+func rangesLen(parts []*partition.FetchPart) int {
+	n := 0
+	for _, fp := range parts {
+		n += fp.Range.Len()
+	}
+	return n
+}
+
 // fetchResponse writes what Fetch read into resp's partitions, in the
-// request's order.
-func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*partition.FetchPart, buf []byte) {
+// request's order. A part read as a file range hands it to zc, whose
+// marker stands in the response for the records sendfile sends.
+func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*partition.FetchPart, buf []byte, zc *zeroCopy) {
 	for i := range r.Topics {
 		rt := &r.Topics[i]
 		ft := &resp.Topics[i]
@@ -230,7 +245,11 @@ func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*part
 			// connection whose buffer was never allocated or was let go,
 			// so an empty answer takes a non-nil empty slice instead.
 			sp.RecordBatches = noRecords
-			if fp.End > fp.Start {
+			switch {
+			case fp.Range.Len() > 0:
+				sp.RecordBatches = zc.add(fp.Range)
+				fp.Range = segment.FileRange{} // zc's now
+			case fp.End > fp.Start:
 				sp.RecordBatches = buf[fp.Start:fp.End:fp.End]
 			}
 		}

@@ -265,7 +265,7 @@ func TestCloseWithConnectionsWaitingForMemory(t *testing.T) {
 	waitFor(t, 10*time.Second, "the second connection to wait for memory", func() bool {
 		b.reqMem.mu.Lock()
 		defer b.reqMem.mu.Unlock()
-		return b.reqMem.mu.freed != nil
+		return len(b.reqMem.mu.waiters) > 0
 	})
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()

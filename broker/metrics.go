@@ -30,6 +30,7 @@ type metrics struct {
 	errors          *prometheus.CounterVec   // api, code
 	bytesIn         prometheus.Counter
 	bytesOut        prometheus.Counter
+	zeroCopyOut     prometheus.Counter
 	connections     prometheus.Gauge
 	badRequests     prometheus.Counter
 	authentications *prometheus.CounterVec // mechanism, result, reauthentication
@@ -82,6 +83,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		bytesOut: f.NewCounter(prometheus.CounterOpts{
 			Name: "strata_network_sent_bytes_total", Help: "Bytes of Kafka responses sent.",
+		}),
+		zeroCopyOut: f.NewCounter(prometheus.CounterOpts{
+			Name: "strata_network_sent_zero_copy_bytes_total", Help: "Record bytes of fetch responses sent from segment files with sendfile(2), never copied through the broker's memory (part of strata_network_sent_bytes_total).",
 		}),
 		connections: f.NewGauge(prometheus.GaugeOpts{
 			Name: "strata_connections", Help: "Open Kafka client connections.",

@@ -115,8 +115,10 @@ type conn struct {
 	// reference to it after its response is written.
 	body []byte
 	// reserved is what the request being handled holds of the broker's
-	// request memory (reqMem), released once its response is written.
-	reserved int64
+	// request memory (reqMem), released once its response is written;
+	// reservedPreAuth says it was reserved before authentication (reqmem.go).
+	reserved        int64
+	reservedPreAuth bool
 	// scratch holds a fetch response's record bytes and out the encoded
 	// response, both reused from one request to the next: a consumer's
 	// connection fetches over and over, and reusing its buffers spares
@@ -125,6 +127,9 @@ type conn struct {
 	// memory.
 	scratch []byte
 	out     []byte
+	// zc sends a fetch response's file ranges with sendfile (zerocopy.go);
+	// nil on a TLS connection, which must encrypt every byte.
+	zc *zeroCopy
 }
 
 // retainBytes bounds the buffers a connection keeps between requests: a
@@ -182,6 +187,7 @@ func (b *Broker) serveConn(nc net.Conn, l *listener) {
 		listener:  l,
 		principal: principal,
 	}
+	c.zc = newZeroCopy(nc)
 	defer c.release()
 	for {
 		c.growBuffers()
@@ -291,12 +297,13 @@ func (c *conn) growBuffers() {
 // lets its body buffer go when it is large.
 func (c *conn) release() {
 	if c.reserved > 0 {
-		c.b.reqMem.release(c.reserved)
+		c.b.reqMem.release(c.reserved, c.reservedPreAuth)
 		c.reserved = 0
 	}
 	if cap(c.body) > retainBody {
 		c.body = nil
 	}
+	c.zc.release()
 }
 
 // readRequest reads and decodes one frame. A frame above the configured
@@ -338,9 +345,20 @@ func (c *conn) readRequest() (*request, error) {
 // nothing, so what the client sends waits in the kernel's buffers and then
 // in the client, not in the broker. A connection that cannot get them
 // within the idle timeout is closed like an idle one.
+//
+// Before authentication, a frame of at most preAuthBuf bytes reserves
+// nothing: its body is the one first chunk of at most preAuthBuf that
+// readBody allocates, which counts with the connection's buffers, and so
+// SASL messages keep flowing however much of the memory larger frames
+// hold. Larger frames reserve from the unauthenticated half (reqmem.go).
 func (c *conn) reserve(size int64) error {
+	preAuth := c.preAuthLimit() > 0
+	if preAuth && size <= preAuthBuf {
+		return nil
+	}
 	limit := c.b.cfg.QueuedMaxRequestBytes
-	if c.b.reqMem.tryAcquire(size, limit) {
+	c.reservedPreAuth = preAuth
+	if c.b.reqMem.tryAcquire(size, limit, preAuth) {
 		c.reserved = size
 		return nil
 	}
@@ -352,7 +370,7 @@ func (c *conn) reserve(size int64) error {
 	}
 	ctx, cancel := context.WithTimeout(c.b.ctx, c.b.cfg.ConnectionsMaxIdle)
 	defer cancel()
-	if err := c.b.reqMem.acquire(ctx, size, limit); err != nil {
+	if err := c.b.reqMem.acquire(ctx, size, limit, preAuth); err != nil {
 		return fmt.Errorf("waiting for %d bytes of request memory: %w", size, err)
 	}
 	c.reserved = size
@@ -481,6 +499,9 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	c.scratch = c.scratch[:0]
 	if cap(c.scratch) > retainBytes {
 		c.scratch = nil
+	}
+	if c.zc.pending() { // records to send from files (zerocopy.go)
+		return c.zc.write(c, out, resp.IsFlexible())
 	}
 	c.b.metrics.bytesOut.Add(float64(len(out)))
 	_, err := c.w.Write(out)

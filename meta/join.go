@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -310,6 +311,11 @@ func askJoin(ctx context.Context, t raftTLS, addr string, self Voter) (joinReply
 	}
 	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadBytes('\n')
 	if err != nil {
+		if t.client == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			// A voter whose raft port runs over TLS hangs up on a
+			// plaintext join without a word: say what is likely wrong.
+			err = fmt.Errorf("%w (the voter hung up: if the cluster's raft port runs over TLS, this node needs --tls-cert-file, --tls-key-file and --tls-ca-file of the cluster's CA)", err)
+		}
 		return joinReply{}, err
 	}
 	var r joinReply

@@ -354,6 +354,7 @@ func (l *Log) cutPointLocked(s *segment, offset int64) (cut, newEnd int64, err e
 func (l *Log) cutSegmentLocked(s *segment, cut int64, wasActive bool) error {
 	s.cut.Lock()
 	defer s.cut.Unlock()
+	s.cuts = append(s.cuts, cut)
 	if err := s.f.Truncate(cut); err != nil {
 		return err
 	}

@@ -46,6 +46,10 @@ type segment struct {
 	// under Log.mu (read) by readers; never held while waiting for
 	// Log.mu.
 	cut sync.RWMutex
+	// cuts are the positions the file was truncated to, in order,
+	// appended under cut held exclusively and read under it shared: a
+	// FileRange taken before a cut below its end is no longer the file's.
+	cuts []int64
 }
 
 // indexState is a segment's in-memory index. The active segment's is always
@@ -328,6 +332,102 @@ func (s *segment) position(offset, limit int64, interval int, logger *slog.Logge
 	return pos, last, nil
 }
 
+// batchScan walks a segment's batches from a position, checking each
+// header as it goes: the magic, a length that stays within the file, and
+// offsets that increase, stay below the segment's end and, for the first
+// batch, match the index. The CRC covers a batch from its attributes on:
+// the base offset and the length before it are checked against the
+// batches around it, or a flipped bit would serve offsets the segment
+// does not hold, or skip records a consumer asked for. Header checks need
+// only the header's bytes; the CRC needs the whole batch, and is left to
+// the caller that reads it (read), which a zero-copy send does not.
+type batchScan struct {
+	s                 *segment
+	pos, limit, end   int64 // file position scanned from, bytes published, offset bound
+	indexed           int64 // the last offset of the batch at pos, by the index; -1 if not known
+	prevLast, checked int64 // last offset of the batch at relative position checked, the furthest checked
+	// at returns the file bytes at relative position p, at least n of
+	// them.
+	at func(p, n int64) ([]byte, error)
+}
+
+// header checks the batch at relative position p and returns it.
+func (b *batchScan) header(p int64) (BatchHeader, error) {
+	s := b.s
+	if b.pos+p+headerSize > b.limit {
+		return BatchHeader{}, s.corrupt(b.pos+p, "truncated batch header")
+	}
+	buf, err := b.at(p, headerSize)
+	if err != nil {
+		return BatchHeader{}, err
+	}
+	h := decodeHeader(buf)
+	switch {
+	case h.Magic != 2:
+		return h, s.corrupt(b.pos+p, "magic %d", h.Magic)
+	case h.Length < minBatchLength || b.pos+p+int64(h.Size()) > b.limit:
+		return h, s.corrupt(b.pos+p, "batch length %d", h.Length)
+	}
+	if p > b.checked {
+		if h.BaseOffset <= b.prevLast || h.LastOffsetDelta < 0 || h.BaseOffset >= b.end || h.LastOffset() >= b.end ||
+			(p == 0 && b.indexed >= 0 && h.LastOffset() != b.indexed) {
+			return h, s.corrupt(b.pos+p, "batch offsets [%d, %d] after offset %d in a segment ending before %d", h.BaseOffset, h.LastOffset(), b.prevLast, b.end)
+		}
+		b.prevLast, b.checked = h.LastOffset(), p
+	}
+	return h, nil
+}
+
+// skipTo returns the relative position of the batch that contains
+// offset, or the first after it; found is false when there is none.
+func (b *batchScan) skipTo(offset int64) (p int64, found bool, err error) {
+	for {
+		if b.pos+p >= b.limit {
+			return p, false, nil
+		}
+		h, err := b.header(p)
+		if err != nil {
+			return p, false, err
+		}
+		if h.LastOffset() >= offset {
+			return p, true, nil
+		}
+		p += int64(h.Size())
+	}
+}
+
+// batchSpan is a run of whole batches a scan took.
+type batchSpan struct {
+	first, end int64 // relative positions
+	// next is the offset after the last batch; transactional reports
+	// whether any is a transactional data batch.
+	next          int64
+	transactional bool
+	// stop is the header error that ended the run early, if any.
+	stop error
+}
+
+// take takes whole batches from relative position first, the batch at
+// first always (KIP-74), then those below maxOffset while the run fits in
+// maxBytes.
+func (b *batchScan) take(first, maxOffset int64, maxBytes int) batchSpan {
+	sp := batchSpan{first: first, end: first}
+	for b.pos+sp.end < b.limit {
+		h, err := b.header(sp.end)
+		if err != nil {
+			sp.stop = err
+			break
+		}
+		if h.BaseOffset >= maxOffset || (sp.end > first && sp.end-first+int64(h.Size()) > int64(maxBytes)) {
+			break
+		}
+		sp.end += int64(h.Size())
+		sp.next = h.LastOffset() + 1
+		sp.transactional = sp.transactional || (h.IsTransactional() && !h.IsControl())
+	}
+	return sp
+}
+
 // read appends to dst the batches of this segment starting with the one
 // that contains offset (or the first after it), limited as Log.Read
 // describes, reading only the first limit bytes of the file. Every offset
@@ -363,37 +463,13 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit,
 		win = want
 		return nil
 	}
-	// The CRC covers a batch from its attributes on: the base offset and
-	// the length before it are checked against the batches around it, or
-	// a flipped bit would serve offsets the segment does not hold, or skip
-	// records a consumer asked for. prevLast is the last offset of the
-	// batch at position checked, the furthest one checked so far. The
-	// index names the last offset of the batch the scan starts at.
-	prevLast, checked := s.base-1, int64(-1)
-	// header checks the batch at relative position p and returns it.
-	header := func(p int64) (BatchHeader, error) {
-		if pos+p+headerSize > limit {
-			return BatchHeader{}, s.corrupt(pos+p, "truncated batch header")
-		}
-		if err := ensure(p + headerSize); err != nil {
-			return BatchHeader{}, err
-		}
-		h := decodeHeader(dst[n0+int(p):])
-		switch {
-		case h.Magic != 2:
-			return h, s.corrupt(pos+p, "magic %d", h.Magic)
-		case h.Length < minBatchLength || pos+p+int64(h.Size()) > limit:
-			return h, s.corrupt(pos+p, "batch length %d", h.Length)
-		}
-		if p > checked {
-			if h.BaseOffset <= prevLast || h.LastOffsetDelta < 0 || h.BaseOffset >= endOffset || h.LastOffset() >= endOffset ||
-				(p == 0 && indexed >= 0 && h.LastOffset() != indexed) {
-				return h, s.corrupt(pos+p, "batch offsets [%d, %d] after offset %d in a segment ending before %d", h.BaseOffset, h.LastOffset(), prevLast, endOffset)
+	sc := &batchScan{s: s, pos: pos, limit: limit, end: endOffset, indexed: indexed, prevLast: s.base - 1, checked: -1,
+		at: func(p, n int64) ([]byte, error) {
+			if err := ensure(p + n); err != nil {
+				return nil, err
 			}
-			prevLast, checked = h.LastOffset(), p
-		}
-		return h, nil
-	}
+			return dst[n0+int(p):], nil
+		}}
 	fail := func(err error) ([]byte, bool, error) {
 		if errors.Is(err, ErrCorruptSegment) {
 			s.reportCorrupt(logger, err)
@@ -401,39 +477,18 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit,
 		return dst[:n0], false, err
 	}
 
-	// Skip to the batch that contains offset.
-	var p int64
-	for {
-		if pos+p >= limit {
-			return dst[:n0], false, nil
-		}
-		h, err := header(p)
-		if err != nil {
-			return fail(err)
-		}
-		if h.LastOffset() >= offset {
-			break
-		}
-		p += int64(h.Size())
+	first, found, err := sc.skipTo(offset)
+	if err != nil {
+		return fail(err)
 	}
-	// Take whole batches below maxOffset while they fit in maxBytes; the
-	// first always goes (KIP-74).
-	first, q := p, p
+	if !found {
+		return dst[:n0], false, nil
+	}
 	if err := ensure(min(first+budget, limit-pos)); err != nil {
 		return fail(err)
 	}
-	var stop error
-	for pos+q < limit {
-		h, err := header(q)
-		if err != nil {
-			stop = err
-			break
-		}
-		if h.BaseOffset >= maxOffset || (q > first && q-first+int64(h.Size()) > int64(maxBytes)) {
-			break
-		}
-		q += int64(h.Size())
-	}
+	sp := sc.take(first, maxOffset, maxBytes)
+	stop, q := sp.stop, sp.end
 	if q == first {
 		if stop != nil {
 			return fail(stop)

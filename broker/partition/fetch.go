@@ -24,6 +24,12 @@ type FetchPart struct {
 	MaxBytes  int
 	Replica   bool // a follower's fetch: up to the log end, local only
 	Committed bool // read_committed: up to the last stable offset
+	// ZeroCopy lets a consumer's read of the local log answer with Range
+	// rather than bytes in the buffer, for the caller to send with
+	// sendfile: only committed records, which no truncation changes
+	// (segment.FileRange). A follower's fetch reads past the high
+	// watermark, what a truncation may cut, and is always copied.
+	ZeroCopy bool
 
 	// Err is the part's error; set, nothing is read for it.
 	Err error
@@ -41,6 +47,10 @@ type FetchPart struct {
 	// Start and End are the span of the part's records in the buffer
 	// Fetch returns.
 	Start, End int
+	// Range holds the part's records instead, when the read took them as
+	// a file range (ZeroCopy). The caller releases it (ReleaseRanges)
+	// once it has sent it.
+	Range segment.FileRange
 
 	done bool // answered: do not read again
 }
@@ -56,6 +66,14 @@ func (fp *FetchPart) Refuse(err error) {
 	fp.Err = err
 	fp.done = true
 	fp.Start, fp.End = 0, 0
+	fp.Range.Release()
+}
+
+// ReleaseRanges releases the file ranges parts still hold.
+func ReleaseRanges(parts []*FetchPart) {
+	for _, fp := range parts {
+		fp.Range.Release()
+	}
 }
 
 // CheckLeaderEpoch applies KIP-320: a client that knows a newer epoch than
@@ -194,9 +212,48 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 			fp.Aborted = fp.Aborted[:0]
 		}
 		fp.Start, fp.End = len(buf), len(buf)
+		fp.Range.Release() // a long poll reads again
 		budget := min(fp.MaxBytes, maxBytes-total)
 		if budget <= 0 && !first {
 			continue
+		}
+		if fp.ZeroCopy && !fp.Replica && fp.Offset < limit && fp.Offset >= p.log.StartOffset() {
+			r, err := p.log.ReadRange(fp.Offset, limit, max(budget, 1))
+			switch {
+			case err == nil:
+				if !first && r.Len() > budget {
+					// Only the first non-empty partition may exceed the
+					// limits (KIP-74); a later one's range is its first
+					// batch only when that batch is over the budget.
+					r.Release()
+					continue
+				}
+				if fp.Committed {
+					if err := fp.abortedIn(r.Next, r.Transactional); err != nil {
+						p.host.Logger.Warn("fetch aborted transactions", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
+						r.Release()
+						fp.Refuse(err)
+						anyErr = true
+						continue
+					}
+				}
+				fp.Range = r
+				total += r.Len()
+				if r.Len() > 0 {
+					first = false
+				}
+				continue
+			case errors.Is(err, segment.ErrOffsetOutOfRange):
+				// Retention moved the log start past offset since it was
+				// looked at: the copying read below goes to the bucket.
+			default:
+				if !errors.Is(err, segment.ErrCorruptSegment) && !errors.Is(err, segment.ErrClosed) {
+					p.host.Logger.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
+				}
+				fp.Refuse(err)
+				anyErr = true
+				continue
+			}
 		}
 		n := len(buf)
 		var err error
@@ -241,7 +298,7 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 			buf = buf[:n+len(got)]
 		}
 		if fp.Committed {
-			if err := fp.abortedIn(got); err != nil {
+			if err := fp.abortedIn(batchesSpan(got)); err != nil {
 				// Without the list the consumer would take aborted
 				// records for committed ones: no records rather than those.
 				p.host.Logger.Warn("fetch aborted transactions", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
@@ -274,14 +331,14 @@ func wholeBatches(b []byte, limit int) int {
 	return n
 }
 
-// abortedIn fills in fp's Aborted for the batches read, got: every
-// aborted transaction whose records overlap them (Kafka's
-// collectAbortedTransactions), from the local log's indexes and, for a
-// read below the local log start, the bucket's. A consumer drops the
-// aborted producers' transactional records from each entry's first offset
-// until it meets the producer's ABORT marker.
-func (fp *FetchPart) abortedIn(got []byte) error {
-	upTo, transactional := batchesSpan(got)
+// abortedIn fills in fp's Aborted for the batches read, from fp.Offset
+// to upTo, of which transactional says whether any is a transactional
+// data batch: every aborted transaction whose records overlap them
+// (Kafka's collectAbortedTransactions), from the local log's indexes and,
+// for a read below the local log start, the bucket's. A consumer drops
+// the aborted producers' transactional records from each entry's first
+// offset until it meets the producer's ABORT marker.
+func (fp *FetchPart) abortedIn(upTo int64, transactional bool) error {
 	if !transactional {
 		// Only transactional data batches can be aborted: a range without
 		// any needs no list, and costs no index read.

@@ -219,7 +219,7 @@ func readBack(t *testing.T, c *cluster, topic string) []readRecord {
 	if len(up) == 0 {
 		t.Fatal("no node running to read from")
 	}
-	for p, recs := range readAll(t, c.addr(up[0]), topic) {
+	for p, recs := range readAll(t, c.addr(up[0]), topic, c.clientOpts...) {
 		for _, r := range recs {
 			out = append(out, readRecord{partition: p, offset: r.Offset, value: string(r.Value)})
 		}

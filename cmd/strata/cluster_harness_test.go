@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ type clusterSettings struct {
 	offsetsPartitions int
 	topicDefaults     []string // key=value
 	extra             []string // flags that exist on main, as given
+	secure            bool     // TLS and SCRAM on every door (secure_cluster_test.go)
 }
 
 // clusterFlags writes the settings as `strata serve` flags. The cluster
@@ -85,6 +87,11 @@ type cluster struct {
 	dirs      []string
 	bucketDir string
 	voters    string // --voters value
+	// security is the secured cluster's certificates and password, and
+	// clientOpts what every client of the harness connects with (TLS
+	// and SCRAM when secure, nothing otherwise).
+	security   *clusterSecurity
+	clientOpts []kgo.Opt
 
 	mu    sync.Mutex
 	procs []*node // the running process of node i+1, nil when down
@@ -115,6 +122,9 @@ func startCluster(t *testing.T, n int, s clusterSettings) *cluster {
 		c.dirs = append(c.dirs, t.TempDir())
 	}
 	c.voters = strings.Join(voters, ",")
+	if s.secure {
+		c.secureAll()
+	}
 	if s.sharedBucket {
 		if err := os.MkdirAll(c.bucketDir, 0o755); err != nil {
 			t.Fatal(err)
@@ -136,9 +146,12 @@ func startCluster(t *testing.T, n int, s clusterSettings) *cluster {
 // args is node id's command line.
 func (c *cluster) args(id int32) []string {
 	i := id - 1
-	a := []string{"serve", "--node-id", fmt.Sprint(id), "--data-dir", c.dirs[i],
-		"--listen", c.kafka[i], "--http-listen", "off",
-		"--raft-listen", c.raft[i], "--voters", c.voters}
+	listen := []string{"--listen", c.kafka[i]}
+	if c.security != nil {
+		listen = c.security.flags(id, c.kafka[i])
+	}
+	a := append([]string{"serve", "--node-id", fmt.Sprint(id), "--data-dir", c.dirs[i],
+		"--http-listen", "off", "--raft-listen", c.raft[i], "--voters", c.voters}, listen...)
 	return append(a, clusterFlags(c.settings, c.bucketDir)...)
 }
 
@@ -256,13 +269,13 @@ func (c *cluster) restart(id int32) {
 // client is a Kafka client of the whole cluster, closed with the test.
 func (c *cluster) client(opts ...kgo.Opt) *kgo.Client {
 	c.t.Helper()
-	return newClient(c.t, c.kafka[0], append([]kgo.Opt{kgo.SeedBrokers(c.kafka...)}, opts...)...)
+	return newClient(c.t, c.kafka[0], slices.Concat([]kgo.Opt{kgo.SeedBrokers(c.kafka...)}, c.clientOpts, opts)...)
 }
 
 // tryMetadata asks node id, and only it, for the metadata of every topic.
 // A dead or paused node is an error, not a failed test.
 func (c *cluster) tryMetadata(id int32) (*kmsg.MetadataResponse, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addr(id)), kgo.RequestRetries(0))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addr(id)), kgo.RequestRetries(0)}, c.clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}

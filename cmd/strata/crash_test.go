@@ -52,12 +52,13 @@ func mustCreate(t *testing.T, bootstrap, topic string, partitions int32, configs
 }
 
 // readAll consumes topic from the start until every partition's end
-// offset, returning the records by partition.
-func readAll(t *testing.T, bootstrap, topic string) map[int32][]*kgo.Record {
+// offset, returning the records by partition. opts are the clients'
+// security settings, if any.
+func readAll(t *testing.T, bootstrap, topic string, opts ...kgo.Opt) map[int32][]*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(newClient(t, bootstrap))
+	adm := kadm.NewClient(newClient(t, bootstrap, opts...))
 	// A partition that answers with an error (its leader still loading it)
 	// is asked again, never taken for an empty one.
 	var ends kadm.ListedOffsets
@@ -77,7 +78,7 @@ func readAll(t *testing.T, bootstrap, topic string) map[int32][]*kgo.Record {
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
-	cl := newClient(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := newClient(t, bootstrap, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 	out := map[int32][]*kgo.Record{}
 	done := func() bool {
 		for p, end := range want {

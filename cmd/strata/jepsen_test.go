@@ -38,10 +38,26 @@ func TestClusterJepsen(t *testing.T) {
 		}
 		faults = d
 	}
-	rng := newRand(t)
-	c := startCluster(t, 3, clusterSettings{sharedBucket: true, replicationFactor: 3,
+	runJepsen(t, jepsenSettings(), func(_ int, elapsed time.Duration) bool { return elapsed < faults })
+}
+
+// jepsenSettings are the cluster settings of the Jepsen scenario: a
+// shared bucket, RF 3, a 3 s session timeout, fast uploads and
+// compaction.
+func jepsenSettings() clusterSettings {
+	return clusterSettings{sharedBucket: true, replicationFactor: 3,
 		sessionTimeout: 3 * time.Second, heartbeat: 500 * time.Millisecond,
-		extra: append([]string{"--compactor-interval", "500ms"}, tierFlags...)})
+		extra: append([]string{"--compactor-interval", "500ms"}, tierFlags...)}
+}
+
+// runJepsen is TestClusterJepsen's scenario on three nodes started with
+// s: a fault (a kill or a pause, at random) is injected, one at a time,
+// for as long as more(faults injected so far, time since the first
+// began) holds, and then everything is checked. Every client uses the
+// cluster's client options, so a secured cluster runs it unchanged.
+func runJepsen(t *testing.T, s clusterSettings, more func(faults int, elapsed time.Duration) bool) {
+	rng := newRand(t)
+	c := startCluster(t, 3, s)
 	const plain, txn = "jepsen", "jepsen-txn"
 	c.createTopic(plain, 3, 3, tieredConfigs(4096, "min.insync.replicas", "2"))
 	c.createTopic(txn, 3, 3, tieredConfigs(4096, "min.insync.replicas", "2",
@@ -52,8 +68,8 @@ func TestClusterJepsen(t *testing.T) {
 	l := startLoad(t, c, plain, 3, 2, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ledger, waitTxns := txnLoad(ctx, t, c.kafka, txn, 2)
-	watch := watchCommitted(t, c.kafka, txn)
+	ledger, waitTxns := txnLoad(ctx, t, c.kafka, txn, 2, c.clientOpts...)
+	watch := watchCommitted(t, c.kafka, txn, c.clientOpts...)
 	l.waitAcked(c, 300, 30*time.Second)
 	waitCommitted(t, ledger, 10, time.Minute, "before the faults")
 
@@ -61,11 +77,17 @@ func TestClusterJepsen(t *testing.T) {
 	start := time.Now()
 	var kills, pauses int
 	var lastFault time.Time
-	for time.Since(start) < faults {
+	for more(kills+pauses, time.Since(start)) {
 		time.Sleep(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
 		up := c.up()
 		victim := up[rng.IntN(len(up))]
-		if rng.IntN(2) == 0 {
+		kill := rng.IntN(2) == 0
+		// From the third fault on, a kind not injected yet comes next:
+		// a short run has both.
+		if n := kills + pauses; n >= 2 && (kills == 0 || pauses == 0) {
+			kill = kills == 0
+		}
+		if kill {
 			down := time.Duration(500+rng.IntN(3500)) * time.Millisecond
 			c.kill(victim)
 			time.Sleep(down)
@@ -100,7 +122,7 @@ func TestClusterJepsen(t *testing.T) {
 	drainToBucket(t, c, adm, b, plain, 30*time.Second)
 	drainToBucket(t, c, adm, b, txn, 30*time.Second)
 	res := check(l.historyCopy(), readBack(t, c, plain))
-	tres := checkTxns(ledger, readTxnTopic(t, c.kafka, txn, true), watch())
+	tres := checkTxns(ledger, readTxnTopic(t, c.kafka, txn, true, c.clientOpts...), watch())
 	failed := c.uploadFailuresSince(mark)
 	aboveEnd := above()
 	t.Logf("jepsen: %d faults (%d kill -9, %d SIGSTOP); idempotent: acked %d, lost %d, duplicated %d, misplaced %d, unexpected %d; transactional: committed %d, aborted %d, unknown %d, records lost %d, duplicated %d, aborted seen %d (live %d), partial %d; failed uploads after the last fault healed: %d; local logs above the bucket's end: %d",

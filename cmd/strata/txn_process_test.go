@@ -368,15 +368,15 @@ kill:
 }
 
 // readTxnTopic reads topic from the start to its high watermark, read_committed or not, and returns its data records by
-// partition. It keeps control records to know when it is past the end
+// partition; opts are the clients' security settings, if any. It keeps control records to know when it is past the end
 // (the last offset below the high watermark is a marker or a visible
 // record once no transaction is open); a read_committed read held back by
 // a hanging transaction fails after a minute.
-func readTxnTopic(t *testing.T, seeds []string, topic string, committed bool) map[int32][]*kgo.Record {
+func readTxnTopic(t *testing.T, seeds []string, topic string, committed bool, opts ...kgo.Opt) map[int32][]*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ends, err := kadm.NewClient(newClient(t, seeds[0], kgo.SeedBrokers(seeds...))).ListEndOffsets(ctx, topic)
+	ends, err := kadm.NewClient(newClient(t, seeds[0], append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,9 +391,9 @@ func readTxnTopic(t *testing.T, seeds []string, topic string, committed bool) ma
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
-	rd := newClient(t, seeds[0], kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+	rd := newClient(t, seeds[0], append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
-		kgo.FetchMaxBytes(16<<20))
+		kgo.FetchMaxBytes(16 << 20)}, opts...)...)
 	defer rd.Close()
 	out := map[int32][]*kgo.Record{}
 	for {
@@ -517,8 +517,9 @@ func (l *txnLedger) committedBy(p string) int {
 // aborting the fourth. A producer that gets an error (its node died)
 // records the transaction's outcome as unknown, drops its client and
 // starts a new one with the same transactional id, which fences the old
-// one, as an application would. wait returns once they all stopped.
-func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, producers int) (ledger *txnLedger, wait func()) {
+// one, as an application would. wait returns once they all stopped. opts
+// are the clients' security settings, if any.
+func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, producers int, opts ...kgo.Opt) (ledger *txnLedger, wait func()) {
 	ledger = &txnLedger{txns: map[string]txnOutcome{}, keys: map[string]string{}}
 	var wg sync.WaitGroup
 	for p := range producers {
@@ -534,10 +535,10 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 			for x := 0; ctx.Err() == nil; x++ {
 				if cl == nil {
 					var err error
-					cl, err = kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(fmt.Sprintf("%s-producer-%d", topic, p)),
+					cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.TransactionalID(fmt.Sprintf("%s-producer-%d", topic, p)),
 						kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-						kgo.TransactionTimeout(5*time.Second), kgo.RecordDeliveryTimeout(5*time.Second),
-						kgo.RequestTimeoutOverhead(2*time.Second))
+						kgo.TransactionTimeout(5 * time.Second), kgo.RecordDeliveryTimeout(5 * time.Second),
+						kgo.RequestTimeoutOverhead(2 * time.Second)}, opts...)...)
 					if err != nil {
 						t.Errorf("producer %d: %v", p, err)
 						return
@@ -590,11 +591,11 @@ func txnLoad(ctx context.Context, t *testing.T, seeds []string, topic string, pr
 // consumer does while the nodes are killed, until stop is called; stop
 // returns the keys it saw. What it saw must agree with the final read: a
 // record it saw whose transaction is not visible at the end is an aborted
-// read.
-func watchCommitted(t *testing.T, seeds []string, topic string) (stop func() map[string]bool) {
+// read. opts are the client's security settings, if any.
+func watchCommitted(t *testing.T, seeds []string, topic string, opts ...kgo.Opt) (stop func() map[string]bool) {
 	t.Helper()
-	cl := newClient(t, seeds[0], kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl := newClient(t, seeds[0], append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	done := make(chan struct{})

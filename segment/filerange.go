@@ -1,0 +1,193 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+)
+
+// ErrRangeCut is a FileRange's bytes no longer being the file's: the
+// segment was truncated (TruncateTo) below the range's end after the
+// range was taken. What was already sent of it was the range's; the rest
+// cannot be.
+var ErrRangeCut = errors.New("segment: truncated under a file range")
+
+// A FileRange is a run of whole record batches in one segment's file,
+// found and checked by their headers as Read checks them, without
+// reading the batches themselves: a zero-copy send hands the file's
+// bytes to the kernel (SendTo), so they never enter user space. Only the
+// batches' CRCs go unchecked; the consumer checks them, as with Kafka's
+// sendfile.
+//
+// A range holds its segment's file open until Release, so a segment that
+// retention deletes, or a compaction replaces, keeps its bytes for the
+// send. The bytes of a published range never change, except by
+// truncation, and truncation changes nothing below its cut: a range below
+// the cut is sent whole. Each system call of a send holds a truncation
+// off, and a send that finds the segment cut below the range's end since
+// it was taken stops there with ErrRangeCut.
+//
+// One caveat is the kernel's: sendfile queues references to page-cache
+// pages, not copies, so bytes the socket has queued but not yet
+// transmitted from the page holding a cut may show the truncation. Only a
+// range above a later cut can hold such bytes: a follower's fetch of a
+// log end that is then truncated, or a consumer's when an unclean leader
+// election truncates committed records. Brokers therefore send only
+// committed ranges this way, and every client checks batch CRCs.
+type FileRange struct {
+	s         *segment
+	pos, size int64
+	cuts      int // len(s.cuts) when the range was taken
+	// Next is the offset after the range's last batch; Transactional
+	// reports whether any of its batches is a transactional data batch.
+	Next          int64
+	Transactional bool
+}
+
+// Len is the range's size in bytes.
+func (r *FileRange) Len() int { return int(r.size) }
+
+// cutLocked reports whether the segment was cut below the range's end
+// since the range was taken. Call it with s.cut held shared.
+func (r *FileRange) cutLocked() bool {
+	for _, c := range r.s.cuts[r.cuts:] {
+		if c < r.pos+r.size {
+			return true
+		}
+	}
+	return false
+}
+
+// Release lets the segment's file go; the range is empty after it.
+func (r *FileRange) Release() {
+	if r.s != nil {
+		r.s.release()
+	}
+	*r = FileRange{}
+}
+
+// AppendTo appends the range's bytes to dst, read from the file: the
+// copying path's answer for the same batches.
+func (r *FileRange) AppendTo(dst []byte) ([]byte, error) {
+	if r.size == 0 {
+		return dst, nil
+	}
+	n0 := len(dst)
+	dst = slices.Grow(dst, int(r.size))[:n0+int(r.size)]
+	r.s.cut.RLock()
+	defer r.s.cut.RUnlock()
+	if r.cutLocked() {
+		return dst[:n0], ErrRangeCut
+	}
+	if _, err := r.s.f.ReadAt(dst[n0:], r.pos); err != nil {
+		return dst[:n0], fmt.Errorf("reading %s: %w", r.s.logPath(), err)
+	}
+	return dst, nil
+}
+
+// ReadRange is Read's zero-copy sibling: the batches Read would return
+// for the same arguments, as a FileRange of one segment (the one holding
+// offset; Read also returns batches of one segment only). An empty range
+// means nothing to read. The caller must Release a non-empty range.
+func (l *Log) ReadRange(offset, maxOffset int64, maxBytes int) (FileRange, error) {
+	for {
+		l.mu.RLock()
+		if l.mu.closed {
+			l.mu.RUnlock()
+			return FileRange{}, ErrClosed
+		}
+		start, end := l.mu.start, l.mu.end
+		if offset < start || offset > end {
+			l.mu.RUnlock()
+			return FileRange{}, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
+		}
+		if offset == end || offset >= maxOffset {
+			l.mu.RUnlock()
+			return FileRange{}, nil
+		}
+		segs := l.mu.segs
+		i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
+		s, limit, interval := segs[i], segs[i].size, l.mu.interval
+		nextBase := int64(-1)
+		if i+1 < len(segs) {
+			nextBase = segs[i+1].base
+		}
+		s.pin()
+		l.mu.RUnlock()
+
+		segEnd := end
+		if nextBase >= 0 {
+			segEnd = nextBase
+		}
+		r, found, err := s.readRange(offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
+		if r.size > 0 {
+			s.acquire()                  // the range's own reference
+			r.s, r.cuts = s, len(s.cuts) // under pin: cut held shared
+		}
+		s.unpin()
+		if err != nil || found || nextBase < 0 {
+			return r, err
+		}
+		offset = nextBase // nothing at or after offset in that segment
+	}
+}
+
+// rangeWindow is how much of the file a range's scan reads at a time to
+// see batch headers: small batches share one pread, large ones cost one
+// each, and no batch's records are read.
+const rangeWindow = 4 << 10
+
+// readRange is read without the data: the same scan and header checks
+// over a small sliding window, returning where the batches are.
+func (s *segment) readRange(offset, maxOffset int64, maxBytes int, limit, endOffset int64, interval int, logger *slog.Logger) (FileRange, bool, error) {
+	pos, indexed, err := s.position(offset, limit, interval, logger)
+	if err != nil {
+		return FileRange{}, false, err
+	}
+	var win []byte
+	var winAt int64 = -1 // relative position of win[0]
+	buf := make([]byte, rangeWindow)
+	sc := &batchScan{s: s, pos: pos, limit: limit, end: endOffset, indexed: indexed, prevLast: s.base - 1, checked: -1,
+		at: func(p, n int64) ([]byte, error) {
+			if winAt >= 0 && p >= winAt && p+n <= winAt+int64(len(win)) {
+				return win[p-winAt:], nil
+			}
+			want := min(int64(len(buf)), limit-pos-p)
+			got, err := s.f.ReadAt(buf[:want], pos+p)
+			if int64(got) < min(want, n) {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, fmt.Errorf("reading %s: %w", s.logPath(), err)
+			}
+			win, winAt = buf[:got], p
+			return win, nil
+		}}
+	fail := func(err error) (FileRange, bool, error) {
+		if errors.Is(err, ErrCorruptSegment) {
+			s.reportCorrupt(logger, err)
+		}
+		return FileRange{}, false, err
+	}
+	first, found, err := sc.skipTo(offset)
+	if err != nil {
+		return fail(err)
+	}
+	if !found {
+		return FileRange{}, false, nil
+	}
+	sp := sc.take(first, maxOffset, maxBytes)
+	if sp.end == first {
+		if sp.stop != nil {
+			return fail(sp.stop)
+		}
+		return FileRange{}, true, nil // the batch holding offset is at or beyond maxOffset
+	}
+	if sp.stop != nil && errors.Is(sp.stop, ErrCorruptSegment) {
+		s.reportCorrupt(logger, sp.stop)
+	}
+	return FileRange{pos: pos + first, size: sp.end - first, Next: sp.next, Transactional: sp.transactional}, true, nil
+}

@@ -29,7 +29,9 @@ import (
 // below min.insync.replicas meanwhile, REQUEST_TIMED_OUT after the
 // request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved first).
 // Only the partition's leader takes produces. Errors are per partition.
-// Unknown topics are auto-created when auto.create.topics.enable is on.
+// A topic this node does not know is first looked for at the controller
+// (created through another node a moment ago, it must take its first
+// write), then auto-created when auto.create.topics.enable is on.
 //
 // Version notes: v5 LogStartOffset; v8 RecordErrors and ErrorMessage
 // (KIP-467); v9 flexible; v10 CurrentLeader and NodeEndpoints (KIP-951: a

@@ -8,6 +8,7 @@ import (
 
 	"strata/broker/acl"
 	"strata/broker/partition"
+	"strata/meta"
 	"strata/segment"
 )
 
@@ -167,8 +168,22 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 	maxBytes := min(max(int(r.MaxBytes), 0), int(b.cfg.FetchMaxBytes))
 	maxBytes = b.fetchQuotaBytes(req, replicaID, maxBytes)
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	ctx := b.ctx
+	if replicaID >= 0 && wait > 0 {
+		// A follower's long poll ends early when this node begins to
+		// lead a partition it replicates (broker/node/newleads.go).
+		var done func()
+		var named map[fetchKey]bool // made on first use: rarely needed
+		ctx, wait, done = b.node.HoldReplicaFetch(b.ctx, replicaID, wait, func(topic string, index int32) bool {
+			if named == nil {
+				named = fetchNamed(st, r)
+			}
+			return named[fetchKey{topic, index}]
+		})
+		defer done()
+	}
 	read := time.Now()
-	req.conn.scratch = partition.Fetch(b.ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
+	req.conn.scratch = partition.Fetch(ctx, parts, req.conn.scratch, maxBytes, int(r.MinBytes), wait)
 	if wait > 0 && r.MinBytes > 0 {
 		req.quota.waited = time.Since(read) // a long poll (quotas.go)
 	}
@@ -239,4 +254,31 @@ func fetchResponse(r *kmsg.FetchRequest, resp *kmsg.FetchResponse, parts []*part
 			}
 		}
 	}
+}
+
+// fetchKey names a partition of a fetch.
+type fetchKey struct {
+	topic string
+	index int32
+}
+
+// fetchNamed is the set of partitions the fetch r names, by topic name
+// or, from v13, by the id st gives the topic.
+func fetchNamed(st *meta.State, r *kmsg.FetchRequest) map[fetchKey]bool {
+	named := make(map[fetchKey]bool)
+	for i := range r.Topics {
+		rt := &r.Topics[i]
+		name := rt.Topic
+		if r.Version >= 13 {
+			t, ok := st.TopicByID(rt.TopicID)
+			if !ok {
+				continue
+			}
+			name = t.Name
+		}
+		for _, rp := range rt.Partitions {
+			named[fetchKey{name, rp.Partition}] = true
+		}
+	}
+	return named
 }

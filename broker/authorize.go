@@ -139,6 +139,13 @@ func (b *Broker) autoCreateFor(req *request, name string) (*meta.Topic, error) {
 	if t, ok := b.meta.State().Topics[name]; ok {
 		return t, nil
 	}
+	// A topic created a moment ago through another node, whose creation
+	// this node has not applied yet: the producer was told it exists, and
+	// must find it at its first attempt (broker/node/metasync.go).
+	b.syncMetadataAndReconcile()
+	if t, ok := b.meta.State().Topics[name]; ok {
+		return t, nil
+	}
 	if !b.mayCreateTopic(req, name) {
 		return nil, kerr.UnknownTopicOrPartition
 	}

@@ -677,6 +677,13 @@ func (s *Store) CreateTopic(ctx context.Context, spec TopicSpec) (Topic, error) 
 	if err != nil {
 		return Topic{}, err
 	}
+	// The other nodes learn that the topic is committed from the next
+	// entry raft sends them, which without one comes up to its commit
+	// timeout (50 ms) later: the new topic's leaders and followers would
+	// open its partitions only then, while the client, told it exists,
+	// is already writing to it. An empty entry tells them now; nothing
+	// waits for it.
+	s.raft.Barrier(0)
 	return *res.topic.clone(), nil
 }
 

@@ -188,6 +188,9 @@ type Node struct {
 	changed <-chan struct{}
 	// reconcileMu serialises reconcile runs.
 	reconcileMu sync.Mutex
+	// newLeads wakes the followers' held fetches when this node begins
+	// to lead a partition (newleads.go).
+	newLeads newLeads
 	// mu guards the partitions this node hosts.
 	mu struct {
 		sync.RWMutex

@@ -134,7 +134,11 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 			if !maps.Equal(p.Settings().Configs, w.configs) {
 				p.SetSettings(n.settingsFor(w.configs, w.internal))
 			}
+			wasLeading := p.Leading()
 			p.SetRole(w.role)
+			if !wasLeading && p.Leading() {
+				n.beganLeading(key, w.role.Replicas)
+			}
 			continue
 		}
 		s := n.settingsFor(w.configs, w.internal)
@@ -164,6 +168,9 @@ func (n *Node) reconcilePartitions(waitRemote bool) error {
 		n.mu.partitions[key] = p
 		n.mu.Unlock()
 		p.SetRole(w.role)
+		if p.Leading() {
+			n.beganLeading(key, w.role.Replicas)
+		}
 		opened = append(opened, p)
 	}
 	// Served at once: a tiered partition answers what needs its

@@ -97,44 +97,21 @@ func (r *FileRange) AppendTo(dst []byte) ([]byte, error) {
 // means nothing to read. The caller must Release a non-empty range.
 func (l *Log) ReadRange(offset, maxOffset int64, maxBytes int) (FileRange, error) {
 	for {
-		l.mu.RLock()
-		if l.mu.closed {
-			l.mu.RUnlock()
-			return FileRange{}, ErrClosed
+		at, err := l.pinAt(offset, maxOffset)
+		if err != nil || at.s == nil {
+			return FileRange{}, err
 		}
-		start, end := l.mu.start, l.mu.end
-		if offset < start || offset > end {
-			l.mu.RUnlock()
-			return FileRange{}, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
-		}
-		if offset == end || offset >= maxOffset {
-			l.mu.RUnlock()
-			return FileRange{}, nil
-		}
-		segs := l.mu.segs
-		i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
-		s, limit, interval := segs[i], segs[i].size, l.mu.interval
-		nextBase := int64(-1)
-		if i+1 < len(segs) {
-			nextBase = segs[i+1].base
-		}
-		s.pin()
-		l.mu.RUnlock()
-
-		segEnd := end
-		if nextBase >= 0 {
-			segEnd = nextBase
-		}
-		r, found, err := s.readRange(offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
+		s := at.s
+		r, found, err := s.readRange(offset, maxOffset, maxBytes, at.limit, at.end, at.interval, l.logger)
 		if r.size > 0 {
 			s.acquire()                  // the range's own reference
 			r.s, r.cuts = s, len(s.cuts) // under pin: cut held shared
 		}
 		s.unpin()
-		if err != nil || found || nextBase < 0 {
+		if err != nil || found || at.next < 0 {
 			return r, err
 		}
-		offset = nextBase // nothing at or after offset in that segment
+		offset = at.next // nothing at or after offset in that segment
 	}
 }
 

@@ -545,41 +545,53 @@ func (l *Log) removeSnapshotLocked(offset int64) {
 // ErrCorruptSegment. Read may run concurrently with any other method.
 func (l *Log) Read(dst []byte, offset, maxOffset int64, maxBytes int) ([]byte, error) {
 	for {
-		l.mu.RLock()
-		if l.mu.closed {
-			l.mu.RUnlock()
-			return dst, ErrClosed
+		at, err := l.pinAt(offset, maxOffset)
+		if err != nil || at.s == nil {
+			return dst, err
 		}
-		start, end := l.mu.start, l.mu.end
-		if offset < start || offset > end {
-			l.mu.RUnlock()
-			return dst, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
-		}
-		if offset == end || offset >= maxOffset {
-			l.mu.RUnlock()
-			return dst, nil
-		}
-		segs := l.mu.segs
-		i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
-		s, limit, interval := segs[i], segs[i].size, l.mu.interval
-		nextBase := int64(-1)
-		if i+1 < len(segs) {
-			nextBase = segs[i+1].base
-		}
-		s.pin()
-		l.mu.RUnlock()
-
-		segEnd := end
-		if nextBase >= 0 {
-			segEnd = nextBase
-		}
-		out, found, err := s.read(dst, offset, maxOffset, maxBytes, limit, segEnd, interval, l.logger)
-		s.unpin()
-		if err != nil || found || nextBase < 0 {
+		out, found, err := at.s.read(dst, offset, maxOffset, maxBytes, at.limit, at.end, at.interval, l.logger)
+		at.s.unpin()
+		if err != nil || found || at.next < 0 {
 			return out, err
 		}
-		offset = nextBase // nothing at or after offset in that segment
+		offset = at.next // nothing at or after offset in that segment
 	}
+}
+
+// segmentAt is the segment a read at some offset starts in, pinned.
+type segmentAt struct {
+	s        *segment
+	limit    int64 // its published size
+	end      int64 // the offset its batches end below: the next base, or the log end
+	next     int64 // the next segment's base, -1 for the last
+	interval int
+}
+
+// pinAt pins the segment holding offset for a read below maxOffset; s is
+// nil when there is nothing to read (offset at the log end or at
+// maxOffset). The caller unpins it.
+func (l *Log) pinAt(offset, maxOffset int64) (segmentAt, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.mu.closed {
+		return segmentAt{}, ErrClosed
+	}
+	start, end := l.mu.start, l.mu.end
+	if offset < start || offset > end {
+		return segmentAt{}, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
+	}
+	if offset == end || offset >= maxOffset {
+		return segmentAt{}, nil
+	}
+	segs := l.mu.segs
+	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
+	at := segmentAt{s: segs[i], limit: segs[i].size, end: end, next: -1, interval: l.mu.interval}
+	if i+1 < len(segs) {
+		at.next = segs[i+1].base
+		at.end = at.next
+	}
+	at.s.pin()
+	return at, nil
 }
 
 // snapshotSegments returns the segments with a reference each, the

@@ -25,15 +25,7 @@ import (
 // directory (ca.crt, node-0.crt/key, the client certificates).
 func tlsBroker(t *testing.T) (*Broker, string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "certs")
-	set, err := certs.GenerateDev(dir, nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := certs.Load(set.Nodes[0], testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dir := devCerts(t)
 	srv, err := src.ServerConfig(certs.ClientAuthRequire)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +45,22 @@ func tlsBroker(t *testing.T) (*Broker, string) {
 		c.HTTPListen, c.HTTPTLS, c.HTTPBearerToken = "127.0.0.1:0", httpTLS, "s3cret"
 	})
 	return b, dir
+}
+
+// devCerts makes a development CA and a node certificate under a temp
+// dir, and returns the node's TLS source and the dir.
+func devCerts(t *testing.T) (*certs.Source, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "certs")
+	set, err := certs.GenerateDev(dir, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := certs.Load(set.Nodes[0], testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, dir
 }
 
 // clientTLS is a client's TLS config trusting the CA in dir, with the

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,15 +22,7 @@ import (
 // fetches copy them; both serve the same logs.
 func zeroCopyBroker(t *testing.T, reg *prometheus.Registry) (*Broker, *tls.Config) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "certs")
-	set, err := certs.GenerateDev(dir, nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := certs.Load(set.Nodes[0], testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dir := devCerts(t)
 	srv, err := src.ServerConfig(certs.ClientAuthNone)
 	if err != nil {
 		t.Fatal(err)

@@ -190,26 +190,23 @@ func (s *segment) verify(r *FileRange, logger *slog.Logger) error {
 		}
 		return fmt.Errorf("reading %s: %w", s.logPath(), err)
 	}
-	var valid int64
-	r.Next, r.Transactional = 0, false
-	for valid < r.size {
-		b := buf[valid:]
-		h := decodeHeader(b)
-		b = b[:h.Size()]
-		if got := batchCRC(b); got != h.CRC {
-			err := s.corrupt(r.pos+valid, "CRC-32C mismatch (stored %08x, computed %08x)", h.CRC, got)
-			s.reportCorrupt(logger, err)
-			if valid == 0 {
-				return err
-			}
-			break
+	valid, err := s.checkCRCs(buf, r.pos)
+	if err != nil {
+		s.reportCorrupt(logger, err)
+		if valid == 0 {
+			return err
 		}
-		valid += int64(len(b))
+	}
+	// What is left of the range: its end and kind, from its headers.
+	r.Next, r.Transactional = 0, false
+	for b := buf[:valid]; len(b) > 0; {
+		h := decodeHeader(b)
 		r.Next = h.LastOffset() + 1
 		r.Transactional = r.Transactional || (h.IsTransactional() && !h.IsControl())
+		b = b[h.Size():]
 	}
-	r.size = valid
-	s.verified.add(r.pos, r.pos+valid)
+	r.size = int64(valid)
+	s.verified.add(r.pos, r.pos+r.size)
 	return nil
 }
 

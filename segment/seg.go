@@ -502,16 +502,10 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit,
 		return fail(err)
 	}
 	// Never hand out bytes that fail their checksum.
-	valid := first
-	for valid < q {
-		b := dst[n0+int(valid):]
-		size := int64(logOverhead) + int64(int32(binary.BigEndian.Uint32(b[offLength:])))
-		b = b[:size]
-		if want, got := binary.BigEndian.Uint32(b[offCRC:]), batchCRC(b); want != got {
-			stop = s.corrupt(pos+valid, "CRC-32C mismatch (stored %08x, computed %08x)", want, got)
-			break
-		}
-		valid += size
+	ok, bad := s.checkCRCs(dst[n0+int(first):n0+int(q)], pos+first)
+	valid := first + int64(ok)
+	if bad != nil {
+		stop = bad
 	}
 	if stop != nil && errors.Is(stop, ErrCorruptSegment) {
 		s.reportCorrupt(logger, stop)
@@ -524,6 +518,22 @@ func (s *segment) read(dst []byte, offset, maxOffset int64, maxBytes int, limit,
 	}
 	n := copy(dst[n0:], dst[n0+int(first):n0+int(valid)])
 	return dst[:n0+n], true, nil
+}
+
+// checkCRCs checks the CRC-32C of each of the whole batches in b, read
+// from file position pos, and returns the length of the prefix that
+// passes and, if a batch fails, the error naming it.
+func (s *segment) checkCRCs(b []byte, pos int64) (int, error) {
+	valid := 0
+	for valid < len(b) {
+		batch := b[valid:]
+		batch = batch[:logOverhead+int(int32(binary.BigEndian.Uint32(batch[offLength:])))]
+		if want, got := binary.BigEndian.Uint32(batch[offCRC:]), batchCRC(batch); want != got {
+			return valid, s.corrupt(pos+int64(valid), "CRC-32C mismatch (stored %08x, computed %08x)", want, got)
+		}
+		valid += len(batch)
+	}
+	return valid, nil
 }
 
 // readBatchAt returns the whole, CRC-checked batch of size bytes at position

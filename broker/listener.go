@@ -46,7 +46,8 @@ func (l *listener) handshake(ctx context.Context, nc net.Conn) (net.Conn, string
 	if l.tls == nil {
 		return nc, anonymous, nil
 	}
-	tc := tls.Server(nc, l.tls)
+	batcher := &tlsBatcher{Conn: nc}
+	tc := tls.Server(batcher, l.tls)
 	hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
@@ -56,7 +57,7 @@ func (l *listener) handshake(ctx context.Context, nc net.Conn) (net.Conn, string
 	if st := tc.ConnectionState(); l.security == SSL && len(st.VerifiedChains) > 0 {
 		principal = certs.Principal(st.VerifiedChains[0][0])
 	}
-	return tc, principal, nil
+	return batchedTLS{Conn: tc, b: batcher}, principal, nil
 }
 
 // endpoints are this broker's advertised listeners, as it registers them.

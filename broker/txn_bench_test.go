@@ -205,7 +205,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 	brokerDir := filepath.Join(dir, "broker")
 	// The fixture uploads every 50 ms; the reads upload nothing, and an
 	// uploader looking at the bucket that often would add its own GETs
-	// (about 20 a second per remote partition) to theirs.
+	// (over 100 a second in all) to the counts of theirs.
 	start := func(upload time.Duration) *Broker {
 		return testBroker(b, brokerDir, func(c *Config) {
 			c.Tier = TierConfig{Store: store, UploadInterval: upload, ChunkBytes: tier.DefaultChunkBytes}

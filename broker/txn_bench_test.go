@@ -28,6 +28,9 @@ var (
 	txnBenchRecords   = flag.Int("txn-bench-records", 100_000, "records of 1 KiB per round of BenchmarkTxnProduce")
 	txnBenchProducers = flag.Int("txn-bench-producers", 1, "producer clients of BenchmarkTxnProduce")
 	txnBenchMB        = flag.Int("txn-bench-mb", 256, "MiB of history BenchmarkTxnConsume reads, local and from the bucket")
+	// A partition that has caught up holds the consumer's next fetch for
+	// this long while others still have data (see docs/benchmarks.md).
+	txnBenchWait = flag.Duration("txn-bench-wait", 0, "FetchMaxWait of BenchmarkTxnConsume's consumer (0: franz-go's default, 5s)")
 )
 
 // TestLoadtestTransactionsAgainstStrata runs strata loadtest's
@@ -200,13 +203,16 @@ func BenchmarkTxnConsume(b *testing.B) {
 	metrics := objstore.NewMetrics()
 	store := objstore.WithMetrics(rawStore, metrics)
 	brokerDir := filepath.Join(dir, "broker")
-	start := func() *Broker {
+	// The fixture uploads every 50 ms; the reads upload nothing, and an
+	// uploader looking at the bucket that often would add its own GETs
+	// (over 100 a second in all) to the counts of theirs.
+	start := func(upload time.Duration) *Broker {
 		return testBroker(b, brokerDir, func(c *Config) {
-			c.Tier = TierConfig{Store: store, UploadInterval: 50 * time.Millisecond, ChunkBytes: tier.DefaultChunkBytes}
+			c.Tier = TierConfig{Store: store, UploadInterval: upload, ChunkBytes: tier.DefaultChunkBytes}
 		})
 	}
 
-	br := start()
+	br := start(50 * time.Millisecond)
 	adm := testAdmin(b, br)
 	createTopic(b, adm, "txn-local", partitions, map[string]*string{
 		"segment.bytes":         ptr(fmt.Sprint(segBytes)),
@@ -289,7 +295,7 @@ func BenchmarkTxnConsume(b *testing.B) {
 				if it%2 == 1 {
 					r = reads[i^1]
 				}
-				br := start() // cold chunk cache
+				br := start(time.Hour) // cold chunk cache
 				before := metrics.Counts()
 				t0 := time.Now()
 				n, aborted := countIsolated(b, br, r.topic, r.ends, r.readCommitted)
@@ -334,8 +340,12 @@ func countIsolated(tb testing.TB, b *Broker, topic string, ends map[int32]int64,
 	if readCommitted {
 		iso = kgo.ReadCommitted()
 	}
-	cl := testClient(tb, b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())
+	opts := []kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(16 << 20), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords()}
+	if *txnBenchWait > 0 {
+		opts = append(opts, kgo.FetchMaxWait(*txnBenchWait))
+	}
+	cl := testClient(tb, b, opts...)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -86,7 +86,7 @@ func (t *Tier) read(ctx context.Context, tp format.TopicPartition, dst []byte, o
 
 // readSegment is read within rs, the segment of m holding offset.
 func (t *Tier) readSegment(ctx context.Context, tp format.TopicPartition, m *format.Root, rs format.RemoteSegment, dst []byte, offset, maxOffset int64, maxBytes int, sequential bool) ([]byte, error) {
-	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index)
+	index, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.Index, t.partsWith(rs, rs.Index))
 	if err != nil {
 		if errors.Is(err, segment.ErrCorruptSegment) {
 			t.reportCorrupt(tp, rs.Key, err, false)
@@ -313,7 +313,7 @@ func (t *Tier) offsetForTimestamp(ctx context.Context, tp format.TopicPartition,
 		if !found {
 			return 0, 0, false, nil
 		}
-		timeIndex, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.TimeIndex)
+		timeIndex, err := t.index.get(ctx, t, rs.Key, rs.Size, rs.TimeIndex, t.partsWith(rs, rs.TimeIndex))
 		if err != nil {
 			if errors.Is(err, segment.ErrCorruptSegment) {
 				t.reportCorrupt(tp, rs.Key, err, false)
@@ -398,11 +398,14 @@ func newIndexCache(limit int64) *indexCache {
 	return &indexCache{limit: limit, byKey: make(map[indexKey]*list.Element), flights: make(map[indexKey]*indexFlight)}
 }
 
-// get returns part p of object, fetched with one ranged GET and checked
-// against its CRC, from the cache when it is there. The download runs
-// under the chunk cache's context, not the caller's: other readers may be
-// waiting for it, and one giving up must not fail them.
-func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize int64, p format.Part) ([]byte, error) {
+// get returns part p of object, from the cache when it is there, else
+// fetched and checked against its CRC. with lists the parts fetched in
+// the same ranged GET: contiguous, in object order, p among them (see
+// Tier.partsWith); those not cached nor already on their way are cached
+// too, each checked against its own CRC. The download runs under the
+// chunk cache's context, not the caller's: other readers may be waiting
+// for it, and one giving up must not fail them.
+func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize int64, p format.Part, with []format.Part) ([]byte, error) {
 	k := indexKey{object, p.Offset, p.Len}
 	c.mu.Lock()
 	if el, ok := c.byKey[k]; ok {
@@ -412,13 +415,29 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 		return b, nil
 	}
 	fl, inFlight := c.flights[k]
+	var batch []partFlight
 	if !inFlight {
 		fl = &indexFlight{done: make(chan struct{})}
 		c.flights[k] = fl
+		batch = append(batch, partFlight{p, fl})
+		for _, q := range with {
+			qk := indexKey{object, q.Offset, q.Len}
+			if _, ok := c.byKey[qk]; ok || qk == k {
+				continue
+			}
+			if _, ok := c.flights[qk]; ok {
+				continue
+			}
+			qf := &indexFlight{done: make(chan struct{})}
+			c.flights[qk] = qf
+			batch = append(batch, partFlight{q, qf})
+		}
 	}
 	c.mu.Unlock()
-	if !inFlight && !t.cache.goBackground(func() { c.download(t, k, p, fl) }) {
-		c.finish(k, fl, nil, errCacheClosed)
+	if !inFlight && !t.cache.goBackground(func() { c.download(t, object, batch) }) {
+		for _, pf := range batch {
+			c.finish(indexKey{object, pf.p.Offset, pf.p.Len}, pf.fl, nil, errCacheClosed)
+		}
 	}
 	select {
 	case <-fl.done:
@@ -428,19 +447,36 @@ func (c *indexCache) get(ctx context.Context, t *Tier, object string, objSize in
 	}
 }
 
-// download fetches and checks index k, caches it, and ends its flight.
-func (c *indexCache) download(t *Tier, k indexKey, p format.Part, fl *indexFlight) {
-	b := make([]byte, p.Len)
-	err := t.cache.getOnWorker(k.object, p.Offset, b)
-	if err != nil {
-		err = fmt.Errorf("get index of %s: %w", k.object, err)
-	} else if cerr := p.Check(b); cerr != nil {
-		err = fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, k.object, cerr)
+// partFlight is one part of a download and the flight its readers wait on.
+type partFlight struct {
+	p  format.Part
+	fl *indexFlight
+}
+
+// download fetches the parts of batch in one ranged GET spanning them,
+// checks each, caches those that pass, and ends their flights.
+func (c *indexCache) download(t *Tier, object string, batch []partFlight) {
+	from, end := batch[0].p.Offset, batch[0].p.End()
+	for _, pf := range batch[1:] {
+		from, end = min(from, pf.p.Offset), max(end, pf.p.End())
 	}
-	if err != nil {
-		b = nil
+	span := make([]byte, end-from)
+	err := t.cache.getOnWorker(object, from, span)
+	for _, pf := range batch {
+		k := indexKey{object, pf.p.Offset, pf.p.Len}
+		if err != nil {
+			c.finish(k, pf.fl, nil, fmt.Errorf("get index of %s: %w", object, err))
+			continue
+		}
+		// A copy of its own: a part cached alone must not keep the whole
+		// span in memory.
+		b := slices.Clone(span[pf.p.Offset-from : pf.p.End()-from])
+		if cerr := pf.p.Check(b); cerr != nil {
+			c.finish(k, pf.fl, nil, fmt.Errorf("%w: index of %s: %v", segment.ErrCorruptSegment, object, cerr))
+			continue
+		}
+		c.finish(k, pf.fl, b, nil)
 	}
-	c.finish(k, fl, b, err)
 }
 
 // finish ends flight fl of index k with b (cached) or err.
@@ -464,6 +500,48 @@ func (c *indexCache) finish(k indexKey, fl *indexFlight, b []byte, err error) {
 	}
 }
 
+// maxExtraPartBytes bounds what a GET of one part of an object's tail
+// reads besides it, for the object's other small parts: about what one
+// request's round trip costs in transfer time, so fetching them along is
+// cheaper than a GET of their own later.
+const maxExtraPartBytes = 1 << 20
+
+// partsWith returns the parts of rs fetched in one GET with p, which is
+// one of them: an object's offset index, time index, producer snapshot
+// and txn index lie one after the other before its footer, and a read of
+// the remote log needs the offset index, a read_committed one the
+// snapshot and the txn index (Tier.AbortedTransactions) too. Fetched
+// together they cost read_committed no GET more than read_uncommitted.
+// When all of them would read more than maxExtraPartBytes besides p (an
+// object of a large segment), the snapshot and the txn index still go
+// together; else p alone.
+func (t *Tier) partsWith(rs format.RemoteSegment, p format.Part) []format.Part {
+	all := []format.Part{rs.Index, rs.TimeIndex, rs.ProducerSnapshot}
+	if rs.TxnIndex.Present {
+		all = append(all, rs.TxnIndex.Part)
+	}
+	for _, group := range [][]format.Part{all, all[2:]} {
+		if !slices.Contains(group, p) || !contiguous(group, rs.Size) {
+			continue
+		}
+		if group[len(group)-1].End()-group[0].Offset-p.Len <= maxExtraPartBytes {
+			return group
+		}
+	}
+	return []format.Part{p}
+}
+
+// contiguous reports whether parts follow one another without a gap,
+// within an object of size bytes.
+func contiguous(parts []format.Part, size int64) bool {
+	for i, q := range parts {
+		if q.Offset < 0 || q.Len < 0 || q.End() > size || i > 0 && q.Offset != parts[i-1].End() {
+			return false
+		}
+	}
+	return true
+}
+
 // Prefetch warms the cache for a read of tp at offset without waiting: the
 // segment's index and the chunks a sequential reader needs next are
 // fetched on the tier's worker pool. A fetch that reads several remote
@@ -480,7 +558,7 @@ func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
 		return
 	}
 	t.cache.goBackground(func() {
-		index, err := t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
+		index, err := t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index, t.partsWith(rs, rs.Index))
 		if err != nil {
 			return
 		}
@@ -496,7 +574,7 @@ func (t *Tier) Prefetch(tp format.TopicPartition, offset int64) {
 func (t *Tier) prefetchSegment(rs format.RemoteSegment, pos int64) {
 	if pos == 0 {
 		t.cache.goBackground(func() {
-			t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index)
+			t.index.get(t.cache.ctx, t, rs.Key, rs.Size, rs.Index, t.partsWith(rs, rs.Index))
 		})
 	}
 	n := min(int64(max(t.cfg.ReadAhead, 1))*t.cfg.ChunkBytes, rs.Log.End()-pos)
@@ -713,7 +791,7 @@ func (t *Tier) part(ctx context.Context, tp format.TopicPartition, s *format.Rem
 	if p.Offset < 0 || p.Len < 0 || p.End() > s.Size {
 		return nil, fmt.Errorf("%w: %s of %s at [%d, %d) outside the %d-byte object", segment.ErrCorruptSegment, what, s.Key, p.Offset, p.End(), s.Size)
 	}
-	b, err := t.index.get(ctx, t, s.Key, s.Size, p)
+	b, err := t.index.get(ctx, t, s.Key, s.Size, p, t.partsWith(*s, p))
 	if err != nil {
 		if errors.Is(err, segment.ErrCorruptSegment) {
 			t.reportCorrupt(tp, s.Key, err, false)

@@ -7,9 +7,14 @@ import (
 )
 
 // tlsBatchBytes bounds what a TLS connection gathers before writing it:
-// large enough that a fetch response goes out in a few writes, small
-// enough that a connection holds little (it is kept between responses).
+// large enough that a fetch response goes out in a few writes. The
+// buffer is the connection's only while a write is under way
+// (tlsBatchBufs), so thousands of idle consumers hold none.
 const tlsBatchBytes = 256 << 10
+
+// tlsBatchBufs are the gathering buffers, shared by the connections
+// writing at the moment.
+var tlsBatchBufs = sync.Pool{New: func() any { b := make([]byte, 0, tlsBatchBytes); return &b }}
 
 // tlsMaxRecord is the most plaintext crypto/tls seals into one record: a
 // write of at most this much is one record, nothing to gather.
@@ -45,9 +50,6 @@ func (b *tlsBatcher) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if b.buf == nil {
-		b.buf = make([]byte, 0, tlsBatchBytes)
-	}
 	b.buf = append(b.buf, p...)
 	return len(p), nil
 }
@@ -68,14 +70,29 @@ func (b *tlsBatcher) setHold(hold bool) error {
 	defer b.mu.Unlock()
 	b.hold = hold
 	if hold {
+		if b.buf == nil {
+			b.buf = *tlsBatchBufs.Get().(*[]byte)
+		}
 		return nil
 	}
-	return b.flushLocked()
+	err := b.flushLocked()
+	b.putBuf()
+	return err
+}
+
+// putBuf gives the gathering buffer back to the pool.
+func (b *tlsBatcher) putBuf() {
+	if b.buf != nil {
+		buf := b.buf[:0]
+		tlsBatchBufs.Put(&buf)
+		b.buf = nil
+	}
 }
 
 func (b *tlsBatcher) Close() error {
 	b.mu.Lock()
 	b.flushLocked()
+	b.putBuf()
 	b.mu.Unlock()
 	return b.Conn.Close()
 }

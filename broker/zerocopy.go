@@ -59,9 +59,7 @@ func (z *zeroCopy) enabled() bool { return z != nil }
 // add takes r for the current response and returns the marker to encode
 // in its place.
 func (z *zeroCopy) add(r segment.FileRange) []byte {
-	m := make([]byte, markerLen)
-	copy(m, z.nonce[:])
-	binary.BigEndian.PutUint32(m[len(z.nonce):], uint32(len(z.ranges)))
+	m := z.marker(len(z.ranges))
 	z.ranges = append(z.ranges, r)
 	return m
 }

@@ -8,7 +8,6 @@ import (
 
 	"strata/broker/acl"
 	"strata/broker/partition"
-	"strata/meta"
 	"strata/segment"
 )
 
@@ -179,7 +178,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 		var named map[fetchKey]bool // made on first use: rarely needed
 		ctx, wait, done = b.node.HoldReplicaFetch(b.ctx, replicaID, wait, func(topic string, index int32) bool {
 			if named == nil {
-				named = fetchNamed(st, r)
+				named = fetchNamed(r, resp)
 			}
 			return named[fetchKey{topic, index}]
 		})
@@ -265,22 +264,13 @@ type fetchKey struct {
 	index int32
 }
 
-// fetchNamed is the set of partitions the fetch r names, by topic name
-// or, from v13, by the id st gives the topic.
-func fetchNamed(st *meta.State, r *kmsg.FetchRequest) map[fetchKey]bool {
+// fetchNamed is the set of partitions the fetch r names, by the topic
+// names resp already resolved for it (from v13, from topic ids).
+func fetchNamed(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) map[fetchKey]bool {
 	named := make(map[fetchKey]bool)
 	for i := range r.Topics {
-		rt := &r.Topics[i]
-		name := rt.Topic
-		if r.Version >= 13 {
-			t, ok := st.TopicByID(rt.TopicID)
-			if !ok {
-				continue
-			}
-			name = t.Name
-		}
-		for _, rp := range rt.Partitions {
-			named[fetchKey{name, rp.Partition}] = true
+		for _, rp := range r.Topics[i].Partitions {
+			named[fetchKey{resp.Topics[i].Topic, rp.Partition}] = true
 		}
 	}
 	return named

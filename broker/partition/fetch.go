@@ -247,10 +247,7 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 				// Retention moved the log start past offset since it was
 				// looked at: the copying read below goes to the bucket.
 			default:
-				if !errors.Is(err, segment.ErrCorruptSegment) && !errors.Is(err, segment.ErrClosed) {
-					p.host.Logger.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
-				}
-				fp.Refuse(err)
+				fp.readFailed(err)
 				anyErr = true
 				continue
 			}
@@ -277,16 +274,7 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 		if err != nil && len(buf) == n {
 			// Corrupt data is logged where it is found, once per segment or
 			// object and interval: a consumer retries it many times a second.
-			switch {
-			case errors.Is(err, segment.ErrOffsetOutOfRange), errors.Is(err, segment.ErrCorruptSegment):
-			case errors.Is(err, segment.ErrClosed):
-				// The partition was deleted or moved away mid-read: the
-				// client is told to refresh its metadata, nothing failed.
-				p.host.Logger.Debug("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
-			default:
-				p.host.Logger.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
-			}
-			fp.Refuse(err)
+			fp.readFailed(err)
 			anyErr = true
 			continue
 		}
@@ -315,6 +303,22 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 		}
 	}
 	return buf, total, anyErr
+}
+
+// readFailed refuses the part with the error its read met, logging what
+// is a failure: not an offset out of range or corrupt data (logged where
+// it is found), and a partition deleted or moved mid-read only at debug
+// level, for the client is just told to refresh its metadata.
+func (fp *FetchPart) readFailed(err error) {
+	p := fp.P
+	switch {
+	case errors.Is(err, segment.ErrOffsetOutOfRange), errors.Is(err, segment.ErrCorruptSegment):
+	case errors.Is(err, segment.ErrClosed):
+		p.host.Logger.Debug("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
+	default:
+		p.host.Logger.Error("fetch read", "topic", p.topic, "partition", p.index, "offset", fp.Offset, "err", err)
+	}
+	fp.Refuse(err)
 }
 
 // wholeBatches returns the length of the longest prefix of batches that

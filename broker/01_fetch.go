@@ -149,7 +149,7 @@ func (b *Broker) handleFetch(req *request) (kmsg.Response, error) {
 				p, err = b.led(name, rp.Partition)
 			}
 			*fp = partition.NewFetchPart(p, rp.FetchOffset, int(rp.PartitionMaxBytes), replica, r.IsolationLevel == 1 && !replica)
-			fp.ZeroCopy = req.conn.zc.enabled() && !replica
+			fp.ZeroCopy = req.conn.zc.enabled()
 			if err == nil {
 				err = p.CheckLeaderEpoch(rp.CurrentLeaderEpoch)
 			}

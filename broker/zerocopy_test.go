@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,4 +162,107 @@ func TestZeroCopyFetchSameBytes(t *testing.T) {
 		t.Fatalf("%d responses with records, %v bytes sent with sendfile: the zero-copy path was not taken", withRecords, sent)
 	}
 	t.Logf("%d fetch responses identical on both paths (%d with records); %.0f record bytes went out by sendfile", compared, withRecords, sent)
+}
+
+// TestZeroCopyReplication (issue 25): followers' fetches on a plaintext
+// inter-broker listener are answered with sendfile too, and what the
+// followers append from them is the leader's log byte for byte, over
+// batches of every codec and transactions with their control markers.
+func TestZeroCopyReplication(t *testing.T) {
+	if !segment.ZeroCopy {
+		t.Skip("no sendfile on this platform")
+	}
+	regs := map[int32]*prometheus.Registry{}
+	var mu sync.Mutex
+	c := testCluster(t, 3, func(cfg *Config) {
+		reg := prometheus.NewRegistry()
+		mu.Lock()
+		regs[cfg.NodeID] = reg
+		mu.Unlock()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	})
+	c.createTopic("copied", 1, 3, map[string]*string{"segment.bytes": ptr("65536")})
+	leader := c.partitionState("copied", 0).Leader
+	before := counterValue(t, regs[leader], "strata_network_sent_zero_copy_bytes_total", nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
+		cl := c.client(kgo.DefaultProduceTopic("copied"), kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(5*time.Millisecond))
+		for i := range 300 {
+			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%17), Value: bytes.Repeat([]byte{byte(i)}, 10+i%400)}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx := c.client(kgo.DefaultProduceTopic("copied"), kgo.TransactionalID("zc-replicated"))
+	for i := range 4 {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 20 {
+			if err := tx.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "txn %d record %d", i, j)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(i%2 == 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lp := c.node(leader).partition("copied", 0)
+	end := lp.Log().EndOffset()
+	c.waitFor("every follower at the leader's log end", 30*time.Second, func() bool {
+		for id := int32(1); id <= 3; id++ {
+			if p := c.node(id).partition("copied", 0); p == nil || p.Log().EndOffset() != end {
+				return false
+			}
+		}
+		return true
+	})
+	all := func(id int32) []byte {
+		l := c.node(id).partition("copied", 0).Log()
+		var out []byte
+		for off := l.StartOffset(); off < end; {
+			n := len(out)
+			var err error
+			out, err = l.Read(out, off, end, 1<<20)
+			if err != nil {
+				t.Fatalf("node %d: read at %d: %v", id, off, err)
+			}
+			if len(out) == n {
+				t.Fatalf("node %d: nothing read at %d of %d", id, off, end)
+			}
+			off = nextOffset(out[n:])
+		}
+		return out
+	}
+	want := all(leader)
+	for id := int32(1); id <= 3; id++ {
+		if id == leader {
+			continue
+		}
+		if got := all(id); !bytes.Equal(got, want) {
+			t.Errorf("follower %d's log (%d bytes) is not the leader's (%d bytes)", id, len(got), len(want))
+		}
+	}
+	sent := counterValue(t, regs[leader], "strata_network_sent_zero_copy_bytes_total", nil) - before
+	if sent < float64(2*len(want)) {
+		t.Errorf("the leader sent %.0f bytes by sendfile, want at least the %d its two followers copied", sent, 2*len(want))
+	}
+	t.Logf("%d bytes of batches replicated twice; the leader sent %.0f by sendfile", len(want), sent)
+}
+
+// nextOffset is the offset after the last of the record batches in b.
+func nextOffset(b []byte) int64 {
+	var next int64
+	for len(b) >= 61 {
+		base := int64(binary.BigEndian.Uint64(b))
+		size := int(binary.BigEndian.Uint32(b[8:])) + 12
+		lastDelta := int64(int32(binary.BigEndian.Uint32(b[23:])))
+		next = base + lastDelta + 1
+		b = b[size:]
+	}
+	return next
 }

@@ -33,13 +33,13 @@ var ErrRangeCut = errors.New("segment: truncated under a file range")
 // off, and a send that finds the segment cut below the range's end since
 // it was taken stops there with ErrRangeCut.
 //
-// One caveat is the kernel's: sendfile queues references to page-cache
-// pages, not copies, so bytes the socket has queued but not yet
-// transmitted from the page holding a cut may show the truncation. Only a
-// range above a later cut can hold such bytes: a follower's fetch of a
-// log end that is then truncated, or a consumer's when an unclean leader
-// election truncates committed records. Brokers therefore send only
-// committed ranges this way, and every client checks batch CRCs.
+// What the socket has already queued stays the range's too. sendfile
+// queues references to page-cache pages, not copies, and a truncation
+// into the middle of a page would zero its tail in place, where the next
+// append writes; so a truncation drops whole pages and writes back what
+// lies below its cut (cutFile). A follower's fetch of a log end that is
+// then truncated sends the old bytes, as a fetch answered a moment
+// earlier would have.
 type FileRange struct {
 	s         *segment
 	pos, size int64

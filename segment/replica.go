@@ -357,7 +357,7 @@ func (l *Log) cutSegmentLocked(s *segment, cut int64, wasActive bool) error {
 	defer s.cut.Unlock()
 	s.cuts = append(s.cuts, cut)
 	s.verified.trim(cut)
-	if err := s.f.Truncate(cut); err != nil {
+	if err := cutFile(s.f, cut); err != nil {
 		return err
 	}
 	if err := s.f.Sync(); err != nil {
@@ -387,6 +387,41 @@ func (l *Log) cutSegmentLocked(s *segment, cut int64, wasActive bool) error {
 		s.created = createdFrom(decodeHeader(hdr).MaxTimestamp, l.now())
 	}
 	l.testPoint("indexes written")
+	return nil
+}
+
+// cutAlign is the largest folio Linux caches a file's pages in on the
+// platforms Strata runs on (x86-64 and arm64 with 4 KiB pages: a PMD, 2
+// MiB), and so the alignment at and above which a truncation drops whole
+// folios (cutFile).
+const cutAlign = 2 << 20
+
+// cutFile truncates f to cut bytes without changing a byte a zero-copy
+// send may still have queued. sendfile(2) queues references to the page
+// cache's pages, not copies, and truncating into the middle of a folio
+// zeroes its tail in place, where the next append then writes: a socket
+// that had queued those bytes would send the new ones instead. A
+// truncation to a multiple of cutAlign drops whole folios from the
+// cache, which the queued sends keep, unchanged, until they are sent; so
+// the file is cut there and the bytes between that and cut are written
+// back, into new pages. A crash in between loses those bytes, at most
+// cutAlign of them, from this replica only: recovery cuts the torn tail
+// and the follower fetches them again.
+func cutFile(f *os.File, cut int64) error {
+	base := cut &^ (cutAlign - 1)
+	if base == cut {
+		return f.Truncate(cut)
+	}
+	keep := make([]byte, cut-base)
+	if _, err := f.ReadAt(keep, base); err != nil {
+		return fmt.Errorf("read the %d bytes below the cut at %d: %w", len(keep), cut, err)
+	}
+	if err := f.Truncate(base); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(keep, base); err != nil {
+		return fmt.Errorf("write back the %d bytes below the cut at %d: %w", len(keep), cut, err)
+	}
 	return nil
 }
 

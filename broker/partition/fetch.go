@@ -24,11 +24,11 @@ type FetchPart struct {
 	MaxBytes  int
 	Replica   bool // a follower's fetch: up to the log end, local only
 	Committed bool // read_committed: up to the last stable offset
-	// ZeroCopy lets a consumer's read of the local log answer with Range
-	// rather than bytes in the buffer, for the caller to send with
-	// sendfile: only committed records, which no truncation changes
-	// (segment.FileRange). A follower's fetch reads past the high
-	// watermark, what a truncation may cut, and is always copied.
+	// ZeroCopy lets a read of the local log answer with Range rather
+	// than bytes in the buffer, for the caller to send with sendfile.
+	// A follower's range may reach past the high watermark, where a
+	// truncation may cut it: what the socket has queued stays the
+	// range's, and the rest is not sent (segment.FileRange).
 	ZeroCopy bool
 
 	// Err is the part's error; set, nothing is read for it.
@@ -217,8 +217,15 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 		if budget <= 0 && !first {
 			continue
 		}
-		if fp.ZeroCopy && !fp.Replica && fp.Offset < limit && fp.Offset >= p.log.StartOffset() {
-			r, err := p.log.ReadRange(fp.Offset, limit, max(budget, 1))
+		rangeEnd := limit
+		if fp.Replica {
+			// A follower copies the local log up to its end; older data
+			// is in the bucket, where followers do not go.
+			rangeEnd = p.log.EndOffset()
+			fp.LogStartOffset = p.log.StartOffset()
+		}
+		if fp.ZeroCopy && fp.Offset < rangeEnd && fp.Offset >= p.log.StartOffset() {
+			r, err := p.log.ReadRange(fp.Offset, rangeEnd, max(budget, 1))
 			switch {
 			case err == nil:
 				if !first && r.Len() > budget {
@@ -255,10 +262,7 @@ func read(parts []*FetchPart, buf []byte, maxBytes int) (out []byte, total int, 
 		n := len(buf)
 		var err error
 		if fp.Replica {
-			// A follower copies the local log up to its end; older data
-			// is in the bucket, where followers do not go.
-			fp.LogStartOffset = p.log.StartOffset()
-			buf, err = p.log.Read(buf, fp.Offset, p.log.EndOffset(), max(budget, 1))
+			buf, err = p.log.Read(buf, fp.Offset, rangeEnd, max(budget, 1))
 		} else {
 			if fp.Offset == limit {
 				continue

@@ -298,6 +298,13 @@ func (p *Partition) AppendTxn(records []byte, tx *TxnAppend) (segment.AppendInfo
 // AppendPrepared is AppendTxn for batches already prepared: a produce's,
 // or the group coordinator's (marked FromCoordinator, tx nil).
 func (p *Partition) AppendPrepared(batches *segment.Batches, tx *TxnAppend) (segment.AppendInfo, int32, error) {
+	return p.appendPrepared(batches, tx, true)
+}
+
+// appendPrepared is AppendPrepared; wake false leaves waking the fetches
+// waiting for new data to the caller (Produce), but for a high watermark
+// the append itself moved.
+func (p *Partition) appendPrepared(batches *segment.Batches, tx *TxnAppend, wake bool) (segment.AppendInfo, int32, error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if !p.leading.Load() {
@@ -325,8 +332,10 @@ func (p *Partition) AppendPrepared(batches *segment.Batches, tx *TxnAppend) (seg
 		// duplicate appended nothing: the high watermark already covers it.
 		p.logEnd.Set(float64(info.LastOffset + 1))
 		p.advanceHighWatermark()
-		// Followers long-polling for new data hear of it.
-		p.Wake()
+		if wake {
+			// Followers long-polling for new data hear of it.
+			p.Wake()
+		}
 	}
 	return info, epoch, err
 }

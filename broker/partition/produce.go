@@ -56,17 +56,44 @@ func (p *Partition) CheckISR() error {
 // ISR shrank below min.insync.replicas meanwhile is
 // NOT_ENOUGH_REPLICAS_AFTER_APPEND. Parts that already carry an error are
 // left alone.
+//
+// Every part is validated before any is appended, and the fetches
+// waiting on the partitions hear of the appends only once all are made
+// (Kafka completes delayed fetches after the whole request, too): a
+// follower's held fetch woken by the first append would copy that
+// partition alone, and the acks=all answer would wait for another fetch
+// round trip for each partition appended after it.
 func Produce(ctx context.Context, parts []*Append, acksAll bool, timeout time.Duration) {
-	for _, a := range parts {
+	prepared := make([]*segment.Batches, len(parts))
+	for i, a := range parts {
 		if a.Err != nil {
 			continue
 		}
-		info, epoch, err := a.P.AppendTxn(a.Records, a.Tx)
+		// Validation (decompression included) goes first, outside
+		// appendMu, so a costly batch holds up no other producer of the
+		// partition.
+		b, err := a.P.log.Prepare(a.Records)
+		if err != nil {
+			a.Err = fmt.Errorf("append to %s-%d: %w", a.P.topic, a.P.index, err)
+			continue
+		}
+		prepared[i] = b
+	}
+	for i, a := range parts {
+		if a.Err != nil {
+			continue
+		}
+		info, epoch, err := a.P.appendPrepared(prepared[i], a.Tx, false)
 		if err != nil {
 			a.Err = fmt.Errorf("append to %s-%d: %w", a.P.topic, a.P.index, err)
 			continue
 		}
 		a.Info, a.epoch, a.Appended = info, epoch, true
+	}
+	for _, a := range parts {
+		if a.Appended && !a.Info.Duplicate {
+			a.P.Wake()
+		}
 	}
 	if !acksAll {
 		return

@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -243,5 +244,41 @@ func TestProduceChecks(t *testing.T) {
 				t.Errorf("CheckClientWrite: %v, want %v", err, c.wantClientW)
 			}
 		})
+	}
+}
+
+// A follower's fetch held on two partitions hears of a produce to both
+// only once both are appended, and copies both in one answer: woken by
+// the first append, it would copy that partition alone, and the acks=all
+// answer would wait for a second fetch round trip. The second part is
+// large, so its validation takes a while after the first is appended.
+func TestProduceWakesFollowersOnce(t *testing.T) {
+	n := newNode(t)
+	p1, p2 := n.open(t), n.open(t)
+	for _, p := range []*Partition{p1, p2} {
+		p.SetRole(leader(0, []int32{1, 2}, []int32{1, 2}))
+	}
+	many := make([]string, 20000)
+	for i := range many {
+		many[i] = fmt.Sprintf("record %d of a large batch", i)
+	}
+	for round := range 5 {
+		at1, at2 := p1.Log().EndOffset(), p2.Log().EndOffset()
+		fp1, fp2 := NewFetchPart(p1, at1, 4<<20, true, false), NewFetchPart(p2, at2, 4<<20, true, false)
+		must(t, fp1.FollowerFetch(2, 7, -1))
+		must(t, fp2.FollowerFetch(2, 7, -1))
+		parts := []*FetchPart{&fp1, &fp2}
+		got := make(chan [][]int64, 1)
+		go func() { got <- fetch(t, t.Context(), parts, 8<<20, 1, 10*time.Second) }()
+		eventually(t, "the held fetch", func() bool { return p2.Waiters() == 1 })
+		Produce(t.Context(), []*Append{{P: p1, Records: batch("a")}, {P: p2, Records: batch(many...)}}, false, time.Minute)
+		select {
+		case g := <-got:
+			if len(g[0]) != 1 || len(g[1]) != 1 {
+				t.Fatalf("round %d: the held fetch answered with batches %v and %v, want one of each partition", round, g[0], g[1])
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the held fetch was not answered", round)
+		}
 	}
 }

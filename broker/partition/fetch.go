@@ -125,8 +125,9 @@ func (fp *FetchPart) FollowerFetch(id int32, brokerEpoch int64, lastFetchedEpoch
 
 // Fetch reads the parts' records into buf, and, until minBytes are there
 // or wait has passed (or ctx ends), waits for more: any part's high
-// watermark moving reads them all again. maxBytes bounds the whole
-// answer. It returns buf, which the parts' spans index.
+// watermark moving (its log end, for a follower's part) reads them all
+// again. maxBytes bounds the whole answer. It returns buf, which the
+// parts' spans index.
 func Fetch(ctx context.Context, parts []*FetchPart, buf []byte, maxBytes, minBytes int, wait time.Duration) []byte {
 	prefetch(parts)
 	var waiter chan struct{}
@@ -142,7 +143,11 @@ func Fetch(ctx context.Context, parts []*FetchPart, buf []byte, maxBytes, minByt
 			waiter = make(chan struct{}, 1)
 			for _, fp := range parts {
 				if fp.P != nil && !fp.done && fp.Err == nil {
-					fp.P.AddWaiter(waiter)
+					if fp.Replica {
+						fp.P.AddLogEndWaiter(waiter)
+					} else {
+						fp.P.AddWaiter(waiter)
+					}
 					defer fp.P.RemoveWaiter(waiter)
 				}
 			}

@@ -72,9 +72,10 @@ type Partition struct {
 	source *source
 
 	// waitMu guards waiters: long-poll fetches and acks=all produces that
-	// want to hear when the high watermark moves.
+	// want to hear when the high watermark moves (false), and followers'
+	// long-poll fetches, which want to hear when the log end does (true).
 	waitMu  sync.Mutex
-	waiters map[chan struct{}]struct{}
+	waiters map[chan struct{}]bool
 }
 
 // Settings are a partition's topic configs, resolved.
@@ -111,7 +112,7 @@ type Opening struct {
 // New opens a hosted partition on its log. It leads nothing until SetRole
 // says so. Its uploads run under ctx; StopUploads ends them.
 func New(ctx context.Context, h *Host, o Opening) *Partition {
-	p := &Partition{host: h, topic: o.Topic, topicID: o.TopicID, index: o.Index, log: o.Log, logEnd: o.LogEnd, waiters: make(map[chan struct{}]struct{})}
+	p := &Partition{host: h, topic: o.Topic, topicID: o.TopicID, index: o.Index, log: o.Log, logEnd: o.LogEnd, waiters: make(map[chan struct{}]bool)}
 	p.settings.Store(o.Settings)
 	p.logEnd.Set(float64(o.Log.EndOffset()))
 	p.leaderEpoch.Store(o.LeaderEpoch)
@@ -334,7 +335,7 @@ func (p *Partition) appendPrepared(batches *segment.Batches, tx *TxnAppend, wake
 		p.advanceHighWatermark()
 		if wake {
 			// Followers long-polling for new data hear of it.
-			p.Wake()
+			p.wakeOnly(true)
 		}
 	}
 	return info, epoch, err
@@ -362,7 +363,7 @@ func (p *Partition) AppendMarker(pid int64, producerEpoch int16, commit bool, co
 		delete(p.guards, pid)
 		p.logEnd.Set(float64(info.LastOffset + 1))
 		p.advanceHighWatermark()
-		p.Wake()
+		p.wakeOnly(true)
 	}
 	return info, epoch, err
 }
@@ -447,7 +448,7 @@ func (p *Partition) advanceHighWatermark() {
 			break
 		}
 	}
-	p.Wake()
+	p.wakeOnly(false)
 }
 
 // clampHighWatermark keeps the high watermark within the log, between its
@@ -463,21 +464,44 @@ func (p *Partition) clampHighWatermark() {
 	}
 }
 
-// Wake tells every waiting fetch that the high watermark moved. Waiter
-// channels have room for one signal, so a slow fetch never blocks this.
+// Wake tells every waiter that the partition changed: its high
+// watermark, its log end, its role. Waiter channels have room for one
+// signal, so a slow fetch never blocks this.
 func (p *Partition) Wake() {
 	p.waitMu.Lock()
 	for w := range p.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
+		notify(w)
+	}
+	p.waitMu.Unlock()
+}
+
+// wakeOnly tells only the waiters for the log end (logEnd true) or only
+// those for the high watermark that it moved. Each signal wakes a
+// goroutine that reads every partition it waits on again, and on two
+// shared cores the wake-ups nothing came of delayed those that had
+// something to do: an append wakes no acks=all produce (which waits for
+// the high watermark), and a high watermark moved by a follower's fetch
+// no other follower's held fetch (which waits for new records), as in
+// Kafka's purgatories.
+func (p *Partition) wakeOnly(logEnd bool) {
+	p.waitMu.Lock()
+	for w, forLogEnd := range p.waiters {
+		if forLogEnd == logEnd {
+			notify(w)
 		}
 	}
 	p.waitMu.Unlock()
 }
 
+func notify(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
 // Waiters is the number of fetches and acks=all produces waiting for the
-// high watermark to move.
+// partition to change.
 func (p *Partition) Waiters() int {
 	p.waitMu.Lock()
 	defer p.waitMu.Unlock()
@@ -485,10 +509,20 @@ func (p *Partition) Waiters() int {
 }
 
 // AddWaiter registers w to hear, by a non-blocking send, when the high
-// watermark moves (Wake); RemoveWaiter ends that.
+// watermark moves (and of any change Wake announces); RemoveWaiter ends
+// that.
 func (p *Partition) AddWaiter(w chan struct{}) {
 	p.waitMu.Lock()
-	p.waiters[w] = struct{}{}
+	p.waiters[w] = false
+	p.waitMu.Unlock()
+}
+
+// AddLogEndWaiter registers a follower's fetch, w, to hear when the log
+// end moves (and of any change Wake announces), not the high watermark;
+// RemoveWaiter ends that.
+func (p *Partition) AddLogEndWaiter(w chan struct{}) {
+	p.waitMu.Lock()
+	p.waiters[w] = true
 	p.waitMu.Unlock()
 }
 

@@ -92,7 +92,7 @@ func Produce(ctx context.Context, parts []*Append, acksAll bool, timeout time.Du
 	}
 	for _, a := range parts {
 		if a.Appended && !a.Info.Duplicate {
-			a.P.Wake()
+			a.P.wakeOnly(true)
 		}
 	}
 	if !acksAll {

@@ -282,3 +282,42 @@ func TestProduceWakesFollowersOnce(t *testing.T) {
 		}
 	}
 }
+
+// An append wakes the followers' held fetches, not the acks=all produces
+// or consumers waiting for the high watermark; a high watermark moved by
+// a follower's fetch wakes those, not the followers' fetches. Wake, for a
+// change of role, wakes all.
+func TestWaitersHearWhatTheyWaitFor(t *testing.T) {
+	n := newNode(t)
+	p := n.open(t)
+	p.SetRole(leader(0, []int32{1, 2, 3}, []int32{1, 2, 3}))
+	hw, logEnd := make(chan struct{}, 1), make(chan struct{}, 1)
+	p.AddWaiter(hw)
+	p.AddLogEndWaiter(logEnd)
+	defer p.RemoveWaiter(hw)
+	defer p.RemoveWaiter(logEnd)
+	heard := func(w chan struct{}) bool {
+		select {
+		case <-w:
+			return true
+		default:
+			return false
+		}
+	}
+	Produce(t.Context(), []*Append{{P: p, Records: batch("a", "b")}}, false, time.Minute)
+	if !heard(logEnd) || heard(hw) {
+		t.Fatal("an append the ISR does not have yet: want the log-end waiter woken, not the high-watermark one")
+	}
+	must(t, p.ReplicaFetched(2, -1, 2)) // the high watermark waits for 3 too
+	if heard(logEnd) || heard(hw) {
+		t.Fatal("a follower's fetch that moved nothing woke a waiter")
+	}
+	must(t, p.ReplicaFetched(3, -1, 2))
+	if p.HighWatermark() != 2 || !heard(hw) || heard(logEnd) {
+		t.Fatalf("high watermark %d: want 2, its waiter woken and the log-end one not", p.HighWatermark())
+	}
+	p.Wake()
+	if !heard(hw) || !heard(logEnd) {
+		t.Fatal("Wake did not wake both")
+	}
+}

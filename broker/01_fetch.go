@@ -14,10 +14,11 @@ import (
 // Fetch: v4-17
 //
 // Serves record batches below the high watermark straight from the log's
-// file bytes, never re-encoded. On a plaintext connection a consumer's
-// records from the local log go out with sendfile(2) (zerocopy.go,
-// segment.FileRange), never copied through the broker's memory; the bucket,
-// followers' fetches and TLS connections copy. Honours MaxWaitMillis and MinBytes (the
+// file bytes, never re-encoded. On a plaintext connection records from
+// the local log, a consumer's or a follower's, go out with sendfile(2)
+// (zerocopy.go, segment.FileRange), never copied through the broker's
+// memory; reads from the bucket and TLS connections copy. Honours
+// MaxWaitMillis and MinBytes (the
 // request long-polls until enough bytes are committed, the wait expires or
 // the broker shuts down), MaxBytes for the response and PartitionMaxBytes
 // per partition; as KIP-74 requires, the first batch of the first

@@ -61,31 +61,7 @@ func TestZeroCopyFetchSameBytes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// Every codec, batches of several sizes.
-	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
-		cl := testClient(t, b, kgo.DefaultProduceTopic("mixed"), kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(5*time.Millisecond))
-		for i := range 300 {
-			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%17), Value: bytes.Repeat([]byte{byte(i)}, 10+i%400)}, nil)
-		}
-		if err := cl.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Transactions, committed and aborted: their control batches too.
-	tx := testClient(t, b, kgo.DefaultProduceTopic("mixed"), kgo.TransactionalID("zc-txn"))
-	for i := range 6 {
-		if err := tx.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for j := range 20 {
-			if err := tx.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "txn %d record %d", i, j)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(i%2 == 0)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceEveryKind(ctx, t, func(opts ...kgo.Opt) *kgo.Client { return testClient(t, b, opts...) }, "mixed", "zc-txn", 6)
 	// A compacted topic: updates over few keys, rolled and cleaned.
 	produceTable(t, b, "table", 5000, 50, 5, 1)
 	produceFiller(t, b, "table", 3*32768)
@@ -187,29 +163,7 @@ func TestZeroCopyReplication(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
-		cl := c.client(kgo.DefaultProduceTopic("copied"), kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(5*time.Millisecond))
-		for i := range 300 {
-			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%17), Value: bytes.Repeat([]byte{byte(i)}, 10+i%400)}, nil)
-		}
-		if err := cl.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tx := c.client(kgo.DefaultProduceTopic("copied"), kgo.TransactionalID("zc-replicated"))
-	for i := range 4 {
-		if err := tx.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for j := range 20 {
-			if err := tx.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "txn %d record %d", i, j)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(i%2 == 0)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceEveryKind(ctx, t, c.client, "copied", "zc-replicated", 4)
 
 	lp := c.node(leader).partition("copied", 0)
 	end := lp.Log().EndOffset()
@@ -265,4 +219,34 @@ func nextOffset(b []byte) int64 {
 		b = b[size:]
 	}
 	return next
+}
+
+// produceEveryKind writes to topic batches of several sizes with every
+// codec, then txns transactions of 20 records through transactional id
+// txnID, every other one aborted, so the log holds control batches too.
+func produceEveryKind(ctx context.Context, t *testing.T, client func(...kgo.Opt) *kgo.Client, topic, txnID string, txns int) {
+	t.Helper()
+	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
+		cl := client(kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(5*time.Millisecond))
+		for i := range 300 {
+			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%17), Value: bytes.Repeat([]byte{byte(i)}, 10+i%400)}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx := client(kgo.DefaultProduceTopic(topic), kgo.TransactionalID(txnID))
+	for i := range txns {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 20 {
+			if err := tx.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "txn %d record %d", i, j)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(i%2 == 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
